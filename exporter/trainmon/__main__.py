@@ -1,0 +1,3 @@
+from trainmon.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,31 @@
+"""The registry of collectors: one module each, enabled by name with `--collectors`.
+
+Adding a collector means one module here, a parser module if it reads text, one line in
+`AVAILABLE` and one test module. Modules are imported only when their collector is enabled.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from trainmon.collectors.base import Collection, Collector, CollectorFactory
+from trainmon.settings import Settings
+
+# name -> "module:factory"; a string so that enabling `nvme` never imports pynvml.
+AVAILABLE: dict[str, str] = {
+    "gpu": "trainmon.collectors.gpu:GpuCollector",
+    "nvme": "trainmon.collectors.nvme:NvmeCollector",
+    "infiniband": "trainmon.collectors.infiniband:InfinibandCollector",
+    "training": "trainmon.collectors.training:TrainingCollector",
+}
+
+__all__ = ["AVAILABLE", "Collection", "Collector", "build_collector"]
+
+
+def factory(name: str) -> CollectorFactory:
+    module_name, _, attr = AVAILABLE[name].partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def build_collector(name: str, settings: Settings) -> Collector:
+    return factory(name)(settings)

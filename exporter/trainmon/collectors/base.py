@@ -1,0 +1,49 @@
+"""What a collector is, and what one collection produces.
+
+A collector is anything with a `name`, a `collect()` that returns a `Collection`, and a `close()`.
+It only collects: the scheduler times it, decides success, bounds it with a deadline and logs
+state changes. Set-up that can fail (NVML, sockets) belongs in `collect()` with its own back-off,
+so a collector whose hardware appears later recovers without a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from trainmon.families import Metric
+from trainmon.settings import Settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collection:
+    """The result of one `collect()`.
+
+    Attributes:
+        families: the metric families, built fresh from this cycle's reads.
+        found: human-readable lines for `trainmon check` ("nvme0n1: Samsung PM9A3, 3.84 TB").
+        skipped: values that could not be read and were dropped ("mlx5_0/1 counters/VL15_dropped: EINVAL").
+        details: JSON-serialisable extra state for `/api/v1/status` (for example the GPUs or live ranks).
+    """
+
+    families: tuple[Metric, ...]
+    found: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    details: Mapping[str, object] = field(default_factory=dict)
+
+
+class Collector(Protocol):
+    name: str
+
+    def collect(self) -> Collection:
+        """Read the hardware once. Raise `NoData` when it is absent, anything else when broken."""
+        ...
+
+    def close(self) -> None:
+        """Release threads, sockets and libraries; called once at shutdown."""
+        ...
+
+
+class CollectorFactory(Protocol):
+    def __call__(self, settings: Settings) -> Collector: ...

@@ -1,0 +1,40 @@
+"""Exceptions of the daemon.
+
+TrainmonError
+    ConfigError       a bad flag or environment value: one line, exit 2
+    CollectorError    a collection failed: success 0
+        NoData        the hardware is absent: success 0, logged at debug only
+    MessageRejected   a bad ingest datagram: trainmon_ingest_rejected_total{reason}
+"""
+
+from __future__ import annotations
+
+
+class TrainmonError(Exception):
+    """Base of every trainmon exception."""
+
+
+class ConfigError(TrainmonError, ValueError):
+    """A flag or `TRAINMON_*` variable holds a value the daemon cannot use."""
+
+    def __init__(self, flag: str, value: object, why: str) -> None:
+        super().__init__(f"--{flag}={value!r}: {why}")
+        self.flag = flag
+        self.value = value
+        self.why = why
+
+
+class CollectorError(TrainmonError):
+    """A collector could not produce its metrics this cycle."""
+
+
+class NoData(CollectorError):
+    """The hardware a collector reads is not present on this node."""
+
+
+class MessageRejected(TrainmonError, ValueError):
+    """An ingest datagram failed validation; `reason` becomes a label value."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason

@@ -1,0 +1,218 @@
+"""The daemon's configuration: flags and their `TRAINMON_*` environment twins (SPEC §2).
+
+`Settings` is frozen; `OPTIONS` is the one table of flags, each with its parser and default, so the
+command line, the environment and the documentation agree.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainmon.errors import ConfigError
+
+DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training")
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    listen: Address = Address("0.0.0.0", 9842)
+    interval: float = 5.0
+    collectors: tuple[str, ...] = DEFAULT_COLLECTORS
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
+    nvme_devices: re.Pattern[str] | None = None
+    infiniband_devices: re.Pattern[str] | None = None
+    gpu_processes: bool = False
+    ingest_socket: str = "/run/trainmon/ingest.sock"
+    ingest_socket_mode: int = 0o660
+    ingest_socket_group: str | None = None
+    ingest_udp: Address | None = None
+    ingest_udp_allow_remote: bool = False
+    rank_ttl: float = 600.0
+    max_ranks: int = 1024
+    web_config: Path | None = None
+    log_level: str = "info"
+    # Set by `trainmon demo`: the GPU collector reads a simulated node and every surface says so.
+    simulated: bool = False
+
+    @property
+    def collector_timeout(self) -> float:
+        """How long one collector may run in a cycle before it is reported as hung."""
+        return max(1.0, self.interval * 0.8)
+
+
+def parse_address(flag: str, text: str) -> Address:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(flag, text, "expected HOST:PORT with a port in 1-65535")
+    host = host.strip("[]") or "0.0.0.0"
+    return Address(host, int(port))
+
+
+def parse_seconds(flag: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(flag, text, "expected a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(flag, text, "must be a positive, finite number of seconds")
+    return value
+
+
+def parse_positive_int(flag: str, text: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise ConfigError(flag, text, "expected a positive integer")
+    return int(text)
+
+
+def parse_regex(flag: str, text: str) -> re.Pattern[str] | None:
+    if text == "":
+        return None
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ConfigError(flag, text, f"not a regular expression ({exc})") from None
+
+
+def parse_mode(flag: str, text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise ConfigError(flag, text, "expected an octal file mode such as 0660") from None
+    if not 0 <= mode <= 0o777:
+        raise ConfigError(flag, text, "expected an octal file mode such as 0660")
+    return mode
+
+
+def parse_bool(flag: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigError(flag, text, "expected true or false")
+
+
+def parse_log_level(flag: str, text: str) -> str:
+    level = text.strip().lower()
+    if level.upper() not in logging.getLevelNamesMapping():
+        raise ConfigError(flag, text, "expected one of debug, info, warning, error")
+    return level
+
+
+def parse_collectors(available: Sequence[str]) -> Callable[[str, str], tuple[str, ...]]:
+    def parse(flag: str, text: str) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+        unknown = [n for n in names if n not in available]
+        if unknown:
+            raise ConfigError(flag, text, f"unknown collector {', '.join(unknown)}; known: {', '.join(available)}")
+        return names
+
+    return parse
+
+
+def parse_path(flag: str, text: str) -> Path:
+    if not text:
+        raise ConfigError(flag, text, "expected a path")
+    return Path(text)
+
+
+def parse_optional_path(flag: str, text: str) -> Path | None:
+    return Path(text) if text else None
+
+
+def parse_optional_address(flag: str, text: str) -> Address | None:
+    return parse_address(flag, text) if text else None
+
+
+def parse_optional_text(flag: str, text: str) -> str | None:
+    return text or None
+
+
+def parse_text(flag: str, text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One `--flag`, its `TRAINMON_*` twin, and how its text becomes a `Settings` field."""
+
+    flag: str
+    parse: Callable[[str, str], object]
+    default: str
+    help: str
+    is_switch: bool = False
+
+    @property
+    def field_name(self) -> str:
+        return self.flag.replace("-", "_")
+
+    @property
+    def env_name(self) -> str:
+        return "TRAINMON_" + self.field_name.upper()
+
+
+def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
+    return (
+        Option("listen", parse_address, "0.0.0.0:9842", "HTTP address, HOST:PORT"),
+        Option("interval", parse_seconds, "5", "background collection period in seconds (also the GPM window)"),
+        Option("collectors", parse_collectors(available_collectors), ",".join(DEFAULT_COLLECTORS),
+               f"comma list of enabled collectors ({', '.join(available_collectors)})"),
+        Option("procfs", parse_path, "/proc", "procfs root (containers mount the host's here)"),
+        Option("sysfs", parse_path, "/sys", "sysfs root (containers mount the host's here)"),
+        Option("nvme-devices", parse_regex, "", "regex: only NVMe namespaces whose name matches"),
+        Option("infiniband-devices", parse_regex, "", "regex: only InfiniBand devices whose name matches"),
+        Option("gpu-processes", parse_bool, "false", "per-process framebuffer series (pids churn series)",
+               is_switch=True),
+        Option("ingest-socket", parse_text, "/run/trainmon/ingest.sock",
+               'Unix datagram socket the training hook reports to; "" disables'),
+        Option("ingest-socket-mode", parse_mode, "0660", "ingest socket permissions (octal)"),
+        Option("ingest-socket-group", parse_optional_text, "", "group that owns the ingest socket"),
+        Option("ingest-udp", parse_optional_address, "", "HOST:PORT for UDP ingest (off by default)"),
+        Option("ingest-udp-allow-remote", parse_bool, "false", "allow a non-loopback --ingest-udp host",
+               is_switch=True),
+        Option("rank-ttl", parse_seconds, "600", "seconds of silence after which a training rank is dropped"),
+        Option("max-ranks", parse_positive_int, "1024", "cap on live (job_id, rank) pairs"),
+        Option("web-config", parse_optional_path, "", "TLS and basic auth file (exporter-toolkit format)"),
+        Option("log-level", parse_log_level, "info", "debug, info, warning or error"),
+    )
+
+
+def settings_from(values: Mapping[str, str], options: Sequence[Option], **overrides: object) -> Settings:
+    """Build `Settings` from the raw text of each option (flag, environment or default).
+
+    Raises:
+        ConfigError: the first value that does not parse, or a combination that is refused.
+    """
+    parsed = {opt.field_name: opt.parse(opt.flag, values.get(opt.field_name, opt.default)) for opt in options}
+    parsed.update(overrides)
+    settings = Settings(**parsed)  # type: ignore[arg-type]
+    udp = settings.ingest_udp
+    if udp is not None and not udp.is_loopback and not settings.ingest_udp_allow_remote:
+        raise ConfigError("ingest-udp", str(udp),
+                          "a non-loopback address accepts datagrams from the network; "
+                          "add --ingest-udp-allow-remote to mean it")
+    return settings

@@ -1,0 +1,33 @@
+"""Tests that need an external tool skip without it locally and fail in CI.
+
+`.ci/run` sets TRAINMON_REQUIRE_TOOLS=1, which turns every such skip into a failure, so CI can
+never pass by silently running less.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def require_tool(name: str, *candidates: str) -> str:
+    """Return the path of the first of `name`, `*candidates` on PATH, or skip (fail in CI)."""
+    for candidate in (name, *candidates):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    message = f"{name} is not installed (scripts/test.sh installs it)"
+    if os.environ.get("TRAINMON_REQUIRE_TOOLS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def require(condition: bool, message: str) -> None:
+    """Skip locally, fail in CI, when a prerequisite other than a binary is missing."""
+    if condition:
+        return
+    if os.environ.get("TRAINMON_REQUIRE_TOOLS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
