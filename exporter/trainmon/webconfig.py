@@ -1,0 +1,273 @@
+"""`--web-config FILE`: TLS and basic auth in the exporter-toolkit web-config format.
+
+The file is the one node_exporter and dcgm-exporter read (`promtool check web-config` checks it)::
+
+    tls_server_config:
+      cert_file: server.crt            # relative paths are relative to the file's directory
+      key_file: server.key
+      client_auth_type: RequireAndVerifyClientCert
+      client_ca_file: clients-ca.crt
+      min_version: TLS12
+    basic_auth_users:
+      prometheus: $2y$10$...           # bcrypt hash, e.g. `htpasswd -nBC 10 "" | tr -d ':\\n'`
+
+It is read once at start-up (restart to apply a change). Keys of the format that trainmon does not
+implement (cipher suites, curves, HTTP headers, rate limits) are refused rather than ignored, as
+are `RequestClientCert` and `RequireAnyClientCert`: Python's `ssl` cannot ask for a client
+certificate without verifying it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+import ssl
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainmon.errors import ConfigError
+
+FLAG = "web-config"
+
+TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+# client_auth_type -> what the server asks of the client; the two missing Go modes cannot be built.
+CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert")
+
+TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
+# Keys of the exporter-toolkit format that trainmon does not implement: refused, never ignored.
+UNSUPPORTED_KEYS = {
+    "cert", "key", "client_ca", "client_allowed_sans", "cipher_suites", "curve_preferences",
+    "prefer_server_cipher_suites", "http_server_config", "rate_limit",
+}
+TOP_KEYS = {"tls_server_config", "basic_auth_users"}
+
+BCRYPT_HASH = re.compile(r"\$2[abxy]\$\d{2}\$[./A-Za-z0-9]{53}")
+REALM_CHALLENGE = b'Basic realm="trainmon"'
+SUCCESS_CACHE_SIZE = 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsServerConfig:
+    cert_file: Path
+    key_file: Path
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: Path | None = None
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    max_version: ssl.TLSVersion | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebConfig:
+    tls: TlsServerConfig | None = None
+    # user -> bcrypt hash; empty means no authentication.
+    basic_auth_users: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def load_web_config(path: Path) -> WebConfig:
+    """Read, validate and check a web-config file; the TLS context is built once to prove it loads.
+
+    Raises:
+        ConfigError: the file is unreadable, is not the format, names a file that does not load,
+            or asks for something trainmon cannot do. The message is one line.
+    """
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigError(FLAG, str(path), "needs PyYAML: pip install pyyaml") from None
+
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(FLAG, str(path), f"cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(FLAG, str(path), f"not YAML: {' '.join(str(exc).split())}") from None
+    config = parse_web_config(path, document or {})
+    if config.tls is not None:
+        ssl_context(path, config.tls)
+    return config
+
+
+def parse_web_config(path: Path, document: object) -> WebConfig:
+    """Turn a loaded YAML document into a `WebConfig`; relative file names resolve against `path`'s folder."""
+    top = _mapping(path, "the file", document, TOP_KEYS)
+    tls_doc = top.get("tls_server_config")
+    tls = _parse_tls(path, tls_doc) if tls_doc else None
+    users_doc = _mapping(path, "basic_auth_users", top.get("basic_auth_users") or {}, None)
+    users: dict[str, bytes] = {}
+    for user, hashed in users_doc.items():
+        if not isinstance(user, str) or not user or ":" in user:
+            raise ConfigError(FLAG, str(path), f"basic_auth_users: bad user name {user!r}")
+        if not isinstance(hashed, str) or not BCRYPT_HASH.fullmatch(hashed):
+            raise ConfigError(FLAG, str(path), f"basic_auth_users: {user}: expected a bcrypt hash ($2y$...)")
+        users[user] = hashed.encode()
+    return WebConfig(tls=tls, basic_auth_users=users)
+
+
+def _mapping(path: Path, where: str, value: object, allowed: set[str] | None) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(FLAG, str(path), f"{where}: expected a mapping")
+    if allowed is not None:
+        for key in value:
+            if key in UNSUPPORTED_KEYS:
+                raise ConfigError(FLAG, str(path), f"{where}: {key} is not supported by trainmon")
+            if key not in allowed:
+                raise ConfigError(FLAG, str(path), f"{where}: unknown key {key!r}")
+    return value
+
+
+def _parse_tls(path: Path, document: object) -> TlsServerConfig:
+    doc = _mapping(path, "tls_server_config", document, TLS_KEYS)
+
+    def text(key: str) -> str | None:
+        value = doc.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(FLAG, str(path), f"tls_server_config: {key}: expected a string")
+        return value or None
+
+    def file(key: str) -> Path | None:
+        name = text(key)
+        return path.parent / name if name else None
+
+    cert_file, key_file, ca_file = file("cert_file"), file("key_file"), file("client_ca_file")
+    if cert_file is None or key_file is None:
+        raise ConfigError(FLAG, str(path), "tls_server_config: cert_file and key_file are both required")
+    auth = text("client_auth_type") or "NoClientCert"
+    if auth in UNVERIFIED_CLIENT_AUTH:
+        raise ConfigError(FLAG, str(path), f"tls_server_config: client_auth_type {auth} is not supported "
+                          "(Python's ssl cannot request a client certificate without verifying it); "
+                          "use VerifyClientCertIfGiven or RequireAndVerifyClientCert")
+    if auth not in CLIENT_AUTH:
+        raise ConfigError(FLAG, str(path), f"tls_server_config: unknown client_auth_type {auth!r}; "
+                          f"known: {', '.join(CLIENT_AUTH)}")
+    if auth == "NoClientCert" and ca_file is not None:
+        raise ConfigError(FLAG, str(path), "tls_server_config: client_ca_file is set but client_auth_type "
+                          "is NoClientCert; set client_auth_type: RequireAndVerifyClientCert")
+    if auth != "NoClientCert" and ca_file is None:
+        raise ConfigError(FLAG, str(path), f"tls_server_config: client_auth_type {auth} needs client_ca_file")
+    min_version = _tls_version(path, "min_version", text("min_version") or "TLS12")
+    max_text = text("max_version")
+    max_version = _tls_version(path, "max_version", max_text) if max_text else None
+    if max_version is not None and max_version < min_version:
+        raise ConfigError(FLAG, str(path), "tls_server_config: max_version is below min_version")
+    return TlsServerConfig(cert_file=cert_file, key_file=key_file, client_auth_type=auth,
+                           client_ca_file=ca_file, min_version=min_version, max_version=max_version)
+
+
+def _tls_version(path: Path, key: str, name: str) -> ssl.TLSVersion:
+    try:
+        return TLS_VERSIONS[name]
+    except KeyError:
+        raise ConfigError(FLAG, str(path), f"tls_server_config: {key}: unknown TLS version {name!r}; "
+                          f"known: {', '.join(TLS_VERSIONS)}") from None
+
+
+def ssl_context(path: Path, tls: TlsServerConfig) -> ssl.SSLContext:
+    """Build the server's `SSLContext` (uvicorn's own has no minimum-version option).
+
+    Raises:
+        ConfigError: a certificate, key or CA file does not load.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = tls.min_version
+    if tls.max_version is not None:
+        context.maximum_version = tls.max_version
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(FLAG, str(path), f"tls_server_config: cannot load cert_file {tls.cert_file} "
+                          f"with key_file {tls.key_file}: {exc}") from None
+    if tls.client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=tls.client_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(FLAG, str(path), f"tls_server_config: cannot load client_ca_file "
+                              f"{tls.client_ca_file}: {exc}") from None
+    context.verify_mode = CLIENT_AUTH[tls.client_auth_type]
+    return context
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BasicAuthMiddleware:
+    """ASGI middleware: every HTTP request needs one of `users`' credentials, else 401.
+
+    A missing header, an unknown user and a wrong password get the same answer, and an unknown
+    user still costs one bcrypt check, so neither the body nor the timing says which part was
+    wrong. Successful checks are cached (keyed by a digest, never the password) because bcrypt
+    costs tens of milliseconds and Prometheus sends the same credentials every scrape.
+    """
+
+    def __init__(self, app: ASGIApp, users: Mapping[str, bytes]) -> None:
+        import bcrypt
+
+        self._app = app
+        self._users = dict(users)
+        self._checkpw = bcrypt.checkpw
+        # Checked when the user is unknown, so that a miss costs as long as a hit.
+        cost = max((int(hashed[4:6]) for hashed in self._users.values()), default=10)
+        self._decoy = bcrypt.hashpw(b"decoy", bcrypt.gensalt(cost))
+        self._verified: set[bytes] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or await self._authorized(scope):
+            await self._app(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 401, "headers": [
+            (b"www-authenticate", REALM_CHALLENGE), (b"content-type", b"text/plain; charset=utf-8")]})
+        await send({"type": "http.response.body", "body": b"Unauthorized\n"})
+
+    async def _authorized(self, scope: Scope) -> bool:
+        credentials = _basic_credentials(scope)
+        if credentials is None:
+            return False
+        user, password = credentials
+        hashed = self._decoy
+        known = False
+        for name, candidate in self._users.items():  # compare every name, in constant time each
+            if hmac.compare_digest(name.encode(), user):
+                hashed, known = candidate, True
+        key = hashlib.sha256(b"\0".join((user, hashed, password))).digest()
+        if key in self._verified:
+            return True
+        ok = await asyncio.to_thread(self._checkpw, password, hashed)
+        if ok and known:
+            if len(self._verified) >= SUCCESS_CACHE_SIZE:
+                self._verified.clear()
+            self._verified.add(key)
+        return ok and known
+
+
+def _basic_credentials(scope: Scope) -> tuple[bytes, bytes] | None:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"authorization":
+            scheme, _, encoded = value.partition(b" ")
+            if scheme.lower() != b"basic":
+                return None
+            try:
+                decoded = base64.b64decode(encoded.strip(), validate=True)
+            except binascii.Error:
+                return None
+            user, sep, password = decoded.partition(b":")
+            return (user, password) if sep else None
+    return None
