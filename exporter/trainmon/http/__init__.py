@@ -1,0 +1,1 @@
+"""The HTTP surface: reads only the snapshot store, never the collectors."""
