@@ -1,0 +1,101 @@
+"""deploy/systemd: the unit verifies, scores as hardened, and runs trainmon as its own user."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.tools import require_tool
+
+SYSTEMD = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
+UNIT = SYSTEMD / "trainmon.service"
+INSTALLED_PATH = "/usr/local/bin/trainmon"
+MAX_EXPOSURE = 2.0  # systemd-analyze security: 0 is fully locked down, 10 is nothing set
+
+
+def directives(unit: Path) -> dict[str, list[str]]:
+    """`Key` -> every value it is given, in order (systemd keys may repeat)."""
+    found: dict[str, list[str]] = {}
+    for line in unit.read_text().splitlines():
+        if line.strip() and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            found.setdefault(key.strip(), []).append(value.strip())
+    return found
+
+
+@pytest.fixture
+def unit_with_installed_binary(tmp_path: Path) -> Path:
+    """The unit with ExecStart pointed at this environment's `trainmon` (verify needs it to exist)."""
+    binary = require_tool("trainmon")
+    text = UNIT.read_text()
+    assert f"ExecStart={INSTALLED_PATH} serve" in text
+    copy = tmp_path / UNIT.name
+    copy.write_text(text.replace(INSTALLED_PATH, binary))
+    return copy
+
+
+def test_unit_passes_systemd_analyze_verify(unit_with_installed_binary: Path) -> None:
+    """`systemd-analyze verify` accepts every directive."""
+    analyze = require_tool("systemd-analyze")
+
+    result = subprocess.run([analyze, "verify", str(unit_with_installed_binary)],
+                            capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == ""
+
+
+def test_unit_exposure_score_stays_low(unit_with_installed_binary: Path) -> None:
+    """`systemd-analyze security --offline=true` scores the hardening at most 2.0 (docs quote 1.7)."""
+    analyze = require_tool("systemd-analyze")
+
+    result = subprocess.run([analyze, "security", "--offline=true", f"--threshold={int(MAX_EXPOSURE * 10)}",
+                             "--no-pager", str(unit_with_installed_binary)],
+                            capture_output=True, text=True, timeout=60)
+
+    score = re.search(r"Overall exposure level for trainmon\.service: (\d+\.\d)", result.stdout)
+    assert score is not None, result.stdout + result.stderr
+    assert float(score.group(1)) <= MAX_EXPOSURE
+    assert result.returncode == 0
+
+
+def test_unit_settings() -> None:
+    """The settings the issue asks for, one by one."""
+    found = directives(UNIT)
+
+    assert found["User"] == ["trainmon"]
+    assert found["Restart"] == ["always"]
+    assert found["EnvironmentFile"] == ["-/etc/default/trainmon"]
+    assert found["RuntimeDirectory"] == ["trainmon"]
+    assert found["RuntimeDirectoryMode"] == ["0750"]
+    assert "TRAINMON_INGEST_SOCKET_GROUP=trainmon" in found["Environment"]
+    assert "TRAINMON_INGEST_SOCKET_MODE=0660" in found["Environment"]
+    for key in ("NoNewPrivileges", "ProtectHome", "ProtectKernelTunables", "ProtectKernelModules",
+                "ProtectKernelLogs", "ProtectControlGroups", "RestrictSUIDSGID", "LockPersonality"):
+        assert found[key] == ["yes"], key
+    assert found["ProtectSystem"] == ["strict"]
+    assert found["SystemCallArchitectures"] == ["native"]
+    assert found["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
+    assert found["CapabilityBoundingSet"] == [""]
+    assert found["DevicePolicy"] == ["closed"]
+    assert "char-nvidia-frontend rw" in found["DeviceAllow"]
+
+
+def test_sysusers_creates_the_user_and_group(tmp_path: Path) -> None:
+    """systemd-sysusers, run against an empty root, makes the trainmon user in the trainmon group."""
+    sysusers = require_tool("systemd-sysusers")
+    (tmp_path / "etc").mkdir()
+
+    result = subprocess.run([sysusers, f"--root={tmp_path}", str(SYSTEMD / "trainmon-sysusers.conf")],
+                            capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 0, result.stderr
+    user = next(line.split(":") for line in (tmp_path / "etc/passwd").read_text().splitlines()
+                if line.startswith("trainmon:"))
+    group = next(line.split(":") for line in (tmp_path / "etc/group").read_text().splitlines()
+                 if line.startswith("trainmon:"))
+    assert user[3] == group[2]
+    assert user[6] == "/usr/sbin/nologin"
