@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import hashlib
 import hmac
 import re
@@ -62,6 +63,13 @@ REALM_CHALLENGE = b'Basic realm="trainmon"'
 SUCCESS_CACHE_SIZE = 1024
 
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TlsServerConfig:
     cert_file: Path
@@ -77,10 +85,16 @@ class WebConfig:
     tls: TlsServerConfig | None = None
     # user -> bcrypt hash; empty means no authentication.
     basic_auth_users: Mapping[str, bytes] = field(default_factory=dict)
+    # Built from `tls` by `load_web_config`; None serves plain HTTP.
+    ssl_context: ssl.SSLContext | None = None
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """`app` behind basic auth when users are configured, else `app` itself."""
+        return BasicAuthMiddleware(app, self.basic_auth_users) if self.basic_auth_users else app
 
 
 def load_web_config(path: Path) -> WebConfig:
-    """Read, validate and check a web-config file; the TLS context is built once to prove it loads.
+    """Read and validate a web-config file and build its TLS context, so a bad file fails start-up.
 
     Raises:
         ConfigError: the file is unreadable, is not the format, names a file that does not load,
@@ -98,9 +112,9 @@ def load_web_config(path: Path) -> WebConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(FLAG, str(path), f"not YAML: {' '.join(str(exc).split())}") from None
     config = parse_web_config(path, document or {})
-    if config.tls is not None:
-        ssl_context(path, config.tls)
-    return config
+    if config.tls is None:
+        return config
+    return dataclasses.replace(config, ssl_context=ssl_context(path, config.tls))
 
 
 def parse_web_config(path: Path, document: object) -> WebConfig:
@@ -200,13 +214,6 @@ def ssl_context(path: Path, tls: TlsServerConfig) -> ssl.SSLContext:
                               f"{tls.client_ca_file}: {exc}") from None
     context.verify_mode = CLIENT_AUTH[tls.client_auth_type]
     return context
-
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class BasicAuthMiddleware:
