@@ -1,0 +1,52 @@
+"""The one place users re-target the rule bundle: selector and thresholds, each with when to change it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RUNBOOK = "https://github.com/trainmon/trainmon/blob/main/docs/runbook.md"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RulesConfig:
+    """Parameters of prometheus/rules.yml and alerts.yml (see docs/runbook.md, "Parameters")."""
+
+    # How Prometheus scrapes trainmon. Change it when your scrape job has another name.
+    selector: str = 'job="trainmon"'
+    # Where each alert's runbook_url points; the anchor is the lower-cased alert name.
+    runbook: str = RUNBOOK
+    # Seed guide: gradient communication above 40% of step time means the job is network bound.
+    comm_bound_ratio: float = 0.40
+    # Waiting for batches above this share of step time means the input pipeline is the bottleneck.
+    dataloader_bound_ratio: float = 0.20
+    # A rank whose compute time per second exceeds the job's median by this factor is a straggler...
+    straggler_factor: float = 1.25
+    # ...while the job's median rank spends at least this share of step time waiting in collectives.
+    straggler_peer_wait_ratio: float = 0.15
+    # A live rank, not in a phase, with no finished step for this long is stalled. Raise it for jobs
+    # whose steps take longer than a few minutes.
+    stall_seconds: int = 900
+    # Throughput below this fraction of the job's own average over the baseline window regressed.
+    throughput_floor_ratio: float = 0.75
+    baseline_window: str = "1h"
+    baseline_offset: str = "15m"
+    # SM activity below this on a training rank's GPU is idle (NCCL spin kernels stay near 0 here).
+    idle_sm_ratio: float = 0.05
+    # Where SM activity is absent (pre-Hopper without GPM): power below this share of the limit.
+    idle_power_ratio: float = 0.25
+    # XIDs that need an operator (not application XIDs 13, 31, 43), and how long one keeps firing.
+    critical_xids: tuple[int, ...] = (48, 62, 64, 74, 79, 95, 119, 120)
+    xid_firing_seconds: int = 900
+    # Share of time spent thermally throttled.
+    thermal_throttle_ratio: float = 0.10
+    # Mean NVMe request latency; datacenter NVMe answers in well under a millisecond.
+    nvme_latency_seconds: float = 0.05
+    # Symbol and receive errors per port in 10 minutes.
+    infiniband_errors: int = 10
+
+    def m(self, metric: str, *matchers: str) -> str:
+        """`metric{<selector>, *matchers}`."""
+        return f"{metric}{{{', '.join((self.selector, *matchers))}}}"
+
+    def runbook_url(self, alert: str) -> str:
+        return f"{self.runbook}#{alert.lower()}"

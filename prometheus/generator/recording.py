@@ -1,0 +1,174 @@
+"""Recording rules: `level:metric:operations` (prometheus docs, practices/rules.md).
+
+Levels: `rank` keeps (instance, job, job_id, rank), `job_id` keeps (job, job_id), `instance_gpu` keeps one
+GPU, `instance_device` one NVMe namespace. Ratios sum numerator and denominator first, then divide.
+"""
+
+from __future__ import annotations
+
+from .config import RulesConfig
+from .model import Group, Record
+
+# Labels of trainmon_train_rank_info that describe a rank rather than identify it.
+RANK_ATTRIBUTES = "local_rank, world_size, backend, framework, loss_scaler, pid"
+# GPU series joined to the rank that uses the GPU (through trainmon_train_rank_info{uuid}).
+JOINED_GPU_SERIES = (
+    "trainmon_gpu_sm_utilization_ratio",
+    "trainmon_gpu_tensor_active_ratio",
+    "trainmon_gpu_utilization_ratio",
+    "trainmon_gpu_fb_used_bytes",
+    "trainmon_gpu_fb_total_bytes",
+    "trainmon_gpu_power_watts",
+    "instance_gpu:trainmon_gpu_power_per_limit:ratio",
+)
+# Per-rank shares of step time: (short name, per-rank seconds-per-second rule).
+STEP_SHARES = (
+    ("trainmon_train_comm_wait", "rank:trainmon_train_comm_wait_seconds:rate5m"),
+    ("trainmon_train_dataloader_wait", "rank:trainmon_train_dataloader_wait_seconds:rate5m"),
+    ("trainmon_nccl_time", "rank:trainmon_nccl_time_seconds:rate5m"),
+    ("trainmon_train_compute", "rank:trainmon_train_compute_seconds:rate5m"),
+)
+STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
+
+
+def joined_name(series: str) -> str:
+    """`rank:<gpu series>:join` for a raw or an `instance_gpu:` recorded series."""
+    metric = series.split(":")[1] if ":" in series else series
+    return f"rank:{metric}:join"
+
+
+def gpu_group(c: RulesConfig) -> Group:
+    return Group(
+        name="trainmon.gpu.rules",
+        rules=[
+            Record(
+                record="instance_gpu:trainmon_gpu_power_per_limit:ratio",
+                expr=f"{c.m('trainmon_gpu_power_watts')} / {c.m('trainmon_gpu_power_limit_watts')}",
+            ),
+            Record(
+                record="instance_gpu:trainmon_gpu_fb_used_per_total:ratio",
+                expr=f"{c.m('trainmon_gpu_fb_used_bytes')} / {c.m('trainmon_gpu_fb_total_bytes')}",
+            ),
+            Record(
+                record="instance:trainmon_gpu_up:sum",
+                expr=f"sum without (gpu, uuid) ({c.m('trainmon_gpu_up')})",
+            ),
+        ],
+    )
+
+
+def _rank_rates(c: RulesConfig) -> list[Record]:
+    counters = {
+        "trainmon_train_steps": "trainmon_train_steps_total",
+        "trainmon_train_samples": "trainmon_train_samples_total",
+        "trainmon_train_tokens": "trainmon_train_tokens_total",
+        "trainmon_train_step_duration_seconds_sum": "trainmon_train_step_duration_seconds_sum",
+        "trainmon_train_step_duration_seconds_count": "trainmon_train_step_duration_seconds_count",
+        "trainmon_train_comm_wait_seconds": "trainmon_train_comm_wait_seconds_total",
+        "trainmon_train_dataloader_wait_seconds": "trainmon_train_dataloader_wait_seconds_total",
+    }
+    return [
+        Record(record=f"rank:{name}:rate5m", expr=f"rate({c.m(metric)}[5m])") for name, metric in counters.items()
+    ]
+
+
+def training_group(c: RulesConfig) -> Group:
+    rules = _rank_rates(c)
+    rules += [
+        Record(
+            record="rank:trainmon_nccl_time_seconds:rate5m",
+            expr=f"sum without (op, group) (rate({c.m('trainmon_nccl_time_seconds_total')}[5m]))",
+        ),
+        Record(
+            record="rank:trainmon_train_step_duration_seconds:mean5m",
+            expr=f"{STEP_SECONDS} / rank:trainmon_train_step_duration_seconds_count:rate5m",
+        ),
+        # Compute = step - exposed communication wait - data wait (SPEC §4), per second of wall time.
+        Record(
+            record="rank:trainmon_train_compute_seconds:rate5m",
+            expr=f"""
+clamp_min(
+  {STEP_SECONDS}
+  - rank:trainmon_train_comm_wait_seconds:rate5m
+  - rank:trainmon_train_dataloader_wait_seconds:rate5m,
+  0
+)""",
+        ),
+    ]
+    rules += [
+        Record(record=f"rank:{name}_per_step_time:ratio", expr=f"{per_rank} / {STEP_SECONDS}")
+        for name, per_rank in STEP_SHARES
+    ]
+    rules += [
+        Record(record=f"job_id:{name}:rate5m", expr=f"sum without (instance, rank) (rank:{name}:rate5m)")
+        for name in ("trainmon_train_samples", "trainmon_train_tokens")
+    ]
+    rules += [
+        # Ranks of a synchronous job step together: the job's step rate is the ranks' average.
+        Record(
+            record="job_id:trainmon_train_steps:avg_rate5m",
+            expr="avg without (instance, rank) (rank:trainmon_train_steps:rate5m)",
+        ),
+        Record(
+            record="job_id:trainmon_train_step_duration_seconds:mean5m",
+            expr=f"""
+  sum without (instance, rank) ({STEP_SECONDS})
+/
+  sum without (instance, rank) (rank:trainmon_train_step_duration_seconds_count:rate5m)""",
+        ),
+        Record(
+            record="job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m",
+            expr=f"sum without (instance, rank) (rate({c.m('trainmon_train_step_duration_seconds_bucket')}[5m]))",
+        ),
+    ]
+    rules += [
+        Record(
+            record=f"job_id:{name}_per_step_time:ratio",
+            expr=f"""
+  sum without (instance, rank) ({per_rank})
+/
+  sum without (instance, rank) ({STEP_SECONDS})""",
+        )
+        for name, per_rank in STEP_SHARES
+    ]
+    rules += [
+        Record(
+            record="job_id:trainmon_train_ranks:count",
+            expr=f"count without (instance, rank, {RANK_ATTRIBUTES}, uuid) ({c.m('trainmon_train_rank_info')})",
+        ),
+        # One series per live rank: instance, job, job_id, rank, uuid.
+        Record(
+            record="rank:trainmon_train_rank_info:max",
+            expr=f"max without ({RANK_ATTRIBUTES}) ({c.m('trainmon_train_rank_info')})",
+        ),
+    ]
+    rules += [
+        Record(
+            record=joined_name(series),
+            expr=f"""
+  {series if ":" in series else c.m(series)}
+* on (instance, uuid) group_right (gpu)
+  rank:trainmon_train_rank_info:max""",
+        )
+        for series in JOINED_GPU_SERIES
+    ]
+    return Group(name="trainmon.training.rules", rules=rules)
+
+
+def nvme_group(c: RulesConfig) -> Group:
+    requests = (
+        f"rate({c.m('trainmon_nvme_reads_completed_total')}[5m])"
+        f" + rate({c.m('trainmon_nvme_writes_completed_total')}[5m])"
+    )
+    busy = f"rate({c.m('trainmon_nvme_read_time_seconds_total')}[5m]) + rate({c.m('trainmon_nvme_write_time_seconds_total')}[5m])"
+    return Group(
+        name="trainmon.nvme.rules",
+        rules=[
+            Record(record="instance_device:trainmon_nvme_requests:rate5m", expr=requests),
+            Record(record="instance_device:trainmon_nvme_request_seconds:mean5m", expr=f"({busy}) / ({requests})"),
+        ],
+    )
+
+
+def recording_groups(c: RulesConfig) -> list[Group]:
+    return [gpu_group(c), training_group(c), nvme_group(c)]
