@@ -1,0 +1,327 @@
+"""The `gpu` collector: every GPU metric of SPEC §4 from NVML, one cycle in flight at a time.
+
+NVML is initialised once and kept. Without a library or a driver `collect()` raises (success 0,
+one line saying why) and initialisation is retried with back-off while the daemon serves. A GPU
+whose calls fail reads `trainmon_gpu_up 0` and loses its value series; the others go on. After
+GPU_IS_LOST or RESET_REQUIRED NVML is shut down and initialised again (with back-off) so that a
+reset can succeed, and the XID event set is armed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from trainmon.collectors.base import Collection
+from trainmon.errors import CollectorError
+from trainmon.families import Metric, counter, gauge, info
+from trainmon.nvml.backoff import Backoff
+from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
+from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
+from trainmon.nvml.session import NvmlSession
+from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
+from trainmon.settings import Settings
+
+log = logging.getLogger(__name__)
+
+NVIDIA_VENDOR = "0x10de"
+DISPLAY_CLASS = "0x03"  # PCI base class 03: VGA, XGA and 3D controllers
+GPU_LABELS = ("gpu", "uuid")
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One per-GPU metric: its kind, help text, and the label that splits it (if any)."""
+
+    kind: Callable[..., Metric]
+    help: str
+    label: str | None = None
+
+
+# The GPU metrics read each cycle, by name without the prefix (SPEC §4). Value series only.
+METRICS: dict[str, Spec] = {
+    "gpu_utilization_ratio": Spec(gauge, "NVML utilization.gpu: time any kernel ran (an NCCL wait counts)."),
+    "gpu_sm_utilization_ratio": Spec(gauge, "SM activity over the last interval, from NVML GPM (Hopper+)."),
+    "gpu_sm_active_seconds_total": Spec(counter, "SM activity integrated over time, from NVML GPM."),
+    "gpu_sm_occupancy_ratio": Spec(gauge, "Resident warps against the maximum, from NVML GPM."),
+    "gpu_tensor_active_ratio": Spec(gauge, "Tensor-core activity, from NVML GPM."),
+    "gpu_dram_active_ratio": Spec(gauge, "DRAM bandwidth used against the maximum, from NVML GPM."),
+    "gpu_fb_used_bytes": Spec(gauge, "Framebuffer allocated (v2: excluding reserved)."),
+    "gpu_fb_free_bytes": Spec(gauge, "Framebuffer free."),
+    "gpu_fb_total_bytes": Spec(gauge, "Framebuffer total."),
+    "gpu_fb_reserved_bytes": Spec(gauge, "Framebuffer reserved by the driver (memory info v2 only)."),
+    "gpu_power_watts": Spec(gauge, "Power draw."),
+    "gpu_power_limit_watts": Spec(gauge, "Enforced power limit."),
+    "gpu_energy_joules_total": Spec(counter, "Energy used since the driver loaded."),
+    "gpu_temperature_celsius": Spec(gauge, "Temperature by sensor (gpu, memory).", "sensor"),
+    "gpu_clock_hertz": Spec(gauge, "Current clock (sm, memory).", "clock"),
+    "gpu_clocks_event_active": Spec(gauge, "1 while this clock event (throttle) reason holds the clocks.",
+                                    "reason"),
+    "gpu_throttle_seconds_total": Spec(counter, "Time the clocks were held down, by policy (NVML violation "
+                                       "counters).", "reason"),
+    "gpu_ecc_errors_total": Spec(counter, "Volatile ECC errors since the driver loaded.", "error"),
+    "gpu_remapped_rows_total": Spec(counter, "Rows remapped for memory errors (Ampere+).", "error"),
+    "gpu_row_remap_pending": Spec(gauge, "1 when a row remap waits for a GPU reset."),
+    "gpu_row_remap_failure": Spec(gauge, "1 when a row remap failed."),
+    "gpu_pcie_link_generation": Spec(gauge, "PCIe link generation (current, max).", "kind"),
+    "gpu_pcie_link_width": Spec(gauge, "PCIe link width in lanes (current, max).", "kind"),
+    "gpu_pcie_replay_errors_total": Spec(counter, "PCIe replays."),
+    "gpu_pcie_received_bytes_total": Spec(counter, "PCIe bytes received (unwrapped field counter)."),
+    "gpu_pcie_transmitted_bytes_total": Spec(counter, "PCIe bytes transmitted (unwrapped field counter)."),
+    "gpu_nvlink_received_bytes_total": Spec(counter, "NVLink data bytes received, all links."),
+    "gpu_nvlink_transmitted_bytes_total": Spec(counter, "NVLink data bytes transmitted, all links."),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuStatus:
+    """One GPU in one cycle: read (`reading`) or failed (`error`)."""
+
+    identity: Identity
+    reading: GpuReading | None
+    error: str | None = None
+
+
+def count_pci_gpus(sysfs: Path) -> int | None:
+    """NVIDIA display/3D controllers on the PCI bus, whatever NVML says; None without a PCI tree."""
+    devices = sysfs / "bus" / "pci" / "devices"
+    try:
+        entries = list(devices.iterdir())
+    except OSError:
+        return None
+    found = 0
+    for entry in entries:
+        try:
+            if (entry / "vendor").read_text().strip().lower() != NVIDIA_VENDOR:
+                continue
+            if (entry / "class").read_text().strip().lower().startswith(DISPLAY_CLASS):
+                found += 1
+        except OSError:
+            continue
+    return found
+
+
+class GpuCollector:
+    name = "gpu"
+
+    def __init__(self, settings: Settings, library: object | None = None,
+                 expected: Callable[[], int | None] | None = None) -> None:
+        if settings.simulated and library is None:
+            from trainmon.nvml.simulated import SimulatedNode
+
+            node = SimulatedNode()
+            library, expected = node.library(), node.pci_gpus
+        self._settings = settings
+        self._expected = expected or (lambda: count_pci_gpus(settings.sysfs))
+        self._session = NvmlSession(library)
+        self._backoff = Backoff(initial=settings.interval)
+        self._cycle = threading.Lock()
+        self._gpus: dict[str, Gpu] = {}  # by UUID, kept across re-initialisations
+        self._attached: list[Gpu] = []
+        self._unidentified: list[str] = []
+        self._watcher: XidWatcher | None = None
+        self._xids = XidCounts()
+        self._last_error = ""
+        self._reinit_wanted = False
+
+    # --- NVML lifecycle ---------------------------------------------------------------------------------
+
+    def _open(self, now: float) -> None:
+        if not self._backoff.ready(now):
+            raise CollectorError(f"NVML unavailable ({self._last_error}); "
+                                 f"next try in {self._backoff.retry_in(now):.0f}s")
+        try:
+            self._session.open()
+            self._attach_all()
+        except NVML_FAILURES as exc:
+            self._close()
+            self._last_error = describe(exc)
+            self._backoff.failed(now)
+            raise CollectorError(f"NVML unavailable ({self._last_error})") from exc
+        log.info("nvml initialised driver=%s gpus=%d", self._session.driver_version, len(self._attached))
+
+    def _attach_all(self) -> None:
+        self._attached, self._unidentified = [], []
+        for index in range(self._session.device_count()):
+            try:
+                handle, identity = identify(index)
+            except NVML_FAILURES as exc:
+                self._unidentified.append(f"gpu {index}: {describe(exc)}")
+                continue
+            gpu = self._gpus.setdefault(identity.uuid, Gpu(identity))
+            try:
+                gpu.attach(handle, identity)
+            except NVML_FAILURES as exc:
+                self._unidentified.append(f"gpu {index} {identity.uuid}: {describe(exc)}")
+                continue
+            self._attached.append(gpu)
+        try:
+            self._watcher = XidWatcher([Watched(g.handle, g.identity.index, g.identity.uuid)
+                                        for g in self._attached], self._xids)
+        except NVML_FAILURES as exc:
+            self._unidentified.append(f"XID events: {describe(exc)}")
+
+    def _close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        for gpu in self._attached:
+            gpu.detach()
+        self._attached = []
+        self._session.close()
+
+    def close(self) -> None:
+        with self._cycle:
+            self._close()
+
+    # --- one cycle -----------------------------------------------------------------------------------------
+
+    def collect(self) -> Collection:
+        # A hung ctypes call cannot be cancelled: never start a second cycle on top of it.
+        if not self._cycle.acquire(blocking=False):
+            raise CollectorError("the previous NVML cycle is still running (a driver call hangs)")
+        try:
+            return self._collect(time.monotonic())
+        finally:
+            self._cycle.release()
+
+    def _collect(self, now: float) -> Collection:
+        if self._reinit_wanted and self._backoff.ready(now):
+            log.info("nvml re-initialising after a lost GPU")
+            self._reinit_wanted = False
+            self._close()
+        if not self._session.is_open:
+            self._open(now)
+        statuses = [self._read(gpu, now) for gpu in self._attached]
+        attached = {gpu.identity.uuid for gpu in self._attached}
+        statuses += [GpuStatus(identity=gpu.identity, reading=None, error="not found by NVML since re-initialisation")
+                     for uuid, gpu in self._gpus.items() if uuid not in attached]
+        statuses.sort(key=lambda s: s.identity.index)
+        if all(s.reading is not None for s in statuses) and not self._unidentified:
+            self._backoff.succeeded()
+        elif self._reinit_wanted:
+            self._backoff.failed(now)
+        return self._collection(statuses)
+
+    def _read(self, gpu: Gpu, now: float) -> GpuStatus:
+        try:
+            reading = gpu.read(now, processes=True)
+        except NVML_FAILURES as exc:
+            if needs_reinit(exc):
+                self._reinit_wanted = True
+            return GpuStatus(identity=gpu.identity, reading=None, error=describe(exc))
+        return GpuStatus(identity=gpu.identity, reading=reading)
+
+    # --- families --------------------------------------------------------------------------------------------
+
+    def _collection(self, statuses: Sequence[GpuStatus]) -> Collection:
+        families: list[Metric] = [self._info(statuses)]
+        up = gauge("gpu_up", "1 if the last NVML read of this GPU succeeded, 0 if it failed.", GPU_LABELS)
+        for status in statuses:
+            up.add_metric(_ids(status.identity), 1.0 if status.reading is not None else 0.0)
+        families.append(up)
+        expected = self._expected()
+        if expected is not None:
+            family = gauge("gpus_expected", "NVIDIA display/3D controllers found on the PCI bus.")
+            family.add_metric([], float(expected))
+            families.append(family)
+        read = [(s.identity, s.reading) for s in statuses if s.reading is not None]
+        families += _value_families(read)
+        families += _process_families(read, per_process=self._settings.gpu_processes)
+        families += _xid_families(self._xids)
+        skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped] + self._unidentified
+        return Collection(
+            families=tuple(families),
+            found=tuple(self._found(statuses)),
+            skipped=tuple(skipped),
+            details={"simulated": self._settings.simulated, "driver_version": self._session.driver_version,
+                     "gpus": [{"index": s.identity.index, "uuid": s.identity.uuid, "name": s.identity.name,
+                               "up": s.reading is not None, "error": s.error} for s in statuses]},
+        )
+
+    def _info(self, statuses: Sequence[GpuStatus]) -> Metric:
+        family = info("gpu", "GPU identity; join on (gpu, uuid).",
+                      (*GPU_LABELS, "name", "pci_bus_id", "driver_version", "minor_number"))
+        for status in statuses:
+            i = status.identity
+            family.add_metric(_ids(i), {"name": i.name, "pci_bus_id": i.pci_bus_id,
+                                        "driver_version": self._session.driver_version,
+                                        "minor_number": i.minor_number})
+        return family
+
+    def _found(self, statuses: Sequence[GpuStatus]) -> Iterable[str]:
+        source = "simulated node" if self._settings.simulated else "NVML"
+        yield f"{source}, driver {self._session.driver_version or 'unknown'}, {len(statuses)} GPU(s)"
+        for status in statuses:
+            i = status.identity
+            state = "up" if status.reading is not None else f"DOWN ({status.error})"
+            yield f"gpu {i.index}: {i.name} {i.uuid} {i.pci_bus_id}: {state}"
+
+
+def _ids(identity: Identity) -> list[str]:
+    return [str(identity.index), identity.uuid]
+
+
+def _value_families(read: Sequence[tuple[Identity, GpuReading]]) -> list[Metric]:
+    families = []
+    for name, spec in METRICS.items():
+        short = name.removeprefix("gpu_")
+        labels = GPU_LABELS + ((spec.label,) if spec.label else ())
+        family = spec.kind(name, spec.help, labels)
+        for identity, reading in read:
+            if spec.label is None:
+                if short in reading.values:
+                    family.add_metric(_ids(identity), reading.values[short])
+            else:
+                for label, value in reading.labelled.get(short, {}).items():
+                    family.add_metric([*_ids(identity), label], value)
+        families.append(family)
+    return families
+
+
+def _process_families(read: Sequence[tuple[Identity, GpuReading]], *, per_process: bool) -> list[Metric]:
+    count = gauge("gpu_processes", "Compute processes on the GPU.", GPU_LABELS)
+    used = gauge("gpu_process_fb_used_bytes", "Framebuffer used by one process.", (*GPU_LABELS, "pid"))
+    names: dict[int, str] = {}
+    for identity, reading in read:
+        if reading.processes is None:
+            continue
+        count.add_metric(_ids(identity), float(len(reading.processes)))
+        for process in reading.processes if per_process else ():
+            if process.fb_used_bytes is not None:
+                used.add_metric([*_ids(identity), str(process.pid)], float(process.fb_used_bytes))
+            names.setdefault(process.pid, _process_name(process.pid))
+    if not per_process:
+        return [count]
+    described = info("gpu_process", "A process using a GPU; join on pid.", ("pid", "name"))
+    for pid, name in sorted(names.items()):
+        if name:
+            described.add_metric([str(pid), name], {})
+    return [count, used, described]
+
+
+def _process_name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except (psutil.Error, OSError):
+        return ""  # gone, or in another PID namespace
+
+
+def _xid_families(counts: XidCounts) -> list[Metric]:
+    labels = (*GPU_LABELS, "xid")
+    total = counter("gpu_xid_errors_total", "XID errors reported by the driver since registration.", labels)
+    last = gauge("gpu_xid_last_timestamp_seconds", "When this XID was last reported (Unix time).", labels)
+    for entry in counts.snapshot():
+        key = [str(entry.key.gpu), entry.key.uuid, str(entry.key.xid)]
+        total.add_metric(key, float(entry.count))
+        last.add_metric(key, entry.last_seen)
+    return [total, last]
+
+
+__all__ = ["METRICS", "GpuCollector", "count_pci_gpus"]

@@ -1,0 +1,223 @@
+"""One GPU: its identity, what it answers each cycle, and the state kept between cycles."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pynvml
+
+from trainmon.nvml import fields, gpm
+from trainmon.nvml.errors import NVML_FAILURES, is_absent
+from trainmon.nvml.session import _text
+
+T = TypeVar("T")
+
+MHZ = 1e6
+MILLI = 1e-3
+PERCENT = 0.01
+
+# Clock event (throttle) reason bits -> label value of trainmon_gpu_clocks_event_active.
+CLOCK_EVENT_REASONS: dict[str, int] = {
+    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
+    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
+    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
+    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
+    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+    "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+    "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
+}
+ALL_REASONS = sum(CLOCK_EVENT_REASONS.values())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Identity:
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    minor_number: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUse:
+    pid: int
+    fb_used_bytes: int | None  # None where the driver cannot tell (WDDM, some containers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuReading:
+    """One successful read of one GPU; a value the GPU did not answer is simply not in it."""
+
+    values: Mapping[str, float]  # metric (without prefix) -> value
+    labelled: Mapping[str, Mapping[str, float]]  # metric -> label value -> value
+    processes: tuple[ProcessUse, ...] | None
+    skipped: tuple[str, ...]
+
+
+def identify(index: int) -> tuple[Any, Identity]:
+    """The handle and identity of the GPU at NVML index `index` (5 NVML calls, once per init)."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    try:
+        minor = str(pynvml.nvmlDeviceGetMinorNumber(handle))
+    except pynvml.NVMLError:
+        minor = ""
+    identity = Identity(
+        index=index,
+        uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+        name=_text(pynvml.nvmlDeviceGetName(handle)),
+        pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId),
+        minor_number=minor,
+    )
+    return handle, identity
+
+
+class _Reads:
+    """Runs NVML getters for one GPU: an absent value is None (and noted), any other failure raises."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.skipped: list[str] = []
+
+    def get(self, what: str, call: Callable[..., T], *args: Any) -> T | None:
+        try:
+            return call(self.handle, *args)
+        except NVML_FAILURES as exc:
+            if not is_absent(exc):
+                raise
+            if not isinstance(exc, pynvml.NVMLError_NotSupported | pynvml.NVMLError_FunctionNotFound):
+                self.skipped.append(f"{what}: {exc}")
+            return None
+
+
+class Gpu:
+    """A GPU across cycles and NVML re-initialisations: counters only grow, GPM windows follow on."""
+
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+        self.handle: Any = None
+        self._gpm: gpm.GpmSampler | None = None
+        self._memory_v2 = True
+        self._reasons = ALL_REASONS
+        self._static: dict[str, dict[str, float]] = {}
+        self._counters = {f.field_id: fields.Unwrapped() for f in fields.FIELDS if f.wraps}
+        self._sm_active_s: float | None = None  # None until the first GPM window
+
+    def attach(self, handle: Any, identity: Identity) -> None:
+        """Take a fresh handle after (re-)initialisation and read what does not change until the next."""
+        self.handle, self.identity = handle, identity
+        reads = _Reads(handle)
+        self._reasons = reads.get("supported clock event reasons",
+                                  pynvml.nvmlDeviceGetSupportedClocksEventReasons) or ALL_REASONS
+        self._static = {"pcie_link_generation": {}, "pcie_link_width": {}}
+        for metric, call in (("pcie_link_generation", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                             ("pcie_link_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)):
+            value = reads.get(metric, call)
+            if value is not None:
+                self._static[metric]["max"] = value
+        self._gpm = gpm.GpmSampler(handle) if gpm.supported(handle) else None
+        for counter in self._counters.values():
+            counter.rebase()
+
+    def detach(self) -> None:
+        """Before nvmlShutdown: free what belongs to this NVML session."""
+        if self._gpm is not None:
+            self._gpm.close()
+        self._gpm, self.handle = None, None
+
+    def read(self, now: float, *, processes: bool = True) -> GpuReading:
+        """Read this cycle's values (about 14 NVML calls).
+
+        Raises:
+            pynvml.NVMLError: the GPU failed a call in a way that is not "unsupported".
+        """
+        reads = _Reads(self.handle)
+        values: dict[str, float] = {}
+        labelled: dict[str, dict[str, float]] = {name: dict(by_kind) for name, by_kind in self._static.items()}
+        labelled.update(temperature_celsius={}, clock_hertz={}, clocks_event_active={}, throttle_seconds_total={},
+                        ecc_errors_total={}, remapped_rows_total={})
+
+        util = reads.get("utilization", pynvml.nvmlDeviceGetUtilizationRates)
+        if util is not None:
+            values["utilization_ratio"] = util.gpu * PERCENT
+        self._read_memory(reads, values)
+        for metric, call, scale in (("power_watts", pynvml.nvmlDeviceGetPowerUsage, MILLI),
+                                    ("power_limit_watts", pynvml.nvmlDeviceGetEnforcedPowerLimit, MILLI)):
+            value = reads.get(metric, call)
+            if value is not None:
+                values[metric] = value * scale
+        temperature = reads.get("temperature", pynvml.nvmlDeviceGetTemperatureV, pynvml.NVML_TEMPERATURE_GPU)
+        if temperature is not None:
+            labelled["temperature_celsius"]["gpu"] = temperature
+        for clock, clock_id in (("sm", pynvml.NVML_CLOCK_SM), ("memory", pynvml.NVML_CLOCK_MEM)):
+            value = reads.get(f"{clock} clock", pynvml.nvmlDeviceGetClockInfo, clock_id)
+            if value is not None:
+                labelled["clock_hertz"][clock] = value * MHZ
+        reasons = reads.get("clock event reasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons)
+        if reasons is not None:
+            labelled["clocks_event_active"] = {
+                name: float(bool(reasons & bit)) for name, bit in CLOCK_EVENT_REASONS.items() if bit & self._reasons
+            }
+        for kind, call in (("pcie_link_generation", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                           ("pcie_link_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth)):
+            value = reads.get(kind, call)
+            if value is not None:
+                labelled[kind]["current"] = value
+        self._read_fields(reads, values, labelled)
+        self._read_gpm(now, values)
+        return GpuReading(
+            values=values,
+            labelled={name: by_label for name, by_label in labelled.items() if by_label},
+            processes=self._read_processes(reads) if processes else None,
+            skipped=tuple(reads.skipped),
+        )
+
+    def _read_memory(self, reads: _Reads, values: dict[str, float]) -> None:
+        if self._memory_v2:
+            memory = reads.get("memory v2", pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
+            if memory is not None:
+                values.update(fb_total_bytes=memory.total, fb_used_bytes=memory.used,
+                              fb_free_bytes=memory.free, fb_reserved_bytes=memory.reserved)
+                return
+            self._memory_v2 = False  # an older driver: v1 from now on, and no reserved series
+        memory = reads.get("memory", pynvml.nvmlDeviceGetMemoryInfo)
+        if memory is not None:
+            values.update(fb_total_bytes=memory.total, fb_used_bytes=memory.used, fb_free_bytes=memory.free)
+
+    def _read_fields(self, reads: _Reads, values: dict[str, float], labelled: dict[str, dict[str, float]]) -> None:
+        answer = reads.get("field values", pynvml.nvmlDeviceGetFieldValues, list(fields.REQUEST))
+        if answer is None:
+            return
+        answered, _ = fields.decode(answer)
+        for field in fields.FIELDS:
+            raw = answered.get(field.field_id)
+            if raw is None:
+                continue
+            value = (self._counters[field.field_id].update(raw) if field.wraps else raw.value) * field.scale
+            if field.label is None:
+                values[field.metric] = value
+            else:
+                labelled[field.metric][field.label] = value
+
+    def _read_gpm(self, now: float, values: dict[str, float]) -> None:
+        if self._gpm is None:
+            return
+        window = self._gpm.advance(now)
+        sm = None
+        if window is not None:
+            values.update(window.ratios)
+            sm = window.ratios.get("sm_utilization_ratio")
+        if sm is not None and window is not None:
+            self._sm_active_s = (self._sm_active_s or 0.0) + sm * window.seconds
+        if self._sm_active_s is not None:
+            values["sm_active_seconds_total"] = self._sm_active_s
+
+    def _read_processes(self, reads: _Reads) -> tuple[ProcessUse, ...] | None:
+        found = reads.get("compute processes", pynvml.nvmlDeviceGetComputeRunningProcesses)
+        if found is None:
+            return None
+        return tuple(ProcessUse(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+                     for p in found)

@@ -1,0 +1,36 @@
+"""How NVML failures are classified: absent value, failed GPU, or a GPU that needs a re-init."""
+
+from __future__ import annotations
+
+import pynvml
+
+# Codes that mean "this GPU or driver does not provide the value": the series is absent, the GPU up.
+ABSENT = frozenset({
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_NO_PERMISSION,
+    pynvml.NVML_ERROR_NO_DATA,
+    pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+})
+
+# Codes after which the handles are useless: shut NVML down and initialise it again (SPEC §7).
+NEEDS_REINIT = frozenset({pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED})
+
+# Everything pynvml raises: NVMLError, and the plain Exception its process wrappers raise when
+# the `_v3` symbol is missing (an old driver).
+NVML_FAILURES = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError)
+
+
+def is_absent(exc: BaseException) -> bool:
+    if isinstance(exc, pynvml.NVMLLibraryMismatchError):
+        return True
+    return isinstance(exc, pynvml.NVMLError) and exc.value in ABSENT
+
+
+def needs_reinit(exc: BaseException) -> bool:
+    return isinstance(exc, pynvml.NVMLError) and exc.value in NEEDS_REINIT
+
+
+def describe(exc: BaseException) -> str:
+    """One line: `NVMLError_GpuIsLost: GPU is lost`."""
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,123 @@
+"""The values read through one `nvmlDeviceGetFieldValues` call per GPU per cycle.
+
+Each field has its own return code: NOT_SUPPORTED leaves that one value absent. PCIe byte
+counters wrap and are unwrapped by `Unwrapped`; NVLink throughput fields count KiB and take
+scope UINT_MAX for the sum over all links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+ALL_LINKS = 0xFFFFFFFF
+KIB = 1024
+MJ = 1e-3  # energy fields count millijoules
+NS = 1e-9  # violation (throttle) fields count nanoseconds
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field id, the metric it feeds (`label` set for a labelled metric) and its scale to base units."""
+
+    field_id: int
+    metric: str
+    label: str | None = None
+    scale: float = 1.0
+    scope: int = 0
+    wraps: bool = False
+
+
+FIELDS: tuple[Field, ...] = (
+    Field(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, "energy_joules_total", scale=MJ),
+    Field(pynvml.NVML_FI_DEV_MEMORY_TEMP, "temperature_celsius", label="memory"),
+    Field(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, "ecc_errors_total", label="corrected"),
+    Field(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, "ecc_errors_total", label="uncorrected"),
+    Field(pynvml.NVML_FI_DEV_REMAPPED_COR, "remapped_rows_total", label="corrected"),
+    Field(pynvml.NVML_FI_DEV_REMAPPED_UNC, "remapped_rows_total", label="uncorrected"),
+    Field(pynvml.NVML_FI_DEV_REMAPPED_PENDING, "row_remap_pending"),
+    Field(pynvml.NVML_FI_DEV_REMAPPED_FAILURE, "row_remap_failure"),
+    Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, "pcie_replay_errors_total"),
+    Field(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, "pcie_received_bytes_total", wraps=True),
+    Field(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, "pcie_transmitted_bytes_total", wraps=True),
+    Field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "nvlink_received_bytes_total", scale=KIB, scope=ALL_LINKS),
+    Field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, "nvlink_transmitted_bytes_total", scale=KIB,
+          scope=ALL_LINKS),
+    # Violation counters: time the clocks were held down, per policy (cumulative ns).
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_POWER, "throttle_seconds_total", label="power", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL, "throttle_seconds_total", label="thermal", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, "throttle_seconds_total", label="sync_boost", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, "throttle_seconds_total", label="board_limit", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION, "throttle_seconds_total", label="low_utilization",
+          scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY, "throttle_seconds_total", label="reliability", scale=NS),
+)
+
+REQUEST: tuple[tuple[int, int], ...] = tuple((f.field_id, f.scope) for f in FIELDS)
+
+_WIDTH = {
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: 1 << 32,
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: 1 << 64,
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: 1 << 64,
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: 1 << 16,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RawField:
+    value: float
+    modulus: int  # where an unsigned counter of this width wraps (0: not a wrapping type)
+
+
+def decode(values: Sequence[Any]) -> tuple[dict[int, RawField], list[int]]:
+    """Field values by id and the ids NVML answered with an error (absent this cycle)."""
+    answered: dict[int, RawField] = {}
+    missing: list[int] = []
+    for entry in values:
+        if entry.nvmlReturn != pynvml.NVML_SUCCESS:
+            missing.append(entry.fieldId)
+            continue
+        kind = entry.valueType
+        raw = {
+            pynvml.NVML_VALUE_TYPE_DOUBLE: entry.value.dVal,
+            pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: entry.value.uiVal,
+            pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: entry.value.ulVal,
+            pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: entry.value.ullVal,
+            pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: entry.value.sllVal,
+            pynvml.NVML_VALUE_TYPE_SIGNED_INT: entry.value.siVal,
+            pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: entry.value.usVal,
+        }.get(kind)
+        if raw is None:
+            missing.append(entry.fieldId)
+            continue
+        answered[entry.fieldId] = RawField(float(raw), _WIDTH.get(kind, 0))
+    return answered, missing
+
+
+class Unwrapped:
+    """A wrapping hardware counter turned into one that only grows (per GPU, across cycles)."""
+
+    __slots__ = ("_last", "_started", "_total")
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self._started = False
+        self._total = 0.0
+
+    def update(self, raw: RawField) -> float:
+        if self._last is None:
+            if not self._started:  # the first value is the base; after `rebase()` the total goes on
+                self._total, self._started = raw.value, True
+        elif raw.value >= self._last:
+            self._total += raw.value - self._last
+        elif raw.modulus:
+            self._total += raw.value + raw.modulus - self._last
+        self._last = raw.value
+        return self._total
+
+    def rebase(self) -> None:
+        """After NVML re-initialisation (possibly a driver reload) the next raw value is a new base."""
+        self._last = None

@@ -1,0 +1,45 @@
+"""NVML initialisation and shutdown, with the library passed in rather than found globally.
+
+pynvml keeps one loaded library per process (`pynvml.nvmlLib`). `library=None` lets pynvml
+load the system's `libnvidia-ml.so.1`; an object (the demo's simulated node, or a test's
+`ScenarioLibrary`) takes its place, and pynvml's cached function pointers are dropped with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pynvml
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class NvmlSession:
+    def __init__(self, library: object | None = None) -> None:
+        self._library = library
+        self.is_open = False
+        self.driver_version = ""
+
+    def open(self) -> None:
+        """`nvmlInit`. Raises what pynvml raises: LibraryNotFound, DriverNotLoaded, …"""
+        if self._library is not None and pynvml.nvmlLib is not self._library:
+            pynvml.nvmlLib = self._library
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml.nvmlInit()
+        self.is_open = True
+        try:
+            self.driver_version = _text(pynvml.nvmlSystemGetDriverVersion())
+        except pynvml.NVMLError:
+            self.driver_version = ""
+
+    def device_count(self) -> int:
+        return int(pynvml.nvmlDeviceGetCount())
+
+    def close(self) -> None:
+        if not self.is_open:
+            return
+        self.is_open = False
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()

@@ -1,0 +1,194 @@
+"""The simulated 8-GPU H100 node behind `trainmon demo`.
+
+No compiler and no driver: `SimulatedNode.library()` is a `ScenarioLibrary` (the Python stand-in
+for libnvidia-ml.so.1) whose scenario is recomputed from a clock. Values follow a training job:
+steps alternate a compute phase (SMs and tensor cores busy, high power) and a communication
+phase (NVLink busy, SMs mostly waiting in NCCL kernels while coarse utilization still reads
+100%); every few minutes a checkpoint pauses the GPUs. Power drives temperature through a
+thermal lag, energy and traffic counters integrate their rates, and a rank on GPU 5 straggles.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+from trainmon.nvml.pylib import Scenario, ScenarioLibrary
+
+GPUS = 8
+NAME = "NVIDIA H100 80GB HBM3"
+DRIVER = "550.54.15 (simulated)"
+BUS_IDS = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")  # a DGX H100's GPU buses
+MIB = 1 << 20
+FB_TOTAL = 81559 * MIB
+FB_RESERVED = 520 * MIB
+POWER_LIMIT_W = 700.0
+IDLE_W, COMM_W, COMPUTE_W = 95.0, 330.0, 680.0
+STEP_S = 4.0  # one training step: compute, then gradient all-reduce
+COMPUTE_SHARE = 0.68
+CHECKPOINT_EVERY_S, CHECKPOINT_S = 180.0, 12.0
+THERMAL_TAU_S = 25.0
+NVLINK_COMM_BPS = 310e9  # during the all-reduce, per direction
+PCIE_BPS = 3e9  # input batches at the start of each step
+RECOMPUTE_S = 0.2
+# XIDs the demo raises so that the XID series and alerts have something to show: (time, gpu, xid)
+XIDS = ((2.0, 3, 13), (240.0, 6, 31))
+
+
+@dataclass(slots=True)
+class _Load:
+    """What a GPU is doing at one instant (fractions of its maximum)."""
+
+    sm: float
+    tensor: float
+    dram: float
+    occupancy: float
+    power_w: float
+    nvlink_bps: float
+    pcie_bps: float
+
+
+@dataclass(slots=True)
+class _GpuState:
+    index: int
+    temperature_c: float = 34.0
+    energy_mj: float = 4.2e9
+    nvlink_rx_kib: float = 0.0
+    nvlink_tx_kib: float = 0.0
+    pcie_rx: float = 0.0
+    pcie_tx: float = 0.0
+    power_throttle_ns: float = 0.0
+    corrected_ecc: float = 0.0
+
+
+def _load(index: int, t: float) -> _Load:
+    if t % CHECKPOINT_EVERY_S > CHECKPOINT_EVERY_S - CHECKPOINT_S:  # checkpoint: GPUs wait on storage
+        return _Load(0.02, 0.0, 0.03, 0.02, IDLE_W + 25, 0.0, 0.4e9)
+    slow = 1.08 if index == 5 else 1.0  # the straggler: longer compute, less time waiting
+    phase = (t / STEP_S) % 1.0
+    compute_end = min(0.95, COMPUTE_SHARE * slow)
+    wobble = 0.03 * math.sin(2 * math.pi * (t / 37.0 + index / GPUS))
+    if phase < compute_end:
+        ramp = min(1.0, phase / 0.05)  # kernels fill the SMs over the first few hundred ms
+        return _Load(sm=(0.9 + wobble) * ramp, tensor=(0.58 + wobble) * ramp, dram=0.42 + wobble,
+                     occupancy=0.34 + wobble, power_w=COMM_W + (COMPUTE_W - COMM_W) * ramp + 15 * wobble,
+                     nvlink_bps=0.05 * NVLINK_COMM_BPS, pcie_bps=PCIE_BPS if phase < 0.1 else 0.1e9)
+    return _Load(sm=0.18 + wobble, tensor=0.01, dram=0.22, occupancy=0.08, power_w=COMM_W + 10 * wobble,
+                 nvlink_bps=NVLINK_COMM_BPS * (1 + wobble), pcie_bps=0.05e9)
+
+
+def _window_mean(index: int, t: float, points: int = 16) -> _Load:
+    """GPM reports averages over its window: the mean load over the last step."""
+    loads = [_load(index, t - STEP_S * k / points) for k in range(points)]
+    return _Load(*(sum(getattr(x, f) for x in loads) / points for f in _Load.__slots__))
+
+
+class SimulatedNode:
+    """Eight H100s under a training-like load; `library()` answers pynvml from them."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._start = clock()
+        self._lock = threading.Lock()
+        self._last_t = 0.0
+        self._states = [_GpuState(i) for i in range(GPUS)]
+        self._scenario: Scenario = self._build(0.0)
+
+    def library(self) -> ScenarioLibrary:
+        return ScenarioLibrary(self.scenario)
+
+    def pci_gpus(self) -> int:
+        return GPUS
+
+    def scenario(self) -> Scenario:
+        t = self._clock() - self._start
+        with self._lock:
+            if t - self._last_t >= RECOMPUTE_S:
+                self._advance(t)
+            return self._scenario
+
+    def _advance(self, t: float) -> None:
+        dt = t - self._last_t
+        for state in self._states:
+            load = _load(state.index, t)
+            state.energy_mj += load.power_w * dt * 1e3
+            settled = 31.0 + 0.06 * load.power_w
+            state.temperature_c += (settled - state.temperature_c) * (1 - math.exp(-dt / THERMAL_TAU_S))
+            kib = load.nvlink_bps * dt / 1024
+            state.nvlink_rx_kib += kib
+            state.nvlink_tx_kib += kib * 0.98
+            state.pcie_rx += load.pcie_bps * dt
+            state.pcie_tx += load.pcie_bps * dt * 0.04
+            if load.power_w > POWER_LIMIT_W * 0.96:
+                state.power_throttle_ns += dt * 1e9
+            if state.index == 2:
+                state.corrected_ecc += dt / 120  # a slowly ageing HBM stack
+        self._last_t = t
+        self._scenario = self._build(t)
+
+    def _build(self, t: float) -> Scenario:
+        return {
+            "driver_version": DRIVER,
+            "gpus": [self._gpu(state, t) for state in self._states],
+            "xid_events": [{"id": n, "gpu": gpu, "xid": xid} for n, (at, gpu, xid) in enumerate(XIDS) if t >= at],
+        }
+
+    def _gpu(self, state: _GpuState, t: float) -> dict[str, Any]:
+        i = state.index
+        load = _load(i, t)
+        mean = _window_mean(i, t)
+        capped = load.power_w > POWER_LIMIT_W * 0.96
+        used = int(FB_TOTAL * (0.86 if load.sm > 0.05 else 0.83)) - FB_RESERVED
+        reasons = pynvml.nvmlClocksEventReasonSwPowerCap if capped else 0
+        if load.sm < 0.05:
+            reasons |= pynvml.nvmlClocksEventReasonGpuIdle
+        return {
+            "name": NAME,
+            "uuid": f"GPU-5e1a7ed0-{i:04x}-4c0d-8e5a-0000d0e0{i:04x}",
+            "pci_bus_id": f"00000000:{BUS_IDS[i].upper()}:00.0",
+            "minor_number": i,
+            "utilization_gpu": 100 if load.sm > 0.05 else 0,
+            "utilization_memory": round(load.dram * 100),
+            "memory_total": FB_TOTAL, "memory_reserved": FB_RESERVED,
+            "memory_used": used, "memory_free": FB_TOTAL - FB_RESERVED - used,
+            "temperature_gpu": round(state.temperature_c),
+            "power_usage_mw": round(load.power_w * 1000), "power_limit_mw": round(POWER_LIMIT_W * 1000),
+            "clock_sm_mhz": 1755 if capped else 1980, "clock_memory_mhz": 2619,
+            "clocks_event_reasons": reasons, "supported_clocks_event_reasons": 0x1FF,
+            "pcie_link_gen": 5, "pcie_link_gen_max": 5, "pcie_link_width": 16, "pcie_link_width_max": 16,
+            "fields": {
+                str(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION): round(state.energy_mj),
+                str(pynvml.NVML_FI_DEV_MEMORY_TEMP): round(state.temperature_c + 6),
+                str(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL): int(state.corrected_ecc),
+                str(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL): 0,
+                str(pynvml.NVML_FI_DEV_REMAPPED_COR): 0, str(pynvml.NVML_FI_DEV_REMAPPED_UNC): 0,
+                str(pynvml.NVML_FI_DEV_REMAPPED_PENDING): 0, str(pynvml.NVML_FI_DEV_REMAPPED_FAILURE): 0,
+                str(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER): 0,
+                str(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES): round(state.pcie_rx),
+                str(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES): round(state.pcie_tx),
+                str(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX): round(state.nvlink_rx_kib),
+                str(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX): round(state.nvlink_tx_kib),
+                str(pynvml.NVML_FI_DEV_PERF_POLICY_POWER): round(state.power_throttle_ns),
+                str(pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL): 0,
+                str(pynvml.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST): 0,
+                str(pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT): 0,
+                str(pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION): 0,
+                str(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY): 0,
+            },
+            # The demo process itself stands in for the training ranks, so its name resolves.
+            "processes": [{"pid": os.getpid(), "used_memory": used - 512 * MIB}],
+            "gpm_supported": True,
+            "gpm": {
+                str(pynvml.NVML_GPM_METRIC_SM_UTIL): mean.sm * 100,
+                str(pynvml.NVML_GPM_METRIC_SM_OCCUPANCY): mean.occupancy * 100,
+                str(pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL): mean.tensor * 100,
+                str(pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL): mean.dram * 100,
+            },
+        }
