@@ -1,0 +1,121 @@
+"""Builders for synthetic procfs and sysfs trees: real files, laid out as the kernel lays them out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_PORT_COUNTERS: dict[str, int] = {
+    "port_rcv_data": 1_000_000, "port_xmit_data": 2_000_000, "port_rcv_packets": 30_000,
+    "port_xmit_packets": 40_000, "unicast_rcv_packets": 29_000, "unicast_xmit_packets": 39_000,
+    "multicast_rcv_packets": 1_000, "multicast_xmit_packets": 1_000, "port_rcv_errors": 3,
+    "port_xmit_discards": 4, "port_rcv_constraint_errors": 0, "port_xmit_constraint_errors": 0,
+    "port_rcv_remote_physical_errors": 0, "port_rcv_switch_relay_errors": 0, "port_xmit_wait": 500,
+    "symbol_error": 7, "link_downed": 1, "link_error_recovery": 2, "local_link_integrity_errors": 0,
+    "excessive_buffer_overrun_errors": 0, "VL15_dropped": 0,
+}
+DEFAULT_HW_COUNTERS: dict[str, int] = {
+    "lifespan": 10, "out_of_buffer": 5, "out_of_sequence": 1, "packet_seq_err": 2, "local_ack_timeout_err": 3,
+    "rnr_nak_retry_err": 0, "duplicate_request": 4, "implied_nak_seq_err": 0, "req_cqe_error": 6,
+    "resp_cqe_error": 8, "roce_adp_retrans": 9, "rx_read_requests": 100, "rx_write_requests": 200,
+}
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def diskstats_line(major: int, minor: int, name: str, values: Sequence[int]) -> str:
+    return f"{major:4d} {minor:7d} {name} {' '.join(str(v) for v in values)}"
+
+
+@dataclass
+class Disk:
+    """One diskstats line; `fields` counts every column, major/minor/name included (14, 18 or 20)."""
+
+    name: str
+    seed: int = 1
+    fields: int = 20
+    minor: int = 0
+    major: int = 259
+
+    def values(self) -> list[int]:
+        return [self.seed * 1000 + i * 7 for i in range(self.fields - 3)]
+
+
+@dataclass
+class NvmeController:
+    name: str
+    model: str = "SAMSUNG MZQL23T8HCLS-00A07"
+    serial: str = "S64HNE0R000001"
+    firmware: str = "GDC5302Q"
+    entries: Sequence[str] = ()  # namespace or controller-path entries under the controller
+
+
+@dataclass
+class IbPort:
+    device: str
+    port: int = 1
+    state: str = "4: ACTIVE"
+    phys_state: str = "5: LinkUp"
+    rate: str = "400 Gb/sec (4X NDR)"
+    link_layer: str = "InfiniBand"
+    counters: Mapping[str, int | str] | None = field(default_factory=lambda: dict(DEFAULT_PORT_COUNTERS))
+    hw_counters: Mapping[str, int | str] | None = None
+
+
+@dataclass
+class IbDevice:
+    name: str
+    board_id: str = "MT_0000000838"
+    fw_ver: str = "28.39.1002"
+    hca_type: str = "MT4129"
+    ports: Sequence[IbPort] = ()
+
+
+def write_diskstats(proc: Path, disks: Sequence[Disk], extra_lines: Sequence[str] = ()) -> Path:
+    lines = [diskstats_line(d.major, d.minor, d.name, d.values()) for d in disks]
+    return write(proc / "diskstats", "\n".join([*lines, *extra_lines]) + "\n")
+
+
+def write_nvme(sys: Path, controllers: Sequence[NvmeController]) -> None:
+    for c in controllers:
+        base = sys / "class" / "nvme" / c.name
+        write(base / "model", c.model.ljust(40) + "\n")
+        write(base / "serial", c.serial.ljust(20) + "\n")
+        write(base / "firmware_rev", c.firmware + "\n")
+        write(base / "state", "live\n")
+        for entry in c.entries:
+            write(base / entry / "size", "7501476528\n")
+
+
+def write_infiniband(sys: Path, devices: Sequence[IbDevice]) -> None:
+    for d in devices:
+        base = sys / "class" / "infiniband" / d.name
+        write(base / "board_id", d.board_id + "\n")
+        write(base / "fw_ver", d.fw_ver + "\n")
+        write(base / "hca_type", d.hca_type + "\n")
+        for p in d.ports:
+            port_dir = base / "ports" / str(p.port)
+            for attr in ("state", "phys_state", "rate", "link_layer"):
+                write(port_dir / attr, getattr(p, attr) + "\n")
+            for sub, values in (("counters", p.counters), ("hw_counters", p.hw_counters)):
+                for name, value in (values or {}).items():
+                    write(port_dir / sub / name, f"{value}\n")
+
+
+def break_file_as_directory(path: Path) -> None:
+    """Make `path` unreadable as a file, even for root (chmod 000 is not enough): EISDIR on read."""
+    if path.exists():
+        path.unlink()
+    path.mkdir(parents=True)
+
+
+def break_file_as_dangling_symlink(path: Path) -> None:
+    if path.exists():
+        path.unlink()
+    os.symlink(path.parent / "does-not-exist", path)

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+
+from trainmon.parsers.infiniband import parse_counter, parse_rate, parse_state
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("4: ACTIVE", (4, "ACTIVE")),
+    ("1: DOWN", (1, "DOWN")),
+    ("5: LinkUp", (5, "LinkUp")),
+    ("3: Disabled\n", (3, "Disabled")),
+    ("ACTIVE", None),
+    ("", None),
+])
+def test_parse_state(text: str, expected: tuple[int, str] | None) -> None:
+    assert expected == parse_state(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("400 Gb/sec (4X NDR)", 50_000_000_000),
+    ("100 Gb/sec (4X EDR)", 12_500_000_000),
+    ("25 Gb/sec (1X EDR)", 3_125_000_000),
+    ("2.5 Gb/sec (1X SDR)", 312_500_000),
+    ("0 GB/sec", 0),
+    ("unknown", None),
+])
+def test_parse_rate(text: str, expected: int | None) -> None:
+    assert expected == parse_rate(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("18126345378", 18126345378),
+    ("0\n", 0),
+    ("N/A (no PMA)", None),
+    ("-1", None),
+    ("", None),
+])
+def test_parse_counter(text: str, expected: int | None) -> None:
+    """`N/A (no PMA)` and other non-numbers are absent values, not zeros."""
+    assert expected == parse_counter(text)

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.daemon import start_daemon
+from tests.helpers.trees import Disk, IbDevice, IbPort, write_diskstats, write_infiniband
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def trainmon(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainmon", *args], capture_output=True, text=True, timeout=60,
+                          env=env)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["serve", "--interval", "abc"], "--interval='abc': expected a number of seconds"),
+    (["serve", "--interval", "-1"], "--interval='-1': must be a positive"),
+    (["serve", "--listen", "nohost"], "--listen='nohost': expected HOST:PORT"),
+    (["serve", "--listen", "1.2.3.4:99999"], "expected HOST:PORT with a port in 1-65535"),
+    (["serve", "--collectors", "gpu,tpu"], "unknown collector tpu"),
+    (["serve", "--nvme-devices", "nvme[0"], "not a regular expression"),
+    (["serve", "--ingest-socket-mode", "999"], "expected an octal file mode"),
+    (["serve", "--log-level", "loud"], "expected one of debug"),
+    (["serve", "--max-ranks", "0"], "expected a positive integer"),
+    (["serve", "--ingest-udp", "0.0.0.0:9843"], "add --ingest-udp-allow-remote"),
+    (["serve", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+])
+def test_bad_values_get_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = trainmon(*args)
+
+    assert 2 == result.returncode
+    assert 1 == len(result.stderr.strip().splitlines()), result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_environment_variables_are_flags(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "TRAINMON_INTERVAL": "soon"}
+
+    result = trainmon("serve", env=env)
+
+    assert 2 == result.returncode
+    assert "--interval='soon'" in result.stderr
+
+
+def test_flag_wins_over_environment(tmp_path: Path) -> None:
+    write_diskstats(tmp_path / "proc", [Disk("nvme0n1")])
+    env = {"PATH": "/usr/bin:/bin", "TRAINMON_COLLECTORS": "gpu", "TRAINMON_PROCFS": str(tmp_path / "proc")}
+
+    result = trainmon("check", "--collectors", "nvme", env=env)
+
+    assert 0 == result.returncode, result.stdout + result.stderr
+    assert result.stdout.startswith("nvme ")
+
+
+def test_check_prints_what_each_collector_found(tmp_path: Path) -> None:
+    write_diskstats(tmp_path / "proc", [Disk("nvme0n1"), Disk("nvme1n1", minor=1)])
+    write_infiniband(tmp_path / "sys", [IbDevice("mlx5_0", ports=[IbPort("mlx5_0")])])
+
+    result = trainmon("check", "--collectors", "nvme,infiniband", "--procfs", str(tmp_path / "proc"),
+                      "--sysfs", str(tmp_path / "sys"))
+
+    assert 0 == result.returncode
+    assert "nvme0n1:" in result.stdout and "nvme1n1:" in result.stdout
+    assert "mlx5_0/1: ACTIVE, InfiniBand, 50000000000 B/s" in result.stdout
+
+
+def test_check_exits_non_zero_when_a_collector_fails(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "class").mkdir(parents=True)
+    (tmp_path / "sys" / "class" / "infiniband").write_text("a file where a directory belongs")
+
+    result = trainmon("check", "--collectors", "infiniband", "--sysfs", str(tmp_path / "sys"))
+
+    assert 1 == result.returncode
+    assert "infiniband   FAILING" in result.stdout
+    assert "NotADirectoryError" in result.stdout
+
+
+def test_version() -> None:
+    result = trainmon("version")
+
+    assert 0 == result.returncode
+    assert result.stdout.startswith("trainmon 0.")
+
+
+def test_without_the_daemon_extra_serve_names_it_in_one_line(tmp_path: Path) -> None:
+    """A bare interpreter with only the package: the base install is the hook, standard library only."""
+    venv.create(tmp_path / "bare", with_pip=False)
+    python = tmp_path / "bare" / "bin" / "python"
+    env = {"PYTHONPATH": str(REPO / "exporter"), "PATH": "/usr/bin:/bin"}
+
+    serve = subprocess.run([python, "-m", "trainmon", "serve"], capture_output=True, text=True, env=env, timeout=60)
+    version = subprocess.run([python, "-m", "trainmon", "version"], capture_output=True, text=True, env=env,
+                             timeout=60)
+
+    assert 1 == serve.returncode
+    assert ["trainmon: the daemon needs its dependencies: pip install 'trainmon[daemon]' "
+            "(missing: prometheus_client, fastapi, uvicorn, psutil, pynvml)"] == serve.stderr.strip().splitlines()
+    assert 0 == version.returncode
+
+
+def test_first_run_as_a_normal_user_socket_dir_does_not_stop_serving(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+    """An ingest socket whose directory cannot be made costs the training collector only."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    write_diskstats(tmp_path / "proc", [Disk("nvme0n1")])
+    daemons.append(daemon := start_daemon(tmp_path, [
+        "--collectors", "nvme,training", "--procfs", str(tmp_path / "proc"),
+        "--ingest-socket", str(blocker / "sub" / "ingest.sock")]))
+
+    status = {c["name"]: c for c in daemon.get("/api/v1/status").json()["collectors"]}
+
+    assert status["nvme"]["ok"]
+    assert not status["training"]["ok"]
+    assert str(blocker) in status["training"]["error"]

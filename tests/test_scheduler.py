@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from tests.helpers.metrics import registry_of
+from trainmon.collectors.base import Collection
+from trainmon.errors import NoData
+from trainmon.families import gauge
+from trainmon.scheduler import Scheduler
+from trainmon.snapshot import SnapshotStore
+
+
+class Constant:
+    """A collector that always answers one gauge."""
+
+    def __init__(self, name: str, value: float = 1.0) -> None:
+        self.name = name
+        self.value = value
+        self.calls = 0
+
+    def collect(self) -> Collection:
+        self.calls += 1
+        family = gauge(f"test_{self.name}", "test")
+        family.add_metric([], self.value)
+        return Collection(families=(family,), found=(f"{self.name} found",))
+
+    def close(self) -> None:
+        pass
+
+
+class Raising(Constant):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.fail = True
+
+    def collect(self) -> Collection:
+        if self.fail:
+            self.calls += 1
+            raise OSError("device went away")
+        return super().collect()
+
+
+class Hanging(Constant):
+    """Blocks in collect() until released, like a ctypes call into a wedged driver."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.release = threading.Event()
+
+    def collect(self) -> Collection:
+        self.calls += 1
+        self.release.wait(30)
+        return super().collect()
+
+
+class Absent(Constant):
+    def collect(self) -> Collection:
+        raise NoData("no such hardware here")
+
+
+def scheduler(*collectors: Constant, timeout: float = 0.3) -> tuple[Scheduler, SnapshotStore]:
+    store = SnapshotStore()
+    return Scheduler(list(collectors), store, interval=1.0, timeout=timeout), store
+
+
+def test_a_raising_collector_fails_alone() -> None:
+    good, bad = Constant("good"), Raising("bad")
+    sched, _ = scheduler(good, bad)
+
+    snapshot = sched.run_cycle()
+    registry = registry_of(snapshot.families)
+
+    assert 1 == registry.get_sample_value("trainmon_test_good")
+    assert 1 == registry.get_sample_value("trainmon_collector_success", {"collector": "good"})
+    assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "bad"})
+    assert "OSError: device went away" == snapshot.status("bad").error  # type: ignore[union-attr]
+    sched.stop()
+
+
+def test_a_hanging_collector_is_bounded_and_not_restarted_while_in_flight() -> None:
+    good, hung = Constant("good"), Hanging("hung")
+    sched, _ = scheduler(good, hung)
+
+    first = sched.run_cycle()
+    second = sched.run_cycle()
+
+    assert 2 == good.calls
+    assert 1 == hung.calls  # the second cycle did not start another call on top of the hung one
+    for snapshot in (first, second):
+        registry = registry_of(snapshot.families)
+        assert 1 == registry.get_sample_value("trainmon_test_good")
+        assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "hung"})
+        assert "still running" in (snapshot.status("hung").error or "")  # type: ignore[union-attr]
+    hung.release.set()
+    sched.stop()
+
+
+def test_a_hung_collector_recovers_once_its_call_returns() -> None:
+    hung = Hanging("hung")
+    sched, _ = scheduler(hung)
+    sched.run_cycle()
+    hung.release.set()
+
+    for _ in range(100):  # the late call finishes in the background; the next cycle starts a fresh one
+        snapshot = sched.run_cycle()
+        if snapshot.status("hung").ok:  # type: ignore[union-attr]
+            break
+
+    assert 1 == registry_of(snapshot.families).get_sample_value("trainmon_collector_success", {"collector": "hung"})
+    sched.stop()
+
+
+def test_absent_hardware_is_not_a_failure() -> None:
+    sched, _ = scheduler(Absent("ib"))
+
+    snapshot = sched.run_cycle()
+
+    assert "no_data" == snapshot.status("ib").state  # type: ignore[union-attr]
+    assert 1 == registry_of(snapshot.families).get_sample_value("trainmon_collector_success", {"collector": "ib"})
+    sched.stop()
+
+
+def test_state_changes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    flaky = Raising("flaky")
+    sched, _ = scheduler(flaky)
+    caplog.set_level(logging.INFO, logger="trainmon.scheduler")
+
+    for _ in range(3):
+        sched.run_cycle()
+    flaky.fail = False
+    for _ in range(3):
+        sched.run_cycle()
+
+    messages = [r.getMessage() for r in caplog.records]
+    assert 1 == sum("collector failing collector=flaky" in m for m in messages)
+    assert 1 == sum("collector recovered collector=flaky" in m for m in messages)
+    sched.stop()
+
+
+def test_self_metrics_and_last_success() -> None:
+    clock = iter([100.0, 105.0])
+    flaky = Raising("flaky")
+    flaky.fail = False
+    store = SnapshotStore()
+    sched = Scheduler([flaky], store, interval=1.0, timeout=0.3, clock=lambda: next(clock))
+
+    sched.run_cycle()
+    flaky.fail = True
+    snapshot = sched.run_cycle()
+    registry = registry_of(snapshot.families)
+
+    assert 100.0 == registry.get_sample_value("trainmon_collector_last_success_timestamp_seconds",
+                                              {"collector": "flaky"})
+    assert registry.get_sample_value("trainmon_collector_duration_seconds", {"collector": "flaky"}) is not None
+    assert 1 == registry.get_sample_value("trainmon_build_info", {"version": "0.1.0"})
+    assert registry.get_sample_value("process_resident_memory_bytes") is not None
+    assert store.latest() is snapshot
+    sched.stop()
+
+
+def test_background_thread_publishes_and_stops_promptly() -> None:
+    good = Constant("good")
+    store = SnapshotStore()
+    sched = Scheduler([good], store, interval=0.05, timeout=0.3)
+
+    sched.start()
+    assert store.wait(5) is not None
+    sched.stop(timeout=2)
+
+    assert not sched._thread.is_alive()
