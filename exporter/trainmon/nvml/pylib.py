@@ -18,8 +18,10 @@ Scenario (every per-GPU key is optional; an absent key answers NOT_SUPPORTED)::
                "clocks_event_reasons": 4, "supported_clocks_event_reasons": 511,
                "pcie_link_gen": 5, "pcie_link_gen_max": 5, "pcie_link_width": 16, "pcie_link_width_max": 16,
                "fields": {"83": 123456789, "82": 40},          # nvmlDeviceGetFieldValues, by field id
+               "field_types": {"197": 1},                      # nvmlValueType_t (default: ULL, or double)
                "processes": [{"pid": 4242, "used_memory": 536870912}],
                "gpm_supported": true, "gpm": {"2": 55.5},       # GPM metric id -> percent
+               "xid_supported": true,
                "errors": {"nvmlDeviceGetPowerUsage": 3, "*": 15}}],  # per C symbol, "*" = every call
      "xid_events": [{"id": 1, "gpu": 1, "xid": 79}]}
 
@@ -315,7 +317,7 @@ class ScenarioLibrary:
         return self._scalar(gpu, "pcie_link_width_max", out)
 
     def _nvmlDeviceGetFieldValues(self, gpu: Mapping[str, Any], index: int, count: Any, values: Any) -> int:
-        fields = gpu.get("fields", {})
+        fields, types = gpu.get("fields", {}), gpu.get("field_types", {})
         array = _target(values)
         now_us = int(time.time() * 1e6)
         for i in range(_int(count)):
@@ -324,10 +326,15 @@ class ScenarioLibrary:
             entry.timestamp = now_us
             if value is None:
                 entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-            elif isinstance(value, float):
-                entry.nvmlReturn, entry.valueType, entry.value.dVal = 0, pynvml.NVML_VALUE_TYPE_DOUBLE, value
+                continue
+            default = pynvml.NVML_VALUE_TYPE_DOUBLE if isinstance(value, float) else \
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            entry.nvmlReturn, entry.valueType = pynvml.NVML_SUCCESS, int(types.get(str(entry.fieldId), default))
+            if entry.valueType == pynvml.NVML_VALUE_TYPE_DOUBLE:
+                entry.value.dVal = float(value)
+            elif entry.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+                entry.value.uiVal = int(value)
             else:
-                entry.nvmlReturn, entry.valueType = 0, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
                 entry.value.ullVal = int(value)
         return pynvml.NVML_SUCCESS
 

@@ -1,0 +1,84 @@
+"""Scenarios for both NVML fakes (format: trainmon/nvml/pylib.py) and the values they imply."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+MIB = 1 << 20
+FIELD = {
+    "energy_mj": pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    "memory_temp": pynvml.NVML_FI_DEV_MEMORY_TEMP,
+    "ecc_sbe": pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+    "ecc_dbe": pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+    "remapped_cor": pynvml.NVML_FI_DEV_REMAPPED_COR,
+    "remapped_unc": pynvml.NVML_FI_DEV_REMAPPED_UNC,
+    "remap_pending": pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+    "remap_failure": pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+    "pcie_replay": pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+    "pcie_rx": pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+    "pcie_tx": pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+    "nvlink_rx_kib": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    "nvlink_tx_kib": pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    "violation_power_ns": pynvml.NVML_FI_DEV_PERF_POLICY_POWER,
+    "violation_thermal_ns": pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL,
+}
+
+
+def gpu(i: int) -> dict[str, Any]:
+    """GPU `i` of a test node: every value differs from every other GPU's."""
+    return {
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": f"GPU-00000000-0000-0000-0000-{i:012d}",
+        "pci_bus_id": f"00000000:{0x18 + 16 * i:02X}:00.0",
+        "minor_number": i,
+        "utilization_gpu": 10 + i, "utilization_memory": 5 + i,
+        "memory_total": 81559 * MIB, "memory_reserved": 520 * MIB,
+        "memory_used": (1000 + i) * MIB, "memory_free": (81559 - 520 - 1000 - i) * MIB,
+        "temperature_gpu": 40 + i,
+        "power_usage_mw": 300_000 + 1_500 * i, "power_limit_mw": 700_000 - 1_000 * i,
+        "clock_sm_mhz": 1_900 + i, "clock_memory_mhz": 2_600 + i,
+        "clocks_event_reasons": pynvml.nvmlClocksEventReasonSwPowerCap if i % 2 else 0,
+        "supported_clocks_event_reasons": 0x1FF,
+        "pcie_link_gen": 4 + i % 2, "pcie_link_gen_max": 5, "pcie_link_width": 16 - i, "pcie_link_width_max": 16,
+        "fields": {str(FIELD[k]): v for k, v in {
+            "energy_mj": 1_000_000 + 1_000 * i, "memory_temp": 50 + i, "ecc_sbe": 2 * i, "ecc_dbe": i,
+            "remapped_cor": 3 * i, "remapped_unc": i, "remap_pending": i % 2, "remap_failure": 0,
+            "pcie_replay": 7 + i, "pcie_rx": 10_000 + i, "pcie_tx": 20_000 + i,
+            "nvlink_rx_kib": 1_000 + i, "nvlink_tx_kib": 2_000 + i,
+            "violation_power_ns": 1_000_000_000 * (i + 1), "violation_thermal_ns": 500_000_000 * i,
+        }.items()},
+        "processes": [{"pid": 4_000 + i, "used_memory": (100 + i) * MIB}],
+        "gpm_supported": True,
+        "gpm": {str(pynvml.NVML_GPM_METRIC_SM_UTIL): 50.0 + i, str(pynvml.NVML_GPM_METRIC_SM_OCCUPANCY): 20.0 + i,
+                str(pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL): 30.0 + i,
+                str(pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL): 40.0 + i},
+    }
+
+
+def node(count: int = 8) -> dict[str, Any]:
+    return {"driver_version": "550.54.15", "gpus": [gpu(i) for i in range(count)], "xid_events": []}
+
+
+def changed(scenario: dict[str, Any], index: int, **values: Any) -> dict[str, Any]:
+    """A copy of `scenario` with GPU `index` given `values` (None removes a key)."""
+    result = copy.deepcopy(scenario)
+    for key, value in values.items():
+        if value is None:
+            result["gpus"][index].pop(key, None)
+        else:
+            result["gpus"][index][key] = value
+    return result
+
+
+def write(path: Path, scenario: dict[str, Any]) -> Path:
+    """Replace the scenario file atomically, so a fake never reads half of it."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(scenario))
+    os.replace(partial, path)
+    return path
