@@ -89,36 +89,33 @@ def gpu_alerts(c: RulesConfig) -> list[Alert]:
             lost,
             # GPUs on the PCI bus that NVML does not list as up (also: every GPU gone, NVML down).
             expr=f"""
-  {c.m('trainmon_gpus_expected')}
+  {c.m("trainmon_gpus_expected")}
 >
   (
     instance:trainmon_gpu_up:sum
   or
-    0 * {c.m('trainmon_gpus_expected')}
+    0 * {c.m("trainmon_gpus_expected")}
   )
 unless on (instance, job)
-  {c.m('trainmon_gpu_up')} == 0""",
-            description=(
-                "{{ $labels.instance }} has {{ $value }} NVIDIA GPUs on the PCI bus but fewer answer NVML."
-            ),
+  {c.m("trainmon_gpu_up")} == 0""",
+            description=("{{ $labels.instance }} has {{ $value }} NVIDIA GPUs on the PCI bus but fewer answer NVML."),
             labels=(("cause", "missing_from_nvml"),),
         ),
         replace(
             lost,
             # A GPU that fell off the PCI bus entirely, or a node back from reboot with fewer GPUs.
             expr=f"""
-  {c.m('trainmon_gpus_expected')}
+  {c.m("trainmon_gpus_expected")}
 <
-  max_over_time({c.m('trainmon_gpus_expected')}[6h])""",
-            description="{{ $labels.instance }} now sees {{ $value }} GPUs on the PCI bus, fewer than in the last 6 hours.",
+  max_over_time({c.m("trainmon_gpus_expected")}[6h])""",
+            description=(
+                "{{ $labels.instance }} now sees {{ $value }} GPUs on the PCI bus, fewer than in the last 6 hours."
+            ),
             labels=(("cause", "missing_from_pci_bus"),),
         ),
         Alert(
             alert="TrainmonGPUXidCritical",
-            expr=(
-                f"time() - {c.m('trainmon_gpu_xid_last_timestamp_seconds', xid_matcher)}"
-                f" < {c.xid_firing_seconds}"
-            ),
+            expr=(f"time() - {c.m('trainmon_gpu_xid_last_timestamp_seconds', xid_matcher)} < {c.xid_firing_seconds}"),
             severity="critical",
             summary="A GPU reported an XID that needs an operator.",
             description=(
@@ -160,10 +157,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPUThermalThrottle",
-            expr=(
-                f"rate({c.m('trainmon_gpu_throttle_seconds_total', THERMAL)}[5m])"
-                f" > {c.thermal_throttle_ratio}"
-            ),
+            expr=(f"rate({c.m('trainmon_gpu_throttle_seconds_total', THERMAL)}[5m]) > {c.thermal_throttle_ratio}"),
             for_="10m",
             severity="warning",
             summary="A GPU is thermally throttled.",
@@ -176,9 +170,9 @@ unless on (instance, job)
             alert="TrainmonGPUPCIeLinkDegraded",
             # Width, not generation: idle GPUs lower their PCIe generation to save power.
             expr=f"""
-  {c.m('trainmon_gpu_pcie_link_width', 'kind="current"')}
+  {c.m("trainmon_gpu_pcie_link_width", 'kind="current"')}
 < ignoring (kind)
-  {c.m('trainmon_gpu_pcie_link_width', 'kind="max"')}""",
+  {c.m("trainmon_gpu_pcie_link_width", 'kind="max"')}""",
             for_="30m",
             severity="warning",
             summary="A GPU's PCIe link runs narrower than it can.",
@@ -193,16 +187,14 @@ unless on (instance, job)
 def training_alerts(c: RulesConfig) -> list[Alert]:
     last_step = c.m("trainmon_train_last_step_timestamp_seconds")
     sm = "rank:trainmon_gpu_sm_utilization_ratio:join"
-    baseline = (
-        f"avg_over_time(job_id:trainmon_train_steps:avg_rate5m[{c.baseline_window}] offset {c.baseline_offset})"
-    )
+    baseline = f"avg_over_time(job_id:trainmon_train_steps:avg_rate5m[{c.baseline_window}] offset {c.baseline_offset})"
     return [
         Alert(
             alert="TrainmonGPUMemoryPressure",
             expr=f"""
-  {rising(c.m('trainmon_train_cuda_ooms_total'), '10m')}
+  {rising(c.m("trainmon_train_cuda_ooms_total"), "10m")}
 or
-  increase({c.m('trainmon_train_cuda_alloc_retries_total')}[10m]) > 0""",
+  increase({c.m("trainmon_train_cuda_alloc_retries_total")}[10m]) > 0""",
             severity="warning",
             summary="A training rank is short of GPU memory.",
             description=(
@@ -289,7 +281,7 @@ or
             severity="warning",
             summary="A training job is slower than its own recent past.",
             description=(
-                "Job {{ $labels.job_id }} runs {{ printf \"%.2f\" $value }} steps/s, under "
+                'Job {{ $labels.job_id }} runs {{ printf "%.2f" $value }} steps/s, under '
                 f"{c.throughput_floor_ratio:.0%} of its average over the previous {c.baseline_window}."
             ),
         ),
@@ -308,18 +300,18 @@ and on (job, job_id)
             summary="One rank computes slower than the rest of its job.",
             description=(
                 "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} computes "
-                "{{ printf \"%.2f\" $value }} s per second while the job's median rank waits in collectives."
+                '{{ printf "%.2f" $value }} s per second while the job\'s median rank waits in collectives.'
             ),
         ),
         Alert(
             alert="TrainmonLossScaleCollapse",
             # The gauge exists only where a loss scaler does (bf16 runs have none).
             expr=f"""
-  {c.m('trainmon_train_loss_scale')}
+  {c.m("trainmon_train_loss_scale")}
 <=
-  clamp_min(max_over_time({c.m('trainmon_train_loss_scale')}[1h]) / 1024, 1)
+  clamp_min(max_over_time({c.m("trainmon_train_loss_scale")}[1h]) / 1024, 1)
 unless {ON_RANK}
-  {c.m('trainmon_train_rank_info', 'loss_scaler="none"')}""",
+  {c.m("trainmon_train_rank_info", 'loss_scaler="none"')}""",
             for_="5m",
             severity="warning",
             summary="A rank's mixed-precision loss scale collapsed.",
@@ -362,11 +354,11 @@ and on (instance, job, device, port)
         Alert(
             alert="TrainmonInfinibandErrors",
             expr=f"""
-  increase({c.m('trainmon_infiniband_link_downed_total')}[10m]) > 0
+  increase({c.m("trainmon_infiniband_link_downed_total")}[10m]) > 0
 or
-  increase({c.m('trainmon_infiniband_symbol_error_total')}[10m]) > {c.infiniband_errors}
+  increase({c.m("trainmon_infiniband_symbol_error_total")}[10m]) > {c.infiniband_errors}
 or
-  increase({c.m('trainmon_infiniband_port_errors_received_total')}[10m]) > {c.infiniband_errors}""",
+  increase({c.m("trainmon_infiniband_port_errors_received_total")}[10m]) > {c.infiniband_errors}""",
             severity="warning",
             summary="An InfiniBand port is flapping or counting errors.",
             description=(

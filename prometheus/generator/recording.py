@@ -67,9 +67,7 @@ def _rank_rates(c: RulesConfig) -> list[Record]:
         "trainmon_train_comm_wait_seconds": "trainmon_train_comm_wait_seconds_total",
         "trainmon_train_dataloader_wait_seconds": "trainmon_train_dataloader_wait_seconds_total",
     }
-    return [
-        Record(record=f"rank:{name}:rate5m", expr=f"rate({c.m(metric)}[5m])") for name, metric in counters.items()
-    ]
+    return [Record(record=f"rank:{name}:rate5m", expr=f"rate({c.m(metric)}[5m])") for name, metric in counters.items()]
 
 
 def training_group(c: RulesConfig) -> Group:
@@ -160,7 +158,10 @@ def nvme_group(c: RulesConfig) -> Group:
         f"rate({c.m('trainmon_nvme_reads_completed_total')}[5m])"
         f" + rate({c.m('trainmon_nvme_writes_completed_total')}[5m])"
     )
-    busy = f"rate({c.m('trainmon_nvme_read_time_seconds_total')}[5m]) + rate({c.m('trainmon_nvme_write_time_seconds_total')}[5m])"
+    busy = (
+        f"rate({c.m('trainmon_nvme_read_time_seconds_total')}[5m])"
+        f" + rate({c.m('trainmon_nvme_write_time_seconds_total')}[5m])"
+    )
     return Group(
         name="trainmon.nvme.rules",
         rules=[

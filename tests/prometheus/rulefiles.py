@@ -1,0 +1,26 @@
+"""Paths and loaders for the shipped rule files and their promtool tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PROMETHEUS = REPO / "prometheus"
+RULE_FILES = (PROMETHEUS / "rules.yml", PROMETHEUS / "alerts.yml")
+RULE_TESTS = sorted((PROMETHEUS / "tests").glob("*.test.yml"))
+RUNBOOK = REPO / "docs" / "runbook.md"
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def rules(path: Path) -> list[dict[str, Any]]:
+    return [rule for group in load(path)["groups"] for rule in group["rules"]]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return rules(PROMETHEUS / "alerts.yml")
