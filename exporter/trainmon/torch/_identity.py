@@ -1,0 +1,42 @@
+"""Who a rank is, from the environment: job id, NCCL settings. Standard library only."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from trainmon.wire import MAX_ENV, MAX_TEXT
+
+NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+
+
+def resolve_job_id(env: Mapping[str, str]) -> str:
+    """The job id when none is given (SPEC §5), the same on every rank of a job.
+
+    `TRAINMON_JOB_ID`, then Slurm's (`<array job>_<task>` for arrays), then `TORCHELASTIC_RUN_ID`
+    unless it is torchrun's default `none`, then a short hash of `MASTER_ADDR:MASTER_PORT`, then
+    `unknown`.
+    """
+    if env.get("TRAINMON_JOB_ID"):
+        return env["TRAINMON_JOB_ID"][:MAX_TEXT]
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"[:MAX_TEXT]
+    if env.get("SLURM_JOB_ID"):
+        return env["SLURM_JOB_ID"][:MAX_TEXT]
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":
+        return run_id[:MAX_TEXT]
+    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        return hashlib.sha256(f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}".encode()).hexdigest()[:12]
+    return "unknown"
+
+
+def nccl_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The `NCCL_*` and `TORCH_NCCL_*` variables set, at most `MAX_ENV`, values cut to `MAX_TEXT`."""
+    names = sorted(k for k in env if k.startswith(NCCL_PREFIXES) and len(k) <= MAX_TEXT and k.isprintable())
+    return {k: "".join(c for c in env[k] if c.isprintable())[:MAX_TEXT] for k in names[:MAX_ENV]}
+
+
+def int_env(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name, "")
+    return int(value) if value.isdigit() else None

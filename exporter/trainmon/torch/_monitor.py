@@ -1,0 +1,304 @@
+"""`TrainingMonitor`: the hook's public object (SPEC §5).
+
+It never raises into training (a failure is counted, logged once, and the monitor carries on or
+switches itself off), never blocks on the daemon, and never adds a device synchronisation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from time import perf_counter
+from types import TracebackType
+from typing import Any
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("trainmon.torch needs PyTorch: pip install 'trainmon[torch]'") from exc
+
+from trainmon import wire
+from trainmon.torch._collectives import CollectiveRecorder
+from trainmon.torch._identity import int_env, nccl_env, resolve_job_id
+from trainmon.torch._scaler import HostCopies, Patches, watch_deepspeed, watch_grad_scaler, watch_megatron
+from trainmon.torch._sender import Reporter, Transport, interval_from_env, transport_from_env
+from trainmon.torch._state import Identity, RankState
+from trainmon.torch._timing import DeviceSpans, StepTimer
+
+log = logging.getLogger(__name__)
+
+MEGATRON_PARALLEL = {
+    "tp": "get_tensor_model_parallel_world_size",
+    "pp": "get_pipeline_model_parallel_world_size",
+    "dp": "get_data_parallel_world_size",
+    "cp": "get_context_parallel_world_size",
+    "ep": "get_expert_model_parallel_world_size",
+}
+
+
+class TrainingMonitor:
+    """Reports this process's training metrics to the node's trainmon daemon.
+
+    Args:
+        job_id: the job's id, the same on every rank; resolved from the environment when None
+            (`TRAINMON_JOB_ID`, Slurm, torchelastic, a hash of `MASTER_ADDR:MASTER_PORT`).
+        parallel: the parallel layout (`tp`, `pp`, `dp`, `cp`, `ep`, `micro_batch`, `global_batch`);
+            read from Megatron's `parallel_state` when that is initialised and this is None.
+        transport: where reports go; by default `TRAINMON_INGEST_UDP` or `TRAINMON_INGEST_SOCKET`.
+        env: the environment to read (default `os.environ`).
+    """
+
+    def __init__(
+        self,
+        job_id: str | None = None,
+        *,
+        parallel: Mapping[str, int] | None = None,
+        transport: Transport | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._env = os.environ if env is None else env
+        self.enabled = self._env.get("TRAINMON_DISABLE", "").lower() not in {"1", "true", "yes"}
+        self.state = RankState()
+        self.identity = Identity(job_id=job_id or resolve_job_id(self._env), rank=0, pid=os.getpid(),
+                                 start_time=time.time())
+        self.errors = [0]
+        self._warned = False
+        self._seq = itertools.count(1)
+        self._parallel = dict(parallel or {})
+        self._rank_known = False
+        self._device: int | None = None
+        self._spans = DeviceSpans() if torch.cuda.is_available() else None
+        self._timer = StepTimer(self.state.observe_step_seconds)
+        self._copies = HostCopies()
+        self._patches = Patches()
+        self._collectives = CollectiveRecorder(self.state, self._spans)
+        self._reporter: Reporter | None = None
+        if not self.enabled:
+            return
+        try:
+            self.identity.nccl_env = nccl_env(self._env)
+            self._refresh_identity()
+            if dist.is_available():
+                self._collectives.install()
+            self._reporter = Reporter(self._encode, transport or transport_from_env(self._env),
+                                      interval_from_env(self._env))
+            self._reporter.start()
+            atexit.register(self.close)
+        except Exception as exc:
+            self._fail(exc)
+            self.enabled = False
+
+    # -- setup ------------------------------------------------------------------------------------
+
+    def watch(self, model: Any = None, optimizer: Any = None, scaler: Any = None) -> TrainingMonitor:
+        """Attach to whichever of the model, optimizer and loss scaler exist.
+
+        A DDP model gets a timing comm hook (call `watch` after registering your own hook, or
+        register yours afterwards: both are timed); a DeepSpeed engine, a Megatron-style optimizer
+        or a `torch.amp.GradScaler` report loss scale and skipped steps.
+        """
+        if not self.enabled:
+            return self
+        try:
+            self._refresh_identity()
+            if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                if self._collectives.watch_ddp(model):
+                    self.identity.framework = "ddp"
+            elif model is not None and hasattr(model, "skipped_steps") and hasattr(model, "step"):
+                self.identity.loss_scaler = watch_deepspeed(model, self.state, self._patches, self.errors)
+                self.identity.framework = "deepspeed"
+            if optimizer is not None and hasattr(optimizer, "get_loss_scale"):
+                self.identity.loss_scaler = watch_megatron(optimizer, self.state, self._copies, self._patches,
+                                                           self.errors)
+                self.identity.framework = "megatron"
+            if scaler is not None and watch_grad_scaler(scaler, self.state, self._copies, self._patches,
+                                                        self.errors):
+                self.identity.loss_scaler = "torch_amp"
+        except Exception as exc:
+            self._fail(exc)
+        return self
+
+    def set_framework(self, name: str) -> None:
+        """The `framework` label (adapters set `lightning` or `hf`)."""
+        self.identity.framework = name
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def step(self, samples: int = 0, tokens: int = 0) -> Step:
+        """`with mon.step(samples=..., tokens=...) as s:` times one step; set `s.loss`/`s.grad_norm` inside."""
+        return Step(self, samples, tokens)
+
+    def step_begin(self) -> None:
+        if not self.enabled:
+            return
+        try:
+            if not self._rank_known:
+                self._refresh_identity()
+            on_gpu = torch.cuda.is_initialized()
+            if on_gpu and self._device is None:
+                self._device = torch.cuda.current_device()
+            self._timer.begin(self._spans if on_gpu else None)
+        except Exception as exc:
+            self._fail(exc)
+
+    def step_end(self, samples: int = 0, tokens: int = 0, loss: Any = None, grad_norm: Any = None) -> None:
+        """Close the step; `loss` and `grad_norm` may be floats or one-element tensors (read without a sync)."""
+        if not self.enabled:
+            return
+        try:
+            self._timer.end()
+            self.state.finish_step(int(samples), int(tokens))
+            if loss is not None:
+                self._read(loss, lambda v: self.state.set_loss(v[0]))
+            if grad_norm is not None:
+                self._read(grad_norm, lambda v: setattr(self.state, "grad_norm", v[0]))
+            if self._spans is not None:
+                self._spans.poll()
+            self._copies.poll()
+            self._collectives.poll()
+        except Exception as exc:
+            self._fail(exc)
+
+    def dataloader(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """Iterate `loader`, adding the time spent waiting for each batch to the data-wait counter."""
+        return self._timed(iter(loader)) if self.enabled else iter(loader)
+
+    def _timed(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        while True:
+            t0 = perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            self.state.data_wait += perf_counter() - t0
+            yield item
+
+    def phase(self, name: str) -> Phase:
+        """`with mon.phase("checkpoint"):` marks a long pause that is not a stall."""
+        return Phase(self.state, name[: wire.MAX_TEXT])
+
+    # -- reporting --------------------------------------------------------------------------------
+
+    def report(self, kind: str = "report") -> wire.Report:
+        """The current cumulative values, as the next datagram will carry them."""
+        self._read_memory_stats()
+        return self.state.report(self.identity, seq=next(self._seq), kind=kind)
+
+    @property
+    def reporter(self) -> Reporter | None:
+        return self._reporter
+
+    def close(self) -> None:
+        """Send the goodbye, stop the thread and remove every patch; idempotent."""
+        atexit.unregister(self.close)
+        reporter, self._reporter = self._reporter, None
+        try:
+            if reporter is not None:
+                reporter.stop(bye=True)
+            self._collectives.uninstall()
+            self._patches.restore()
+        except Exception as exc:
+            self._fail(exc)
+        self.enabled = False
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _encode(self, kind: str) -> bytes:
+        return wire.encode(self.report(kind))
+
+    def _read(self, value: Any, sink: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            self._copies.read([value], sink)
+        else:
+            sink([float(value)])
+
+    def _read_memory_stats(self) -> None:
+        if self._device is None:
+            return
+        stats = torch.cuda.memory_stats(self._device)
+        self.state.cuda_alloc_retries = int(stats.get("num_alloc_retries", 0))
+        self.state.cuda_ooms = int(stats.get("num_ooms", 0))
+
+    def _refresh_identity(self) -> None:
+        ident, env = self.identity, self._env
+        if dist.is_available() and dist.is_initialized():
+            ident.rank, ident.world_size = dist.get_rank(), dist.get_world_size()
+            ident.backend = str(dist.get_backend())
+            self._rank_known = True
+        else:
+            ident.rank, ident.world_size = int_env(env, "RANK") or 0, int_env(env, "WORLD_SIZE")
+        ident.local_rank = int_env(env, "LOCAL_RANK")
+        ident.uuid = env.get("TRAINMON_GPU_UUID", "") or _gpu_uuid()
+        ident.parallel = {k: v for k, v in (self._parallel or _megatron_parallel()).items()
+                          if k in wire.PARALLEL_KEYS and isinstance(v, int) and v >= 0}
+
+    def _fail(self, exc: BaseException) -> None:
+        self.errors[0] += 1
+        if not self._warned:
+            self._warned = True
+            log.warning("trainmon hook error (training continues) error=%r", exc)
+
+
+class Step:
+    """One step, as a context manager; a step whose body raised is not counted."""
+
+    __slots__ = ("grad_norm", "loss", "monitor", "samples", "tokens")
+
+    def __init__(self, monitor: TrainingMonitor, samples: int, tokens: int) -> None:
+        self.monitor = monitor
+        self.samples = samples
+        self.tokens = tokens
+        self.loss: Any = None
+        self.grad_norm: Any = None
+
+    def __enter__(self) -> Step:
+        self.monitor.step_begin()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.monitor.step_end(self.samples, self.tokens, self.loss, self.grad_norm)
+
+
+class Phase:
+    __slots__ = ("_name", "_previous", "_state")
+
+    def __init__(self, state: RankState, name: str) -> None:
+        self._state = state
+        self._name = name
+        self._previous: str | None = None
+
+    def __enter__(self) -> Phase:
+        self._previous, self._state.phase = self._state.phase, self._name
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._state.phase = self._previous
+
+
+def _gpu_uuid() -> str:
+    if not torch.cuda.is_initialized():
+        return ""
+    uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+
+
+def _megatron_parallel() -> dict[str, int]:
+    """The layout from Megatron's `parallel_state`, if Megatron is loaded and initialised (never imported here)."""
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is None or not getattr(ps, "model_parallel_is_initialized", lambda: False)():
+        return {}
+    out = {}
+    for key, getter in MEGATRON_PARALLEL.items():
+        try:
+            out[key] = int(getattr(ps, getter)())
+        except Exception:  # an older Megatron without that dimension
+            continue
+    return out

@@ -1,0 +1,140 @@
+"""Sends the rank's cumulative report from a background thread. Standard library only.
+
+Nothing is queued: every `interval` the thread encodes the current values and sends one datagram,
+so memory is bounded, a lost datagram loses nothing, and the report doubles as a heartbeat while a
+step hangs. Sends never block (`EAGAIN` drops and counts) and never raise into training. A daemon
+that restarts is found again on the next send: an unconnected `sendto` reaches whatever socket
+is bound at the path now.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from trainmon.wire import MAX_DATAGRAM
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = "/run/trainmon/ingest.sock"
+DEFAULT_INTERVAL = 1.0  # seconds between reports (and heartbeats)
+
+
+class Transport(Protocol):
+    def send(self, payload: bytes) -> None:
+        """Send one datagram without blocking; raise `OSError` when it cannot go."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class UnixTransport:
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+
+    def send(self, payload: bytes) -> None:
+        self._sock.sendto(payload, self._path)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class UdpTransport:
+    """UDP to `host:port`; the name is resolved in the sender thread, on first use."""
+
+    def __init__(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self._target = (host.strip("[]"), int(port))
+        self._sock: socket.socket | None = None
+        self._sockaddr: object = None
+
+    def send(self, payload: bytes) -> None:
+        if self._sock is None:
+            family, kind, proto, _, self._sockaddr = socket.getaddrinfo(*self._target, type=socket.SOCK_DGRAM)[0]
+            self._sock = socket.socket(family, kind, proto)
+            self._sock.setblocking(False)
+        self._sock.sendto(payload, self._sockaddr)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+
+
+def transport_from_env(env: Mapping[str, str]) -> Transport:
+    """`TRAINMON_INGEST_UDP` (HOST:PORT) when set, else the Unix socket `TRAINMON_INGEST_SOCKET`."""
+    if env.get("TRAINMON_INGEST_UDP"):
+        return UdpTransport(env["TRAINMON_INGEST_UDP"])
+    return UnixTransport(env.get("TRAINMON_INGEST_SOCKET") or DEFAULT_SOCKET)
+
+
+def interval_from_env(env: Mapping[str, str]) -> float:
+    try:
+        value = float(env.get("TRAINMON_REPORT_INTERVAL", DEFAULT_INTERVAL))
+    except ValueError:
+        return DEFAULT_INTERVAL
+    return value if 0.01 <= value <= 3600 else DEFAULT_INTERVAL
+
+
+class Reporter:
+    """The background thread: `encode(kind)` builds a datagram, `transport` sends it.
+
+    Attributes:
+        sent: datagrams handed to the kernel.
+        dropped: datagrams dropped because the daemon's queue was full (`EAGAIN`/`ENOBUFS`).
+        unreachable: datagrams dropped because no daemon was listening.
+        errors: reports that failed to build or send for any other reason.
+    """
+
+    def __init__(self, encode: Callable[[str], bytes], transport: Transport, interval: float) -> None:
+        self._encode = encode
+        self._transport = transport
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainmon-reporter", daemon=True)
+        self._send_lock = threading.Lock()
+        self.sent = self.dropped = self.unreachable = self.errors = 0
+        self._warned = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def send_now(self, kind: str = "report") -> None:
+        with self._send_lock:
+            try:
+                payload = self._encode(kind)
+                if len(payload) > MAX_DATAGRAM:
+                    raise ValueError(f"report of {len(payload)} bytes exceeds {MAX_DATAGRAM}")
+                self._transport.send(payload)
+                self.sent += 1
+            except (BlockingIOError, InterruptedError):
+                self.dropped += 1
+            except OSError as exc:
+                if exc.errno in (errno.ENOBUFS, errno.EAGAIN):
+                    self.dropped += 1
+                else:
+                    self.unreachable += 1
+            except Exception as exc:  # the hook never raises into training
+                self.errors += 1
+                if not self._warned:
+                    self._warned = True
+                    log.warning("trainmon report failed error=%r", exc)
+
+    def stop(self, *, bye: bool) -> None:
+        """Stop the thread; with `bye`, send the goodbye that marks a clean exit."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self._interval + 1)
+        if bye:
+            self.send_now("bye")
+        self._transport.close()
+
+    def _run(self) -> None:
+        self.send_now()
+        while not self._stop.wait(self._interval):
+            self.send_now()

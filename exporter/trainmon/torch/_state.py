@@ -1,0 +1,120 @@
+"""The cumulative values of one rank, kept by the training thread and read by the sender.
+
+Standard library only (the demo's simulated ranks use it without PyTorch). Writers are the
+training thread and, for collectives, framework callback threads: `add_collective` takes a lock;
+the sender copies under the same lock, so a report is never torn mid-update.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+from trainmon.wire import MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, Report
+
+
+@dataclass(kw_only=True)
+class Identity:
+    """What the rank is; fields the monitor learns later (framework, scaler) are updated in place."""
+
+    job_id: str
+    rank: int
+    pid: int
+    start_time: float
+    local_rank: int | None = None
+    world_size: int | None = None
+    uuid: str = ""
+    backend: str = ""
+    framework: str = "torch"
+    loss_scaler: str = "none"
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    parallel: dict[str, int] = field(default_factory=dict)
+
+
+class RankState:
+    """Counters since the process started; every method is cheap and never blocks."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.steps = 0
+        self.samples = 0
+        self.tokens = 0
+        self.bucket_counts = [0] * (len(STEP_BUCKETS) + 1)
+        self.step_seconds_sum = 0.0
+        self.last_step: float | None = None
+        self.phase: str | None = None
+        self.comm_wait = 0.0
+        self.data_wait = 0.0
+        self.collectives: dict[tuple[str, str], list[float]] = {}  # (op, group) -> [seconds, calls, bytes]
+        self.group_sizes: dict[str, int] = {}
+        self.loss_scale: float | None = None
+        self.skipped_steps = 0
+        self.loss: float | None = None
+        self.grad_norm: float | None = None
+        self.nonfinite_losses = 0
+        self.cuda_alloc_retries: int | None = None
+        self.cuda_ooms: int | None = None
+
+    def finish_step(self, samples: int, tokens: int) -> None:
+        self.steps += 1
+        self.samples += samples
+        self.tokens += tokens
+        self.last_step = time.time()
+
+    def observe_step_seconds(self, seconds: float) -> None:
+        self.bucket_counts[bisect.bisect_left(STEP_BUCKETS, seconds)] += 1
+        self.step_seconds_sum += seconds
+
+    def set_loss(self, loss: float) -> None:
+        self.loss = loss
+        if not math.isfinite(loss):
+            self.nonfinite_losses += 1
+
+    def group_label(self, label: str, size: int) -> str:
+        """`label`, or `other` once `MAX_GROUPS` distinct groups are known; records its size."""
+        if label not in self.group_sizes and len(self.group_sizes) >= MAX_GROUPS:
+            label = OTHER_GROUP
+        self.group_sizes.setdefault(label, size)
+        return label
+
+    def count_collective(self, op: str, group: str, nbytes: int) -> None:
+        with self.lock:
+            entry = self.collectives.get((op, group))
+            if entry is None:
+                entry = self.collectives[(op, group)] = [0.0, 0, 0]
+            entry[1] += 1
+            entry[2] += nbytes
+
+    def add_collective_seconds(self, op: str, group: str, seconds: float, blocked: float) -> None:
+        with self.lock:
+            self.collectives.setdefault((op, group), [0.0, 0, 0])[0] += seconds
+            self.comm_wait += blocked
+
+    def report(self, identity: Identity, *, seq: int, kind: str = "report") -> Report:
+        with self.lock:
+            collectives = tuple(
+                Collective(op=op, group=group, seconds=v[0], calls=int(v[1]), bytes=int(v[2]))
+                for (op, group), v in self.collectives.items()
+            )
+            comm_wait = self.comm_wait
+        cumulative = []
+        total = 0
+        for n in self.bucket_counts:
+            total += n
+            cumulative.append(total)
+        return Report(
+            kind=kind, job_id=identity.job_id, rank=identity.rank, pid=identity.pid,
+            start_time=identity.start_time, seq=seq, sent_at=time.time(), local_rank=identity.local_rank,
+            world_size=identity.world_size, uuid=identity.uuid, backend=identity.backend,
+            framework=identity.framework, loss_scaler=identity.loss_scaler, steps=self.steps,
+            samples=self.samples, tokens=self.tokens, step_buckets=tuple(cumulative),
+            step_seconds_sum=self.step_seconds_sum, last_step=self.last_step, phase=self.phase,
+            comm_wait=comm_wait, data_wait=self.data_wait, collectives=collectives,
+            group_sizes=dict(self.group_sizes), loss_scale=self.loss_scale, skipped_steps=self.skipped_steps,
+            loss=self.loss, grad_norm=self.grad_norm, nonfinite_losses=self.nonfinite_losses,
+            nccl_env=dict(identity.nccl_env), parallel=dict(identity.parallel),
+            cuda_alloc_retries=self.cuda_alloc_retries, cuda_ooms=self.cuda_ooms,
+        )
