@@ -82,3 +82,61 @@ def write(path: Path, scenario: dict[str, Any]) -> Path:
     partial.write_text(json.dumps(scenario))
     os.replace(partial, path)
     return path
+
+
+Sample = tuple[str, frozenset[tuple[str, str]]]
+
+
+def expected(scenario: dict[str, Any]) -> dict[Sample, float]:
+    """Every per-GPU sample the scenario implies, in base units (GPM values once a window exists)."""
+    samples: dict[Sample, float] = {}
+    for index, g in enumerate(scenario["gpus"]):
+        ids = {"gpu": str(index), "uuid": g["uuid"]}
+
+        def put(name: str, value: float, ids: dict[str, str] = ids, **labels: str) -> None:
+            samples[(f"trainmon_gpu_{name}", frozenset({**ids, **labels}.items()))] = value
+
+        def field(key: str, g: dict[str, Any] = g) -> float:
+            return float(g["fields"][str(FIELD[key])])
+
+        put("up", 1)
+        put("utilization_ratio", g["utilization_gpu"] / 100)
+        put("fb_used_bytes", g["memory_used"])
+        put("fb_free_bytes", g["memory_free"])
+        put("fb_total_bytes", g["memory_total"])
+        put("fb_reserved_bytes", g["memory_reserved"])
+        put("power_watts", g["power_usage_mw"] / 1000)
+        put("power_limit_watts", g["power_limit_mw"] / 1000)
+        put("energy_joules_total", field("energy_mj") / 1000)
+        put("temperature_celsius", g["temperature_gpu"], sensor="gpu")
+        put("temperature_celsius", field("memory_temp"), sensor="memory")
+        put("clock_hertz", g["clock_sm_mhz"] * 1e6, clock="sm")
+        put("clock_hertz", g["clock_memory_mhz"] * 1e6, clock="memory")
+        put("clocks_event_active", float(bool(g["clocks_event_reasons"] & pynvml.nvmlClocksEventReasonSwPowerCap)),
+            reason="sw_power_cap")
+        put("throttle_seconds_total", field("violation_power_ns") / 1e9, reason="power")
+        put("throttle_seconds_total", field("violation_thermal_ns") / 1e9, reason="thermal")
+        put("ecc_errors_total", field("ecc_sbe"), error="corrected")
+        put("ecc_errors_total", field("ecc_dbe"), error="uncorrected")
+        put("remapped_rows_total", field("remapped_cor"), error="corrected")
+        put("remapped_rows_total", field("remapped_unc"), error="uncorrected")
+        put("row_remap_pending", field("remap_pending"))
+        put("row_remap_failure", field("remap_failure"))
+        put("pcie_link_generation", g["pcie_link_gen"], kind="current")
+        put("pcie_link_generation", g["pcie_link_gen_max"], kind="max")
+        put("pcie_link_width", g["pcie_link_width"], kind="current")
+        put("pcie_link_width", g["pcie_link_width_max"], kind="max")
+        put("pcie_replay_errors_total", field("pcie_replay"))
+        put("pcie_received_bytes_total", field("pcie_rx"))
+        put("pcie_transmitted_bytes_total", field("pcie_tx"))
+        put("nvlink_received_bytes_total", field("nvlink_rx_kib") * 1024)
+        put("nvlink_transmitted_bytes_total", field("nvlink_tx_kib") * 1024)
+        put("processes", len(g["processes"]))
+        gpm = g["gpm"] if g.get("gpm_supported") else {}
+        for metric_id, name in ((pynvml.NVML_GPM_METRIC_SM_UTIL, "sm_utilization_ratio"),
+                                (pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, "sm_occupancy_ratio"),
+                                (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, "tensor_active_ratio"),
+                                (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, "dram_active_ratio")):
+            if str(metric_id) in gpm:
+                put(name, gpm[str(metric_id)] / 100)
+    return samples

@@ -111,20 +111,25 @@ class GpuCollector:
     name = "gpu"
 
     def __init__(self, settings: Settings, library: object | None = None,
-                 expected: Callable[[], int | None] | None = None) -> None:
+                 expected: Callable[[], int | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus."""
         if settings.simulated and library is None:
             from trainmon.nvml.simulated import SimulatedNode
 
             node = SimulatedNode()
             library, expected = node.library(), node.pci_gpus
         self._settings = settings
+        self._clock = clock
         self._expected = expected or (lambda: count_pci_gpus(settings.sysfs))
         self._session = NvmlSession(library)
-        self._backoff = Backoff(initial=settings.interval)
+        self._backoff = Backoff(initial=settings.interval)  # nvmlInit failing: no library, no driver
+        self._reset_backoff = Backoff(initial=settings.interval)  # re-initialising for lost or missing GPUs
         self._cycle = threading.Lock()
         self._gpus: dict[str, Gpu] = {}  # by UUID, kept across re-initialisations
         self._attached: list[Gpu] = []
         self._unidentified: list[str] = []
+        self._xid_problems: list[str] = []
         self._watcher: XidWatcher | None = None
         self._xids = XidCounts()
         self._last_error = ""
@@ -164,8 +169,9 @@ class GpuCollector:
         try:
             self._watcher = XidWatcher([Watched(g.handle, g.identity.index, g.identity.uuid)
                                         for g in self._attached], self._xids)
+            self._xid_problems = list(self._watcher.unsupported)
         except NVML_FAILURES as exc:
-            self._unidentified.append(f"XID events: {describe(exc)}")
+            self._xid_problems = [f"XID events: {describe(exc)}"]
 
     def _close(self) -> None:
         if self._watcher is not None:
@@ -187,14 +193,15 @@ class GpuCollector:
         if not self._cycle.acquire(blocking=False):
             raise CollectorError("the previous NVML cycle is still running (a driver call hangs)")
         try:
-            return self._collect(time.monotonic())
+            return self._collect(self._clock())
         finally:
             self._cycle.release()
 
     def _collect(self, now: float) -> Collection:
-        if self._reinit_wanted and self._backoff.ready(now):
-            log.info("nvml re-initialising after a lost GPU")
+        if self._reinit_wanted and self._reset_backoff.ready(now):
+            log.info("nvml re-initialising for a lost or missing GPU")
             self._reinit_wanted = False
+            self._reset_backoff.failed(now)  # until a healthy cycle, each further reset waits longer
             self._close()
         if not self._session.is_open:
             self._open(now)
@@ -203,10 +210,10 @@ class GpuCollector:
         statuses += [GpuStatus(identity=gpu.identity, reading=None, error="not found by NVML since re-initialisation")
                      for uuid, gpu in self._gpus.items() if uuid not in attached]
         statuses.sort(key=lambda s: s.identity.index)
-        if all(s.reading is not None for s in statuses) and not self._unidentified:
-            self._backoff.succeeded()
-        elif self._reinit_wanted:
-            self._backoff.failed(now)
+        if len(attached) < len(self._gpus) or self._unidentified:
+            self._reinit_wanted = True  # only a fresh nvmlInit enumerates a GPU again
+        elif all(s.reading is not None for s in statuses):
+            self._reset_backoff.succeeded()
         return self._collection(statuses)
 
     def _read(self, gpu: Gpu, now: float) -> GpuStatus:
@@ -235,7 +242,8 @@ class GpuCollector:
         families += _value_families(read)
         families += _process_families(read, per_process=self._settings.gpu_processes)
         families += _xid_families(self._xids)
-        skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped] + self._unidentified
+        skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped]
+        skipped += self._unidentified + self._xid_problems
         return Collection(
             families=tuple(families),
             found=tuple(self._found(statuses)),

@@ -1,0 +1,315 @@
+"""The gpu collector against pynvml's real wrappers, with NVML answered by `ScenarioLibrary`."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.fake_nvml import scenario as scenarios
+from tests.helpers.net import wait_until
+from trainmon.collectors.base import Collection
+from trainmon.collectors.gpu import GpuCollector
+from trainmon.errors import CollectorError
+from trainmon.families import Metric
+from trainmon.nvml.pylib import ScenarioLibrary
+from trainmon.settings import Settings
+
+INTERVAL = 5.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Node:
+    """A mutable scenario, a library answering from it, and a collector on top."""
+
+    def __init__(self, scenario: dict[str, Any], tmp_path: Path, **settings: Any) -> None:
+        self.scenario = scenario
+        self.clock = Clock()
+        self.library = ScenarioLibrary(lambda: self.scenario)
+        self.collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path, **settings), library=self.library,
+                                      clock=self.clock)
+
+    def collect(self, advance: float = INTERVAL) -> Collection:
+        self.clock.now += advance
+        return self.collector.collect()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    made = Node(scenarios.node(8), tmp_path)
+    yield made
+    made.collector.close()
+
+
+class _Families:
+    def __init__(self, families: tuple[Metric, ...]) -> None:
+        self._families = families
+
+    def collect(self) -> tuple[Metric, ...]:
+        return self._families
+
+
+def registry(collection: Collection) -> CollectorRegistry:
+    reg = CollectorRegistry()
+    reg.register(_Families(collection.families))
+    return reg
+
+
+def samples(collection: Collection) -> dict[scenarios.Sample, float]:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in collection.families for s in family.samples}
+
+
+def gpu_names(collection: Collection, gpu: str) -> set[str]:
+    return {s.name for family in collection.families for s in family.samples if s.labels.get("gpu") == gpu}
+
+
+def test_every_metric_matches_the_scenario_in_base_units(node: Node) -> None:
+    """8 GPUs with distinct values: each SPEC GPU series equals its scenario value, converted."""
+    node.collect()
+    got = samples(node.collect())
+    want = scenarios.expected(node.scenario)
+
+    assert want == pytest.approx({key: got.get(key) for key in want})
+    for i in range(8):
+        uuid = node.scenario["gpus"][i]["uuid"]
+        assert pytest.approx((50 + i) / 100 * INTERVAL) == got[
+            ("trainmon_gpu_sm_active_seconds_total", frozenset({"gpu": str(i), "uuid": uuid}.items()))]
+
+
+def test_info_carries_identity_and_driver(node: Node) -> None:
+    """Descriptive attributes live in trainmon_gpu_info only."""
+    reg = registry(node.collect())
+    g = node.scenario["gpus"][3]
+
+    assert 1.0 == reg.get_sample_value("trainmon_gpu_info", {
+        "gpu": "3", "uuid": g["uuid"], "name": g["name"], "pci_bus_id": g["pci_bus_id"],
+        "driver_version": "550.54.15", "minor_number": "3"})
+
+
+def test_first_cycle_has_no_gpm_values(node: Node) -> None:
+    """GPM needs two samples: the first cycle only seeds them."""
+    assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(node.collect(), "0")
+
+
+def test_gpm_window_under_100ms_is_skipped(node: Node) -> None:
+    """A cycle 50 ms after the last takes no GPM sample and reports no ratios; the next one does."""
+    node.collect()
+    before = node.library.calls
+    node.collect()
+    steady = node.library.calls - before
+    before = node.library.calls
+    quick = node.collect(advance=0.05)
+
+    assert steady - 2 * 8 == node.library.calls - before  # no nvmlGpmSampleGet, no nvmlGpmMetricsGet
+    assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(quick, "0")
+    assert "trainmon_gpu_sm_active_seconds_total" in gpu_names(quick, "0")
+    assert "trainmon_gpu_sm_utilization_ratio" in gpu_names(node.collect(), "0")
+
+
+def test_not_supported_values_are_absent_not_zero(node: Node) -> None:
+    """A GPU without power readings, energy or memory temperature stays up and omits just those."""
+    g = node.scenario["gpus"][2]
+    for field in ("energy_mj", "memory_temp"):
+        del g["fields"][str(scenarios.FIELD[field])]
+    node.scenario = scenarios.changed(node.scenario, 2, power_usage_mw=None, clock_sm_mhz=None)
+    reg = registry(node.collect())
+    ids = {"gpu": "2", "uuid": g["uuid"]}
+
+    assert 1.0 == reg.get_sample_value("trainmon_gpu_up", ids)
+    assert reg.get_sample_value("trainmon_gpu_power_watts", ids) is None
+    assert reg.get_sample_value("trainmon_gpu_energy_joules_total", ids) is None
+    assert reg.get_sample_value("trainmon_gpu_temperature_celsius", {**ids, "sensor": "memory"}) is None
+    assert reg.get_sample_value("trainmon_gpu_clock_hertz", {**ids, "clock": "sm"}) is None
+    assert 2602e6 == reg.get_sample_value("trainmon_gpu_clock_hertz", {**ids, "clock": "memory"})
+    assert reg.get_sample_value("trainmon_gpu_power_watts", {"gpu": "1", "uuid": node.scenario["gpus"][1]["uuid"]})
+
+
+def test_gpm_unsupported_gives_no_sm_series(node: Node) -> None:
+    """Without GPM there is no SM activity at all, never one derived from coarse utilization."""
+    node.scenario = scenarios.changed(node.scenario, 4, gpm_supported=False)
+    node.collect()
+    names = gpu_names(node.collect(), "4")
+
+    assert "trainmon_gpu_utilization_ratio" in names
+    assert not names & {"trainmon_gpu_sm_utilization_ratio", "trainmon_gpu_sm_active_seconds_total",
+                        "trainmon_gpu_sm_occupancy_ratio", "trainmon_gpu_tensor_active_ratio"}
+
+
+def test_lost_gpu_reads_down_others_go_on_and_it_recovers(node: Node) -> None:
+    """GPU_IS_LOST on GPU 1: up 0 and no value series for it, the rest unaffected, back when it answers."""
+    healthy = node.scenario
+    node.collect()
+    node.scenario = scenarios.changed(healthy, 1, errors={"*": 15})
+    lost = registry(node.collect())
+    uuid1, uuid0 = healthy["gpus"][1]["uuid"], healthy["gpus"][0]["uuid"]
+
+    assert 0.0 == lost.get_sample_value("trainmon_gpu_up", {"gpu": "1", "uuid": uuid1})
+    assert lost.get_sample_value("trainmon_gpu_utilization_ratio", {"gpu": "1", "uuid": uuid1}) is None
+    assert 1.0 == lost.get_sample_value("trainmon_gpu_info", {
+        "gpu": "1", "uuid": uuid1, "name": healthy["gpus"][1]["name"], "pci_bus_id": healthy["gpus"][1]["pci_bus_id"],
+        "driver_version": "550.54.15", "minor_number": "1"})
+    assert 0.10 == lost.get_sample_value("trainmon_gpu_utilization_ratio", {"gpu": "0", "uuid": uuid0})
+    again = registry(node.collect())  # NVML re-initialised (back-off passed): still lost, still listed
+    assert 0.0 == again.get_sample_value("trainmon_gpu_up", {"gpu": "1", "uuid": uuid1})
+    assert 1.0 == again.get_sample_value("trainmon_gpu_up", {"gpu": "7", "uuid": healthy["gpus"][7]["uuid"]})
+
+    node.scenario = healthy
+    back = registry(node.collect(advance=60))
+    assert 1.0 == back.get_sample_value("trainmon_gpu_up", {"gpu": "1", "uuid": uuid1})
+    assert 0.11 == back.get_sample_value("trainmon_gpu_utilization_ratio", {"gpu": "1", "uuid": uuid1})
+
+
+def test_gpu_missing_after_reinit_stays_listed_down(node: Node) -> None:
+    """A GPU that vanished from enumeration after a reset still reads up 0 under its UUID."""
+    healthy = node.scenario
+    node.collect()
+    node.scenario = scenarios.changed(healthy, 7, errors={"*": 15})
+    node.collect()
+    node.scenario = {**healthy, "gpus": healthy["gpus"][:7]}
+    collection = node.collect(advance=60)
+
+    assert 0.0 == registry(collection).get_sample_value("trainmon_gpu_up", {"gpu": "7",
+                                                                            "uuid": healthy["gpus"][7]["uuid"]})
+    assert [False] == [g["up"] for g in collection.details["gpus"] if g["index"] == 7]  # type: ignore[attr-defined]
+
+
+def test_no_driver_fails_with_the_reason_and_retries_with_backoff(node: Node) -> None:
+    """DRIVER_NOT_LOADED: collect() raises one line; init is retried only after the back-off."""
+    node.scenario = {**node.scenario, "init_error": 9}
+    with pytest.raises(CollectorError, match=r"NVML unavailable.*DriverNotLoaded"):
+        node.collect()
+    calls = node.library.calls
+    with pytest.raises(CollectorError, match="next try in"):
+        node.collect(advance=1)
+    assert calls == node.library.calls
+
+    node.scenario = scenarios.node(8)
+    assert 8 == len(node.collect(advance=INTERVAL).details["gpus"])  # type: ignore[arg-type]
+
+
+def test_xid_event_counted_once_and_early_events_lost(node: Node) -> None:
+    """Events before registration are lost; one after it is counted exactly once."""
+    node.scenario = {**node.scenario, "xid_events": [{"id": 1, "gpu": 0, "xid": 13}]}
+    node.collect()
+    node.scenario = {**node.scenario, "xid_events": [{"id": 1, "gpu": 0, "xid": 13}, {"id": 2, "gpu": 5, "xid": 79}]}
+    labels = {"gpu": "5", "uuid": node.scenario["gpus"][5]["uuid"], "xid": "79"}
+
+    wait_until(lambda: registry(node.collect()).get_sample_value("trainmon_gpu_xid_errors_total", labels))
+    reg = registry(node.collect())
+    assert 1.0 == reg.get_sample_value("trainmon_gpu_xid_errors_total", labels)
+    assert reg.get_sample_value("trainmon_gpu_xid_last_timestamp_seconds", labels) > 1.6e9
+    assert reg.get_sample_value("trainmon_gpu_xid_errors_total",
+                                {"gpu": "0", "uuid": node.scenario["gpus"][0]["uuid"], "xid": "13"}) is None
+
+
+def test_pcie_counter_wrap_is_unwrapped(node: Node) -> None:
+    """A 32-bit PCIe byte field that wraps keeps counting up."""
+    rx = str(scenarios.FIELD["pcie_rx"])
+    g = node.scenario["gpus"][0]
+    g["field_types"] = {rx: 1}  # NVML_VALUE_TYPE_UNSIGNED_INT
+    g["fields"][rx] = 2**32 - 100
+    node.collect()
+    g["fields"][rx] = 50
+    reg = registry(node.collect())
+
+    assert 2**32 + 50 == reg.get_sample_value("trainmon_gpu_pcie_received_bytes_total", {"gpu": "0",
+                                                                                        "uuid": g["uuid"]})
+
+
+def test_memory_v1_fallback_has_no_reserved(node: Node) -> None:
+    """A driver without memory info v2: v1 values (used includes reserved) and no reserved series."""
+    node.scenario = scenarios.changed(node.scenario, 0, errors={"nvmlDeviceGetMemoryInfo_v2": 13})
+    reg = registry(node.collect())
+    g = node.scenario["gpus"][0]
+    ids = {"gpu": "0", "uuid": g["uuid"]}
+
+    assert g["memory_used"] + g["memory_reserved"] == reg.get_sample_value("trainmon_gpu_fb_used_bytes", ids)
+    assert reg.get_sample_value("trainmon_gpu_fb_reserved_bytes", ids) is None
+
+
+def test_process_list_without_v3_symbol_is_absent_not_a_crash(node: Node) -> None:
+    """pynvml raises NVMLLibraryMismatchError (not an NVMLError) for a driver without the _v3 symbol."""
+    node.scenario = scenarios.changed(node.scenario, 0, errors={"nvmlDeviceGetComputeRunningProcesses_v3": 13})
+    reg = registry(node.collect())
+    ids = {"gpu": "0", "uuid": node.scenario["gpus"][0]["uuid"]}
+
+    assert 1.0 == reg.get_sample_value("trainmon_gpu_up", ids)
+    assert reg.get_sample_value("trainmon_gpu_processes", ids) is None
+
+
+def test_per_process_series_only_when_asked(tmp_path: Path) -> None:
+    """--gpu-processes adds framebuffer per pid and the process name from psutil."""
+    pid = os.getpid()
+    base = scenarios.changed(scenarios.node(1), 0, processes=[{"pid": pid, "used_memory": 123 << 20}])
+    plain, detailed = Node(base, tmp_path), Node(base, tmp_path, gpu_processes=True)
+    names = {s.name for f in plain.collect().families for s in f.samples}
+    reg = registry(detailed.collect())
+    ids = {"gpu": "0", "uuid": base["gpus"][0]["uuid"]}
+
+    assert "trainmon_gpu_processes" in names and "trainmon_gpu_process_fb_used_bytes" not in names
+    assert 123 << 20 == reg.get_sample_value("trainmon_gpu_process_fb_used_bytes", {**ids, "pid": str(pid)})
+    assert 1.0 == reg.get_sample_value("trainmon_gpu_process_info", {"pid": str(pid),
+                                                                     "name": psutil.Process(pid).name()})
+    plain.collector.close()
+    detailed.collector.close()
+
+
+def test_gpus_expected_counts_nvidia_display_devices_in_sysfs(node: Node, tmp_path: Path) -> None:
+    """Vendor 0x10de and class 0x03xxxx count; an NVSwitch bridge (0x0680) and others do not."""
+    for address, vendor, klass in (("0000:18:00.0", "0x10de", "0x030200"), ("0000:2a:00.0", "0x10de", "0x030000"),
+                                   ("0000:05:00.0", "0x10de", "0x068000"), ("0000:06:00.0", "0x15b3", "0x020700")):
+        device = tmp_path / "bus" / "pci" / "devices" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(klass + "\n")
+
+    assert 2.0 == registry(node.collect()).get_sample_value("trainmon_gpus_expected")
+
+
+def test_nvml_calls_per_gpu_per_cycle_stay_small(node: Node) -> None:
+    """A steady cycle costs at most 16 NVML calls per GPU (one field-values call covers 19 values)."""
+    node.collect()
+    node.collect()
+    before = node.library.calls
+    node.collect()
+
+    assert (node.library.calls - before) / 8 <= 16
+
+
+def test_no_second_cycle_while_one_hangs(tmp_path: Path) -> None:
+    """A driver call that hangs holds its cycle; the next collect() refuses instead of piling up."""
+    release, entered = threading.Event(), threading.Event()
+    state = {"hang": False, "scenario": scenarios.node(1)}
+
+    def source() -> dict[str, Any]:
+        if state["hang"]:
+            entered.set()
+            release.wait(10)
+        return state["scenario"]  # type: ignore[return-value]
+
+    collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path), library=ScenarioLibrary(source))
+    collector.collect()
+    state["hang"] = True
+    hung = threading.Thread(target=collector.collect)
+    hung.start()
+    entered.wait(10)
+    with pytest.raises(CollectorError, match="still running"):
+        collector.collect()
+    state["hang"] = False
+    release.set()
+    hung.join(10)
+    collector.close()
