@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import ssl
 import subprocess
@@ -128,3 +129,13 @@ def test_bcrypt_users_are_kept_as_hashes(tmp_path: Path, pki: Pki) -> None:
     config = load_web_config(write(tmp_path, tls_block(pki) + f"basic_auth_users:\n  alice: '{HASH}'\n"))
 
     assert dict(config.basic_auth_users) == {"alice": HASH.encode()}
+
+
+def test_daemon_extra_brings_what_web_config_needs() -> None:
+    """`pip install 'trainmon[daemon]'` alone (the container image) can read a web config and check bcrypt."""
+    import tomllib
+
+    daemon = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["daemon"]
+    names = {re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower() for requirement in daemon}
+
+    assert {"pyyaml", "bcrypt"} <= names
