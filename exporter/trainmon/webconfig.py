@@ -237,8 +237,11 @@ class BasicAuthMiddleware:
         self._verified: set[bytes] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or await self._authorized(scope):
+        if scope["type"] == "lifespan" or await self._authorized(scope):
             await self._app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # policy violation
             return
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"www-authenticate", REALM_CHALLENGE), (b"content-type", b"text/plain; charset=utf-8")]})
