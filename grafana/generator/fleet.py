@@ -1,0 +1,136 @@
+"""Fleet dashboard: idle and busy GPUs across nodes, the jobs running, and errors anywhere."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
+
+from .config import DashboardConfig
+from .node import JOB
+from .panels import Board, Query, graph, single
+
+F = 'job=~"$job"'
+RATE = "[$__rate_interval]"
+
+
+def build(config: DashboardConfig) -> DashboardModel:
+    sm = f"trainmon_gpu_sm_utilization_ratio{{{F}}}"
+    idle = f"{sm} < {config.idle_sm_ratio}"
+    busy = f"{sm} >= {config.idle_sm_ratio}"
+    board = Board(
+        config=config,
+        name="fleet",
+        title="Fleet",
+        description="Every trainmon node: GPU usage, training jobs and errors.",
+        variables=(JOB,),
+    )
+    board.row(
+        "Overview",
+        single("Nodes", "trainmon daemons Prometheus scrapes successfully.", "none", Query(f"sum(up{{{F}}})", "nodes")),
+        single("GPUs up", "GPUs whose last NVML read succeeded.", "none", Query(f"sum(trainmon_gpu_up{{{F}}})", "up")),
+        single(
+            "GPUs lost",
+            "GPUs on the PCI bus minus GPUs up, over all nodes.",
+            "none",
+            Query(f"sum(trainmon_gpus_expected{{{F}}}) - sum(trainmon_gpu_up{{{F}}})", "lost"),
+        ),
+        single(
+            "Idle GPUs",
+            f"GPUs with SM activity under {config.idle_sm_ratio:.0%}.",
+            "none",
+            Query(f"count({idle}) or vector(0)", "idle"),
+        ),
+        single(
+            "Training jobs",
+            "Distinct training jobs with live ranks.",
+            "none",
+            Query(f"count(count by (job_id) (trainmon_train_rank_info{{{F}}})) or vector(0)", "jobs"),
+        ),
+        single(
+            "Live ranks",
+            "Training ranks reporting to the daemons.",
+            "none",
+            Query(f"sum(trainmon_ingest_ranks{{{F}}})", "ranks"),
+        ),
+    )
+    board.row(
+        "GPUs",
+        graph(
+            "Idle and busy GPUs",
+            f"GPUs by SM activity (idle under {config.idle_sm_ratio:.0%}), over all nodes.",
+            "none",
+            Query(f"count({idle}) or vector(0)", "idle"),
+            Query(f"count({busy}) or vector(0)", "busy"),
+        ),
+        graph(
+            "SM activity by node",
+            "Mean SM activity of each node's GPUs.",
+            "percentunit",
+            Query(f"avg by (instance) ({sm})", "{{instance}}"),
+            max_value=1,
+        ),
+        graph(
+            "Idle GPUs by node",
+            f"GPUs with SM activity under {config.idle_sm_ratio:.0%}, per node.",
+            "none",
+            Query(f"count by (instance) ({idle})", "{{instance}}"),
+        ),
+        graph(
+            "Power by node",
+            "Total GPU power draw per node.",
+            "watt",
+            Query(f"sum by (instance) (trainmon_gpu_power_watts{{{F}}})", "{{instance}}"),
+        ),
+    )
+    board.row(
+        "Jobs",
+        graph(
+            "Samples per second by job",
+            "Throughput of each training job.",
+            "short",
+            Query(f"job_id:trainmon_train_samples:rate5m{{{F}}}", "{{job_id}}"),
+        ),
+        graph(
+            "Communication wait share by job",
+            "Share of step time each job's ranks were blocked on communication (alert above 40%).",
+            "percentunit",
+            Query(f"job_id:trainmon_train_comm_wait_per_step_time:ratio{{{F}}}", "{{job_id}}"),
+        ),
+    )
+    board.row(
+        "Errors",
+        graph(
+            "Firing alerts",
+            "trainmon alerts firing, by name.",
+            "none",
+            Query(
+                f'count by (alertname) (ALERTS{{{F}, alertname=~"Trainmon.+", alertstate="firing"}})', "{{alertname}}"
+            ),
+        ),
+        graph(
+            "GPU errors by node",
+            "XID events per interval and uncorrectable ECC error counts per node.",
+            "none",
+            Query(f"sum by (instance) (increase(trainmon_gpu_xid_errors_total{{{F}}}{RATE}))", "{{instance}} XID"),
+            Query(
+                f'sum by (instance) (trainmon_gpu_ecc_errors_total{{{F}, error="uncorrected"}})',
+                "{{instance}} uncorrectable ECC",
+            ),
+        ),
+        graph(
+            "InfiniBand errors by node",
+            "Symbol and receive errors per second, per node.",
+            "cps",
+            Query(
+                f"sum by (instance) (rate(trainmon_infiniband_symbol_error_total{{{F}}}{RATE}))"
+                f" + sum by (instance) (rate(trainmon_infiniband_port_errors_received_total{{{F}}}{RATE}))",
+                "{{instance}}",
+            ),
+        ),
+        graph(
+            "Failing collectors",
+            "Collectors whose last run failed, per node.",
+            "none",
+            Query(f"count by (instance) (trainmon_collector_success{{{F}}} == 0)", "{{instance}}"),
+        ),
+    )
+    return board.build()

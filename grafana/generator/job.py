@@ -1,0 +1,262 @@
+"""Training job dashboard: throughput, step time and its parts per rank, collectives, precision, data, GPUs.
+
+Built on the recording rules of prometheus/rules.yml (`rank:` and `job_id:` series).
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
+
+from .config import DashboardConfig
+from .node import JOB
+from .panels import Board, Query, Variable, graph, single
+
+J = 'job=~"$job", job_id=~"$job_id"'  # job-level series carry no instance
+R = 'job=~"$job", job_id=~"$job_id", instance=~"$instance"'
+RANK = "rank {{rank}}"
+RATE = "[$__rate_interval]"
+ALL_RANKS = "sum without (instance, rank)"
+
+JOB_ID = Variable(
+    name="job_id",
+    label="Training job",
+    query='label_values(trainmon_train_rank_info{job=~"$job"}, job_id)',
+    multi=False,
+)
+INSTANCE = Variable(
+    name="instance",
+    label="Node",
+    query='label_values(trainmon_train_rank_info{job=~"$job", job_id=~"$job_id"}, instance)',
+)
+
+
+def _algbw(ops: str) -> str:
+    """Algorithm bandwidth per (op, group): bytes over time in collectives, summed over ranks first."""
+    return (
+        f'{ALL_RANKS} (rate(trainmon_nccl_bytes_total{{{R}, op=~"{ops}"}}{RATE}))'
+        f' / {ALL_RANKS} (rate(trainmon_nccl_time_seconds_total{{{R}, op=~"{ops}"}}{RATE}))'
+    )
+
+
+def _busbw(ops: str, factor: str) -> str:
+    """Bus bandwidth = algorithm bandwidth x factor(n), n = the process group's size (nccl-tests' convention)."""
+    n = f"max without (instance, rank) (trainmon_nccl_group_size{{{R}}})"
+    return f"({_algbw(ops)})\n* on (job, job_id, group) group_left ()\n({factor.format(n=n)})"
+
+
+def _throughput(b: Board) -> Board:
+    return b.row(
+        "Throughput",
+        single(
+            "Ranks",
+            "Live ranks of the job.",
+            "none",
+            Query(f"sum(job_id:trainmon_train_ranks:count{{{J}}})", "ranks"),
+        ),
+        single(
+            "Mean step time",
+            "Step wall time over the last 5 minutes, all ranks.",
+            "s",
+            Query(f"job_id:trainmon_train_step_duration_seconds:mean5m{{{J}}}", "step"),
+        ),
+        single(
+            "Communication wait",
+            "Share of step time the ranks were blocked on communication (alert above 40%).",
+            "percentunit",
+            Query(f"job_id:trainmon_train_comm_wait_per_step_time:ratio{{{J}}}", "comm wait"),
+        ),
+        single(
+            "Data-loader wait",
+            "Share of step time the ranks waited for their next batch.",
+            "percentunit",
+            Query(f"job_id:trainmon_train_dataloader_wait_per_step_time:ratio{{{J}}}", "data wait"),
+        ),
+        single(
+            "Steps per second",
+            "Optimizer steps per second (mean over ranks).",
+            "none",
+            Query(f"job_id:trainmon_train_steps:avg_rate5m{{{J}}}", "steps/s"),
+        ),
+        single(
+            "Skipped steps",
+            "Steps skipped for inf/NaN gradients over the selected range.",
+            "none",
+            Query(f"sum(max without (instance) (trainmon_train_skipped_steps_total{{{J}}}))", "skipped"),
+        ),
+        graph(
+            "Samples per second",
+            "Samples processed per second by the whole job.",
+            "short",
+            Query(f"job_id:trainmon_train_samples:rate5m{{{J}}}", "{{job_id}}"),
+            width=8,
+        ),
+        graph(
+            "Tokens per second",
+            "Tokens processed per second by the whole job.",
+            "short",
+            Query(f"job_id:trainmon_train_tokens:rate5m{{{J}}}", "{{job_id}}"),
+            width=8,
+        ),
+        graph(
+            "Steps per second",
+            "Optimizer steps per second, mean over ranks; the throughput-regression alert compares it with the "
+            "job's previous hour.",
+            "short",
+            Query(f"job_id:trainmon_train_steps:avg_rate5m{{{J}}}", "{{job_id}}"),
+            width=8,
+        ),
+    )
+
+
+def _step_time(b: Board) -> Board:
+    return b.row(
+        "Step time",
+        graph(
+            "Step time per rank",
+            "Mean step wall time per rank over 5 minutes. Synchronous ranks step together: a rank whose compute "
+            "share stands out is the straggler the others wait for.",
+            "s",
+            Query(f"rank:trainmon_train_step_duration_seconds:mean5m{{{R}}}", RANK),
+        ),
+        graph(
+            "Step time quantiles",
+            "Median and 90th percentile step time of the job, from the step-duration histogram.",
+            "s",
+            Query(
+                f"histogram_quantile(0.5, job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m{{{J}}})", "p50"
+            ),
+            Query(
+                f"histogram_quantile(0.9, job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m{{{J}}})", "p90"
+            ),
+        ),
+        graph(
+            "Compute share per rank",
+            "Step time minus communication wait minus data wait, as a share of step time.",
+            "percentunit",
+            Query(f"rank:trainmon_train_compute_per_step_time:ratio{{{R}}}", RANK),
+            max_value=1,
+        ),
+        graph(
+            "Data-loader wait share per rank",
+            "Share of step time each rank waited for its next batch.",
+            "percentunit",
+            Query(f"rank:trainmon_train_dataloader_wait_per_step_time:ratio{{{R}}}", RANK),
+            max_value=1,
+        ),
+    )
+
+
+def _communication(b: Board) -> Board:
+    return b.row(
+        "Communication",
+        graph(
+            "Communication wait share per rank",
+            "Share of step time the training thread was blocked on communication (not overlapped).",
+            "percentunit",
+            Query(f"rank:trainmon_train_comm_wait_per_step_time:ratio{{{R}}}", RANK),
+            max_value=1,
+        ),
+        graph(
+            "NCCL time share per rank",
+            "Time inside collectives, launch to completion, as a share of step time; it includes communication "
+            "that overlaps compute, so it can exceed the wait share.",
+            "percentunit",
+            Query(f"rank:trainmon_nccl_time_per_step_time:ratio{{{R}}}", RANK),
+        ),
+        graph(
+            "NCCL time by operation",
+            "Seconds per second spent in collectives, by operation and process group, summed over ranks.",
+            "s",
+            Query(f"{ALL_RANKS} (rate(trainmon_nccl_time_seconds_total{{{R}}}{RATE}))", "{{op}} {{group}}"),
+        ),
+        graph(
+            "Bus bandwidth",
+            "Bus bandwidth by operation and group (nccl-tests' convention): bytes over time in the collective x "
+            "2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1 otherwise.",
+            "Bps",
+            Query(_busbw("all_reduce", "2 * ({n} - 1) / {n}"), "{{op}} {{group}}"),
+            Query(_busbw("all_gather|reduce_scatter", "({n} - 1) / {n}"), "{{op}} {{group}}"),
+            Query(_algbw("broadcast|all_to_all|send_recv|barrier|other"), "{{op}} {{group}}"),
+        ),
+    )
+
+
+def _precision(b: Board) -> Board:
+    return b.row(
+        "Loss and precision",
+        graph(
+            "Loss",
+            "Last loss each rank reported.",
+            "none",
+            Query(f"trainmon_train_loss{{{R}}}", RANK),
+            width=8,
+        ),
+        graph(
+            "Loss scale",
+            "Mixed-precision loss scale per rank (absent without a scaler, e.g. bf16). A collapse means gradients "
+            "keep overflowing.",
+            "none",
+            Query(f"trainmon_train_loss_scale{{{R}}}", RANK),
+            width=8,
+        ),
+        graph(
+            "Skipped and non-finite steps",
+            "Steps skipped for inf/NaN gradients and steps with a NaN/inf loss, per interval.",
+            "none",
+            Query(f"increase(trainmon_train_skipped_steps_total{{{R}}}{RATE})", RANK + " skipped"),
+            Query(f"increase(trainmon_train_nonfinite_loss_total{{{R}}}{RATE})", RANK + " non-finite loss"),
+            width=8,
+        ),
+    )
+
+
+def _gpus(b: Board) -> Board:
+    gpu = RANK + " ({{instance}} gpu {{gpu}})"
+    return b.row(
+        "The job's GPUs",
+        graph(
+            "SM activity by rank",
+            "SM activity of each rank's GPU, joined through trainmon_train_rank_info{uuid}.",
+            "percentunit",
+            Query(f"rank:trainmon_gpu_sm_utilization_ratio:join{{{R}}}", gpu),
+            max_value=1,
+        ),
+        graph(
+            "Coarse utilization by rank",
+            "NVML utilization of each rank's GPU; 100% with low SM activity means kernels spin (e.g. waiting in NCCL).",
+            "percentunit",
+            Query(f"rank:trainmon_gpu_utilization_ratio:join{{{R}}}", gpu),
+            max_value=1,
+        ),
+        graph(
+            "Framebuffer by rank",
+            "Framebuffer used on each rank's GPU.",
+            "bytes",
+            Query(f"rank:trainmon_gpu_fb_used_bytes:join{{{R}}}", gpu),
+        ),
+        graph(
+            "Power by rank",
+            "Power draw of each rank's GPU.",
+            "watt",
+            Query(f"rank:trainmon_gpu_power_watts:join{{{R}}}", gpu),
+        ),
+        graph(
+            "Allocator retries and OOMs",
+            "CUDA caching-allocator retries and out-of-memory errors per interval: the real memory-pressure signal.",
+            "none",
+            Query(f"increase(trainmon_train_cuda_alloc_retries_total{{{R}}}{RATE})", RANK + " retries"),
+            Query(f"increase(trainmon_train_cuda_ooms_total{{{R}}}{RATE})", RANK + " OOMs"),
+            width=24,
+        ),
+    )
+
+
+def build(config: DashboardConfig) -> DashboardModel:
+    board = Board(
+        config=config,
+        name="training-job",
+        title="Training job",
+        description="One training job across its nodes: throughput, step time per rank, collectives and its GPUs.",
+        variables=(JOB, JOB_ID, INSTANCE),
+    )
+    return _gpus(_precision(_communication(_step_time(_throughput(board))))).build()

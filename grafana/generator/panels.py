@@ -1,0 +1,139 @@
+"""Panel and dashboard helpers: a unit, a description and `${datasource}` on every panel, ids in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardLinkType,
+    DataSourceRef,
+    VariableRefresh,
+    VariableSort,
+)
+
+from .config import DashboardConfig
+
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+GRID_WIDTH = 24
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    expr: str
+    legend: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Variable:
+    """A query variable over label values (multi-select, "All" = `.+`, refreshed on time range change)."""
+
+    name: str
+    label: str
+    query: str
+    multi: bool = True
+
+
+def _targets(queries: tuple[Query, ...]) -> list[prometheus.Dataquery]:
+    return [
+        prometheus.Dataquery().ref_id(chr(ord("A") + i)).expr(q.expr).legend_format(q.legend).datasource(DATASOURCE)
+        for i, q in enumerate(queries)
+    ]
+
+
+def graph(title: str, description: str, unit: str, *queries: Query, width: int = 12, height: int = 8,
+          max_value: float | None = None) -> timeseries.Panel:  # fmt: skip
+    """A time series panel."""
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .fill_opacity(10)
+        .targets(_targets(queries))  # type: ignore[arg-type]
+    )
+    if max_value is not None:
+        panel = panel.min(0).max(max_value)
+    return panel
+
+
+def single(title: str, description: str, unit: str, query: Query, *, width: int = 4, height: int = 4) -> stat.Panel:
+    """A stat panel showing one current value."""
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .targets(_targets((query,)))  # type: ignore[arg-type]
+    )
+
+
+@dataclass(slots=True)
+class Board:
+    """A dashboard under construction: rows and panels in reading order, panel ids numbered from 1."""
+
+    config: DashboardConfig
+    name: str
+    title: str
+    description: str
+    variables: tuple[Variable, ...]
+    _builder: dashboard.Dashboard = field(init=False)
+    _next_id: int = field(init=False, default=1)
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self._builder = (
+            dashboard.Dashboard(c.title_prefix + self.title)
+            .uid(c.uid(self.name))
+            .description(self.description)
+            .tags([c.tag])
+            .refresh(c.refresh)
+            .time(c.time_from, "now")
+            .timezone("browser")
+            .link(
+                dashboard.DashboardLink("Trainmon")
+                .type(DashboardLinkType.DASHBOARDS)
+                .tags([c.tag])
+                .as_dropdown(True)
+                .include_vars(True)
+                .keep_time(True)
+            )
+            .with_variable(dashboard.DatasourceVariable("datasource").label("Data Source").type("prometheus"))
+        )
+        for v in self.variables:
+            self._builder = self._builder.with_variable(
+                dashboard.QueryVariable(v.name)
+                .label(v.label)
+                .datasource(DATASOURCE)
+                .query(v.query)
+                .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+                .sort(VariableSort.NATURAL_ASC)
+                .multi(v.multi)
+                .include_all(v.multi)
+                .all_value(".+")
+            )
+
+    def row(self, title: str, *panels: timeseries.Panel | stat.Panel) -> Board:
+        self._builder = self._builder.with_row(dashboard.Row(title).id(self._take_id()))
+        for panel in panels:
+            self._builder = self._builder.with_panel(panel.id(self._take_id()))
+        return self
+
+    def _take_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def build(self) -> DashboardModel:
+        return self._builder.build()
+
+
+def to_json(model: DashboardModel) -> str:
+    return JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n"
