@@ -57,6 +57,10 @@ def prometheus_rule(repo: Path) -> str:
     return HEADER.format(sources="prometheus/rules.yml and prometheus/alerts.yml") + dump(document)
 
 
+def config_map_name(dashboard_file: str) -> str:
+    return "trainmon-dashboard-" + Path(dashboard_file).stem.removeprefix("trainmon-")
+
+
 def dashboards_kustomization(names: list[str]) -> str:
     document = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -68,9 +72,7 @@ def dashboards_kustomization(names: list[str]) -> str:
             "labels": {"grafana_dashboard": "1", "app.kubernetes.io/component": "dashboards"},
             "annotations": {"grafana_folder": "trainmon"},
         },
-        "configMapGenerator": [
-            {"name": f"trainmon-dashboard-{Path(name).stem}", "files": [name]} for name in names
-        ],
+        "configMapGenerator": [{"name": config_map_name(name), "files": [name]} for name in names],
     }
     return HEADER.format(sources="grafana/dashboards/*.json") + dump(document)
 
