@@ -1,0 +1,134 @@
+"""A real daemon subprocess on the C fake libnvidia-ml.so.1: pynvml and trainmon run unchanged.
+
+The scenario file is rewritten while the daemon runs (the fake re-reads it), so a GPU can be
+lost and brought back mid-run.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fake_nvml import scenario as scenarios
+from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.net import wait_until
+
+INTERVAL = "0.3"
+
+
+def parse(text: str) -> dict[scenarios.Sample, float]:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def scrape_until(daemon: Daemon, ok: Callable[[dict[scenarios.Sample, float]], bool],
+                 timeout: float = 15) -> dict[scenarios.Sample, float]:
+    """The first scrape whose samples satisfy `ok`."""
+    def attempt() -> dict[scenarios.Sample, float] | None:
+        metrics = parse(daemon.metrics_text())
+        return metrics if ok(metrics) else None
+
+    return wait_until(attempt, timeout)  # type: ignore[return-value]
+
+
+def ids(scenario: dict[str, Any], index: int) -> frozenset[tuple[str, str]]:
+    return frozenset({"gpu": str(index), "uuid": scenario["gpus"][index]["uuid"]}.items())
+
+
+def start(tmp_path: Path, library_dir: Path | None, scenario: dict[str, Any], *args: str) -> tuple[Daemon, Path]:
+    path = scenarios.write(tmp_path / "scenario.json", scenario)
+    env = {"FAKE_NVML_SCENARIO": str(path)}
+    if library_dir is not None:
+        env["LD_LIBRARY_PATH"] = str(library_dir)
+    daemon = start_daemon(tmp_path, ["--collectors", "gpu", "--interval", INTERVAL, "--sysfs", str(tmp_path), *args],
+                          env=env)
+    return daemon, path
+
+
+def test_daemon_serves_every_gpu_metric_of_the_scenario(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                        daemons: list[Daemon]) -> None:
+    """8 GPUs through the real loader, pynvml and the C ABI: every series equals the scenario, converted."""
+    scenario = scenarios.node(8)
+    daemon, _ = start(tmp_path, fake_nvml_dir, scenario)
+    daemons.append(daemon)
+    want = scenarios.expected(scenario)
+
+    got = scrape_until(daemon, lambda m: all(k in m for k in want))
+    assert want == pytest.approx({key: got[key] for key in want})
+
+
+def test_lost_gpu_mid_run_and_its_return(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                         daemons: list[Daemon]) -> None:
+    """GPU 2 lost mid-run: up 0 and no values for it, the others unaffected, up again once it answers."""
+    healthy = scenarios.node(4)
+    daemon, path = start(tmp_path, fake_nvml_dir, healthy)
+    daemons.append(daemon)
+    up2, up0 = ("trainmon_gpu_up", ids(healthy, 2)), ("trainmon_gpu_up", ids(healthy, 0))
+    scrape_until(daemon, lambda m: m.get(up2) == 1.0)
+
+    scenarios.write(path, scenarios.changed(healthy, 2, errors={"*": 15}))
+    lost = scrape_until(daemon, lambda m: m.get(up2) == 0.0)
+    assert 1.0 == lost[up0]
+    assert ("trainmon_gpu_power_watts", ids(healthy, 2)) not in lost
+    assert 300.0 == lost[("trainmon_gpu_power_watts", ids(healthy, 0))]
+    status = daemon.get("/api/v1/status").text
+    assert "GpuIsLost" in status or "not found by NVML" in status
+
+    scenarios.write(path, healthy)
+    back = scrape_until(daemon, lambda m: m.get(up2) == 1.0, timeout=30)
+    assert 0.12 == back[("trainmon_gpu_utilization_ratio", ids(healthy, 2))]
+
+
+@pytest.mark.parametrize("why", ["LibraryNotFound", "DriverNotLoaded"])
+def test_without_a_driver_the_daemon_serves_and_says_why(why: str, tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                        daemons: list[Daemon]) -> None:
+    """No library, or a library without its driver: gpu success 0, /readyz 200, `trainmon check` says why."""
+    if why == "LibraryNotFound" and ctypes.util.find_library("nvidia-ml"):
+        pytest.skip("a real libnvidia-ml is installed here")
+    library_dir = None if why == "LibraryNotFound" else fake_nvml_dir
+    daemon, path = start(tmp_path, library_dir, {**scenarios.node(1), "init_error": 9})
+    daemons.append(daemon)
+    metrics = parse(daemon.metrics_text())
+
+    assert 0.0 == metrics[("trainmon_collector_success", frozenset({("collector", "gpu")}))]
+    assert 200 == daemon.get("/readyz").status_code
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINMON_", "LD_LIBRARY_PATH"))}
+    if library_dir is not None:
+        env.update(LD_LIBRARY_PATH=str(library_dir), FAKE_NVML_SCENARIO=str(path))
+    check = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu"],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert 0 != check.returncode
+    assert "NVML unavailable" in check.stdout and why in check.stdout
+
+
+def test_unsupported_values_gpm_and_xid_through_the_fake(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                         daemons: list[Daemon]) -> None:
+    """NOT_SUPPORTED fields absent, no SM series without GPM, and one XID event counted once."""
+    base = scenarios.node(2)
+    del base["gpus"][1]["fields"][str(scenarios.FIELD["energy_mj"])]
+    base = scenarios.changed(base, 1, gpm_supported=False, power_usage_mw=None)
+    daemon, path = start(tmp_path, fake_nvml_dir, base)
+    daemons.append(daemon)
+    scrape_until(daemon, lambda m: ("trainmon_gpu_sm_utilization_ratio", ids(base, 0)) in m)
+
+    scenarios.write(path, {**base, "xid_events": [{"id": 7, "gpu": 1, "xid": 79}]})
+    xid = ("trainmon_gpu_xid_errors_total", ids(base, 1) | {("xid", "79")})
+    scrape_until(daemon, lambda m: xid in m)
+    later = scenarios.changed(base, 0, utilization_gpu=77)  # a marker: cycles after the event have run
+    scenarios.write(path, {**later, "xid_events": [{"id": 7, "gpu": 1, "xid": 79}]})
+    metrics = scrape_until(daemon, lambda m: m.get(("trainmon_gpu_utilization_ratio", ids(base, 0))) == 0.77)
+
+    assert 1.0 == metrics[xid]
+    assert 1.0 == metrics[("trainmon_gpu_up", ids(base, 1))]
+    for name in ("power_watts", "energy_joules_total", "sm_utilization_ratio", "sm_active_seconds_total"):
+        assert (f"trainmon_gpu_{name}", ids(base, 1)) not in metrics
+    assert metrics[("trainmon_gpu_sm_active_seconds_total", ids(base, 0))] > 0
