@@ -6,8 +6,10 @@ MODE is `ddp` (a tiny model under DDP), `manual` (a hand-written loop that all-r
 gradient itself, one of them async) or `solo` (no process group: for kill and hang tests).
 Per-rank knobs come from the environment: JOB_SLEEP_BEFORE_COMM (seconds this rank sleeps before
 its collectives: a straggler), JOB_STEP_SLEEP (seconds per step), JOB_HANG_AT (the step that never
-ends), JOB_KILL_AT (the step at which the rank SIGKILLs itself). The final parameters are written
-to OUT_DIR/params-<rank>.bin and the last report to OUT_DIR/report-<rank>.json.
+ends), JOB_KILL_AT (the step at which the rank SIGKILLs itself), JOB_HOLD (hold the monitor open
+after the last step until OUT_DIR/release exists, so a test can read the daemon before the goodbye).
+The final parameters are written to OUT_DIR/params-<rank>.bin and the last report to
+OUT_DIR/report-<rank>.json.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def main(mode: str, steps: int, out: Path) -> None:
             opt.step()
             time.sleep(step_sleep)
             step.loss = loss.detach()
+    while os.environ.get("JOB_HOLD") and not (out / "release").exists():
+        time.sleep(0.05)
     mon.close()
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
     (out / f"params-{rank}.bin").write_bytes(params.numpy().tobytes())
