@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pynvml
 import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.fake_nvml import scenario as scenarios
+from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import Collection
 from trainmon.collectors.gpu import GpuCollector
@@ -313,3 +316,27 @@ def test_no_second_cycle_while_one_hangs(tmp_path: Path) -> None:
     release.set()
     hung.join(10)
     collector.close()
+
+
+def test_gpm_window_too_long_starts_over(node: Node) -> None:
+    """After a stall longer than the GPM guard the window is not averaged; the SM counter does not jump."""
+    node.collect()
+    before = samples(node.collect())
+    after = node.collect(advance=3600)
+    key = ("trainmon_gpu_sm_active_seconds_total",
+           frozenset({"gpu": "0", "uuid": node.scenario["gpus"][0]["uuid"]}.items()))
+
+    assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(after, "0")
+    assert before[key] == samples(after)[key]
+
+
+def test_the_c_fake_exports_every_symbol_the_collector_resolves(node: Node, fake_nvml_dir: Path) -> None:  # noqa: F811
+    """Every C function pynvml looked up for a full cycle (GPM, XID, processes) exists in the C fake."""
+    node.collect()
+    node.collect()
+    resolved = set(pynvml._nvmlGetFunctionPointer_cache)
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(fake_nvml_dir / "libnvidia-ml.so.1")],
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    assert {"nvmlGpmMetricsGet", "nvmlEventSetWait_v2", "nvmlDeviceGetComputeRunningProcesses_v3"} <= resolved
+    assert resolved <= set(exported)

@@ -1,0 +1,62 @@
+"""The demo's simulated node moves like a training job, not like noise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pynvml
+
+from trainmon.nvml import simulated
+from trainmon.nvml.simulated import SimulatedNode
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def at(node: SimulatedNode, clock: Clock, t: float) -> list[dict[str, Any]]:
+    clock.now = t
+    return list(node.scenario()["gpus"])
+
+
+def field(gpu: dict[str, Any], field_id: int) -> float:
+    return float(gpu["fields"][str(field_id)])
+
+
+def test_compute_and_communication_phases_differ_but_coarse_utilization_does_not() -> None:
+    """Compute: high power, little NVLink. All-reduce: NVLink busy, low power. Coarse utilization 100% in both."""
+    clock = Clock()
+    node = SimulatedNode(clock)
+    step = simulated.STEP_S
+    compute = at(node, clock, 10 * step + 0.4 * step)[0]
+    comm_start = field(compute, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+    comm = at(node, clock, 10 * step + 0.9 * step)[0]
+
+    assert compute["power_usage_mw"] > 1.5 * comm["power_usage_mw"]
+    assert 100 == compute["utilization_gpu"] == comm["utilization_gpu"]
+    assert field(comm, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX) > comm_start
+
+
+def test_temperature_follows_power_and_counters_only_grow() -> None:
+    """From a cool start the GPUs warm up under load; energy and traffic counters never go back."""
+    clock = Clock()
+    node = SimulatedNode(clock)
+    first = at(node, clock, 0.0)[0]
+    samples = [at(node, clock, t * 0.5)[0] for t in range(1, 240)]
+    energy = [field(g, pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) for g in samples]
+
+    assert samples[-1]["temperature_gpu"] > first["temperature_gpu"] + 15
+    assert energy == sorted(energy) and energy[-1] > energy[0]
+
+
+def test_the_straggler_gpu_computes_longer() -> None:
+    """GPU 5 is still computing when the others have moved to the all-reduce."""
+    clock = Clock()
+    node = SimulatedNode(clock)
+    gpus = at(node, clock, 20 * simulated.STEP_S + 0.70 * simulated.STEP_S)
+
+    assert gpus[5]["power_usage_mw"] > 1.5 * gpus[0]["power_usage_mw"]
