@@ -191,7 +191,7 @@ class Gpu:
         answer = reads.get("field values", pynvml.nvmlDeviceGetFieldValues, list(fields.REQUEST))
         if answer is None:
             return
-        answered, _ = fields.decode(answer)
+        answered = fields.decode(answer)
         for field in fields.FIELDS:
             raw = answered.get(field.field_id)
             if raw is None:

