@@ -15,6 +15,7 @@ OUT_DIR/report-<rank>.json.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -50,7 +51,7 @@ def main(mode: str, steps: int, out: Path) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     mon = TrainingMonitor(job_id=os.environ.get("JOB_ID", "test-job"))
     mon.watch(model=model, optimizer=opt)
-    for i, (x, y) in enumerate(mon.dataloader(data[:steps])):
+    for i, (x, y) in enumerate(mon.dataloader(itertools.islice(itertools.cycle(data), steps))):
         if i == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         with mon.step(samples=len(x), tokens=len(x) * 16) as step:
