@@ -340,3 +340,15 @@ def test_the_c_fake_exports_every_symbol_the_collector_resolves(node: Node, fake
 
     assert {"nvmlGpmMetricsGet", "nvmlEventSetWait_v2", "nvmlDeviceGetComputeRunningProcesses_v3"} <= resolved
     assert resolved <= set(exported)
+
+
+def test_gpm_refused_mid_run_drops_sm_series_not_the_gpu(node: Node) -> None:
+    """GPM sampling answering NOT_SUPPORTED later on (MIG enabled, say) leaves the GPU up without SM ratios."""
+    node.collect()
+    node.scenario = scenarios.changed(node.scenario, 3, errors={"nvmlGpmSampleGet": 3})
+    collection = node.collect()
+    reg = registry(collection)
+
+    assert 1.0 == reg.get_sample_value("trainmon_gpu_up", {"gpu": "3", "uuid": node.scenario["gpus"][3]["uuid"]})
+    assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(node.collect(), "3")
+    assert "trainmon_gpu_sm_utilization_ratio" in gpu_names(collection, "2")

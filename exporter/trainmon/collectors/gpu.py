@@ -218,7 +218,7 @@ class GpuCollector:
 
     def _read(self, gpu: Gpu, now: float) -> GpuStatus:
         try:
-            reading = gpu.read(now, processes=True)
+            reading = gpu.read(now)
         except NVML_FAILURES as exc:
             if needs_reinit(exc):
                 self._reinit_wanted = True

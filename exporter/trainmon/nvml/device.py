@@ -118,7 +118,7 @@ class Gpu:
             value = reads.get(metric, call)
             if value is not None:
                 self._static[metric]["max"] = value
-        self._gpm = gpm.GpmSampler(handle) if gpm.supported(handle) else None
+        self._gpm = gpm.sampler(handle)
         for counter in self._counters.values():
             counter.rebase()
 
@@ -128,7 +128,7 @@ class Gpu:
             self._gpm.close()
         self._gpm, self.handle = None, None
 
-    def read(self, now: float, *, processes: bool = True) -> GpuReading:
+    def read(self, now: float) -> GpuReading:
         """Read this cycle's values (about 14 NVML calls).
 
         Raises:
@@ -171,7 +171,7 @@ class Gpu:
         return GpuReading(
             values=values,
             labelled={name: by_label for name, by_label in labelled.items() if by_label},
-            processes=self._read_processes(reads) if processes else None,
+            processes=self._read_processes(reads),
             skipped=tuple(reads.skipped),
         )
 
@@ -205,7 +205,12 @@ class Gpu:
     def _read_gpm(self, now: float, values: dict[str, float]) -> None:
         if self._gpm is None:
             return
-        window = self._gpm.advance(now)
+        try:
+            window = self._gpm.advance(now)
+        except pynvml.NVMLError as exc:
+            if not is_absent(exc):
+                raise
+            self._gpm, window = None, None  # GPM turned off under us (MIG mode, for one): no SM series
         sm = None
         if window is not None:
             values.update(window.ratios)

@@ -33,12 +33,14 @@ class GpmWindow:
     seconds: float
 
 
-def supported(handle: Any) -> bool:
-    """Whether GPM works on this GPU; an error other than "no" means no as well."""
+def sampler(handle: Any) -> GpmSampler | None:
+    """A sampler where GPM works on this GPU; None where it does not (or its samples cannot be had)."""
     try:
-        return bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+        if pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+            return GpmSampler(handle)
     except pynvml.NVMLError:
-        return False
+        pass
+    return None
 
 
 class GpmSampler:

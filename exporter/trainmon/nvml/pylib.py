@@ -32,12 +32,10 @@ receives events that happen after it was created, as with the real driver.
 from __future__ import annotations
 
 import ctypes
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -60,25 +58,6 @@ _NOT_PER_DEVICE = _WITHOUT_INIT | {
 
 def static_source(scenario: Scenario) -> ScenarioSource:
     return lambda: scenario
-
-
-def file_source(path: Path, recheck_s: float = 0.05) -> ScenarioSource:
-    """Follow a scenario file that a test rewrites (atomically, by rename) while NVML is in use."""
-    state: dict[str, Any] = {"key": None, "scenario": {}, "checked": -1.0}
-    lock = threading.Lock()
-
-    def current() -> Scenario:
-        now = time.monotonic()
-        with lock:
-            if now - state["checked"] >= recheck_s:
-                state["checked"] = now
-                st = path.stat()
-                key = (st.st_ino, st.st_mtime_ns, st.st_size)
-                if key != state["key"]:
-                    state["key"], state["scenario"] = key, json.loads(path.read_text())
-            return state["scenario"]  # type: ignore[no-any-return]
-
-    return current
 
 
 class _Symbol:
