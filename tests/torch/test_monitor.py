@@ -1,0 +1,172 @@
+"""TrainingMonitor in this process: loss scalers, steps, phases, safety; reports read from the wire."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch.distributed as dist
+
+import torch
+from trainmon import wire
+from trainmon.torch import TrainingMonitor
+
+
+class ListTransport:
+    """Keeps every datagram, or raises `error` on send."""
+
+    def __init__(self, error: OSError | None = None) -> None:
+        self.sent: list[bytes] = []
+        self.error = error
+
+    def send(self, payload: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self.sent.append(payload)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def transport() -> ListTransport:
+    return ListTransport()
+
+
+@pytest.fixture
+def mon(transport: ListTransport) -> Iterator[TrainingMonitor]:
+    monitor = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
+    yield monitor
+    monitor.close()
+
+
+def test_grad_scaler_skips_are_counted_exactly_and_the_scale_halves(mon: TrainingMonitor) -> None:
+    """Two steps with planted inf gradients: two skipped steps, and the scale halves twice."""
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    mon.watch(model=model, optimizer=opt, scaler=scaler)
+    for i in range(6):
+        with mon.step(samples=2):
+            opt.zero_grad()
+            scaler.scale(model(torch.ones(2, 4)).sum()).backward()
+            if i in (1, 4):
+                model.weight.grad[0, 0] = math.inf
+            scaler.step(opt)
+            scaler.update()
+    report = wire.decode(wire.encode(mon.report()))
+
+    assert (6, 2, 2.0**14, "torch_amp") == (report.steps, report.skipped_steps, report.loss_scale, report.loss_scaler)
+
+
+def test_without_a_scaler_there_is_no_loss_scale(mon: TrainingMonitor) -> None:
+    """bf16 and fp32 jobs have no loss scale: the value is absent, not 1."""
+    with mon.step():
+        pass
+
+    assert (None, "none") == (mon.report().loss_scale, mon.report().loss_scaler)
+
+
+class MegatronStyleOptimizer:
+    """The Megatron optimizer contract: step() -> (update_successful, grad_norm, num_zeros)."""
+
+    def __init__(self) -> None:
+        self.grad_scaler = object()
+        self.results = iter([(True, 1.5, 0), (False, None, None), (True, 0.5, 0)])
+        self.scale = torch.tensor(4096.0)
+
+    def step(self) -> tuple[bool, float | None, int | None]:
+        return next(self.results)
+
+    def get_loss_scale(self) -> torch.Tensor:
+        return self.scale
+
+
+def test_megatron_style_optimizer_reports_skips_scale_and_grad_norm(mon: TrainingMonitor) -> None:
+    opt = MegatronStyleOptimizer()
+    mon.watch(optimizer=opt)
+    for _ in range(3):
+        with mon.step():
+            opt.step()
+    report = mon.report()
+
+    assert (1, 4096.0, 0.5, "megatron") == (report.skipped_steps, report.loss_scale, report.grad_norm,
+                                             report.loss_scaler)
+
+
+class DeepSpeedStyleEngine:
+    """The DeepSpeed engine attributes the hook reads: skipped_steps, fp16_enabled(), optimizer.cur_scale."""
+
+    def __init__(self) -> None:
+        self.skipped_steps = 0
+        self.optimizer = type("Opt", (), {"cur_scale": 1024.0})()
+
+    def fp16_enabled(self) -> bool:
+        return True
+
+    def step(self) -> None:
+        self.skipped_steps += 1
+        self.optimizer.cur_scale /= 2
+
+
+def test_deepspeed_style_engine_reports_skips_and_scale(mon: TrainingMonitor) -> None:
+    engine = DeepSpeedStyleEngine()
+    mon.watch(model=engine)
+    engine.step()
+    engine.step()
+
+    assert (2, 256.0, "deepspeed") == (mon.report().skipped_steps, mon.report().loss_scale,
+                                       mon.report().loss_scaler)
+
+
+def test_losses_phases_and_data_wait(mon: TrainingMonitor) -> None:
+    """Non-finite losses are counted, a phase shows while open, data wait adds up."""
+    for loss in (1.0, math.nan, math.inf, 0.5):
+        mon.step_begin()
+        mon.step_end(samples=1, tokens=10, loss=torch.tensor(loss))
+    with mon.phase("checkpoint"):
+        in_phase = mon.report().phase
+    batches = list(mon.dataloader(range(3)))
+    report = mon.report()
+
+    assert (4, 40, 2, 0.5, "checkpoint", None) == (report.steps, report.tokens, report.nonfinite_losses,
+                                                   report.loss, in_phase, report.phase)
+    assert [0, 1, 2] == batches and report.data_wait > 0
+
+
+def test_close_says_goodbye_and_removes_every_patch(transport: ListTransport) -> None:
+    original = dist.all_reduce
+    mon = TrainingMonitor(job_id="unit", transport=transport, env={})
+    patched = dist.all_reduce
+    mon.close()
+
+    assert patched is not original and dist.all_reduce is original
+    assert "bye" == wire.decode(transport.sent[-1]).kind
+
+
+def test_disabled_monitor_patches_and_sends_nothing(transport: ListTransport) -> None:
+    original = dist.all_reduce
+    mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_DISABLE": "1"})
+    with mon.step():
+        pass
+    mon.close()
+
+    assert (dist.all_reduce, [], None) == (original, transport.sent, mon.reporter)
+
+
+@pytest.mark.parametrize("error", [BlockingIOError(11, "full"), ConnectionRefusedError(111, "refused"),
+                                   FileNotFoundError(2, "no socket")])
+def test_send_failures_are_counted_never_raised(error: OSError) -> None:
+    """A full queue (EAGAIN) counts as dropped, a missing daemon as unreachable; nothing raises."""
+    mon = TrainingMonitor(job_id="unit", transport=ListTransport(error), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    with mon.step():
+        pass
+    reporter = mon.reporter
+    assert reporter is not None
+    reporter.send_now()
+    mon.close()
+
+    full = isinstance(error, BlockingIOError)
+    # three sends: the first report, send_now() and the goodbye
+    assert (0, 3 if full else 0, 0 if full else 3) == (reporter.sent, reporter.dropped, reporter.unreachable)
