@@ -149,6 +149,7 @@ class GpuCollector:
             self._last_error = describe(exc)
             self._backoff.failed(now)
             raise CollectorError(f"NVML unavailable ({self._last_error})") from exc
+        self._backoff.succeeded()
         log.info("nvml initialised driver=%s gpus=%d", self._session.driver_version, len(self._attached))
 
     def _attach_all(self) -> None:
