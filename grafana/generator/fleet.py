@@ -72,7 +72,7 @@ def build(config: DashboardConfig) -> DashboardModel:
             "Idle GPUs by node",
             f"GPUs with SM activity under {config.idle_sm_ratio:.0%}, per node.",
             "none",
-            Query(f"count by (instance) ({idle})", "{{instance}}"),
+            Query(f"sum by (instance) ({sm} < bool {config.idle_sm_ratio})", "{{instance}}"),
         ),
         graph(
             "Power by node",
@@ -130,7 +130,7 @@ def build(config: DashboardConfig) -> DashboardModel:
             "Failing collectors",
             "Collectors whose last run failed, per node.",
             "none",
-            Query(f"count by (instance) (trainmon_collector_success{{{F}}} == 0)", "{{instance}}"),
+            Query(f"sum by (instance) (1 - trainmon_collector_success{{{F}}})", "{{instance}}"),
         ),
     )
     return board.build()

@@ -1,0 +1,148 @@
+"""End to end: two trainmon daemons on the fake NVML, a real 2-rank gloo job per node, real Prometheus
+(loading copies of the shipped rules with every duration divided by 60) and Alertmanager with a
+webhook inside the test. A healthy phase fires nothing and every dashboard panel has data; planted
+regressions fire their alerts, which reach the webhook.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.alerting_stack import GlooJob, Prometheus, Webhook, alertmanager, fast_rule_files, gloo_job, prometheus
+from tests.e2e.alerting_stack import webhook as webhook_receiver
+from tests.fake_nvml import scenario
+from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.grafana.dashboards import DASHBOARD_FILES, data_panels, load, substitute
+from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.net import wait_until
+from tests.helpers.node import SyntheticNode
+from tests.helpers.tools import require_tool
+from tests.prometheus.rulefiles import RULE_FILES
+
+pytestmark = pytest.mark.slow
+
+FACTOR = 60  # the shipped rules' minutes become seconds
+INTERVAL = "1s"  # scrape, rule evaluation and daemon collection
+HEALTHY_SECONDS = 35  # longer than every shortened `for`
+# Panels the fake node cannot feed: CPU ranks have no CUDA caching allocator.
+NO_DATA_ON_CPU = {"Allocator retries and OOMs"}
+APPLICATION_XID = 13  # planted: fills the XID panels, must not page
+
+
+def healthy_scenario(gpus: int) -> dict[str, Any]:
+    """The shared fake-NVML node with nothing an alert should see: no ECC errors, no pending remaps, full PCIe width."""
+    node = scenario.node(gpus)
+    for gpu in node["gpus"]:
+        gpu["fields"][str(scenario.FIELD["ecc_dbe"])] = 0
+        gpu["fields"][str(scenario.FIELD["remap_pending"])] = 0
+        gpu["pcie_link_width"] = gpu["pcie_link_width_max"]
+    return node
+
+
+def gpu_node(root: Path, gpus: int) -> SyntheticNode:
+    """A synthetic node whose PCI bus lists its GPUs (for trainmon_gpus_expected) and whose GPUs are healthy."""
+    node = SyntheticNode(root, gpus=gpus, nvme_namespaces=1, ib_ports=1)
+    for i in range(gpus):
+        device = node.sys / "bus" / "pci" / "devices" / f"0000:{0x18 + 16 * i:02x}:00.0"
+        device.mkdir(parents=True)
+        (device / "vendor").write_text("0x10de\n")
+        (device / "class").write_text("0x030200\n")
+    scenario.write(node.scenario_path, healthy_scenario(gpus))
+    return node
+
+
+def panels_without_data(prom: Prometheus) -> set[str]:
+    """Titles of dashboard panels none of whose queries returns a series (every variable set to All)."""
+    empty = set()
+    for path in DASHBOARD_FILES:
+        for panel in data_panels(load(path)):
+            if not any(prom.query(substitute(t["expr"], "10s")) for t in panel["targets"]):
+                empty.add(f"{path.stem}: {panel['title']}")
+    return empty
+
+
+def alert_seen(prom: Prometheus, hook: Webhook, alertname: str, **labels: str) -> Callable[[], bool]:
+    """Firing in Prometheus and delivered to the webhook, with `labels`."""
+
+    def matches(alerts: list[dict[str, str]]) -> bool:
+        return any(a["alertname"] == alertname and labels.items() <= a.items() for a in alerts)
+
+    return lambda: matches(prom.firing()) and matches(hook.firing())
+
+
+def names(alerts: list[dict[str, str]]) -> set[str]:
+    return {a["alertname"] for a in alerts}
+
+
+def test_planted_regressions_fire_and_reach_the_webhook(
+    tmp_path: Path,
+    fake_nvml_dir: Path,  # noqa: F811
+    daemons: list[Daemon],
+) -> None:
+    prometheus_bin = require_tool("prometheus")
+    alertmanager_bin = require_tool("prometheus-alertmanager", "alertmanager")
+    nodes = [gpu_node(tmp_path / f"n{i}", gpus=2) for i in range(2)]
+    for node in nodes:
+        daemons.append(
+            start_daemon(
+                node.root,
+                args=node.daemon_args(node.root / "ingest.sock", interval=1.0),
+                env=node.daemon_env(fake_nvml_dir),
+            )
+        )
+    rules = fast_rule_files(list(RULE_FILES), tmp_path, FACTOR, INTERVAL)
+    targets = [f"127.0.0.1:{d.port}" for d in daemons]
+
+    def job(i: int) -> Any:
+        env = {
+            "TRAINMON_JOB_ID": f"job-{'ab'[i]}",
+            "TRAINMON_INGEST_SOCKET": str(nodes[i].root / "ingest.sock"),
+            "TRAINMON_REPORT_INTERVAL": "0.2",
+        }
+        ranks = [{"TRAINMON_GPU_UUID": scenario.gpu(r)["uuid"]} for r in range(2)]
+        return gloo_job(tmp_path / f"job-{i}", env, ranks)
+
+    with (
+        webhook_receiver() as hook,
+        alertmanager(alertmanager_bin, tmp_path, hook.url) as am_url,
+        prometheus(prometheus_bin, tmp_path, targets, rules, am_url, INTERVAL) as prom,
+        job(0) as job_a,
+        job(1) as job_b,
+    ):
+        jobs: list[GlooJob] = [job_a, job_b]
+        # XID 13 is an application error: it fills the XID panels and must not page.
+        for node in nodes:
+            planted = healthy_scenario(2) | {"xid_events": [{"id": 1, "gpu": 0, "xid": APPLICATION_XID}]}
+            scenario.write(node.scenario_path, planted)
+        wait_until(lambda: len(prom.query("rank:trainmon_train_compute_per_step_time:ratio >= 0")) == 4, timeout=120)
+        wait_until(lambda: len(prom.query("trainmon_gpu_xid_errors_total")) == 2, timeout=30)
+
+        # Healthy: nothing fires and nothing is delivered.
+        time.sleep(HEALTHY_SECONDS)
+        assert all(j.alive() for j in jobs), "\n".join(j.logs() for j in jobs)
+        assert ([], []) == (prom.firing(), hook.firing())
+
+        # Job A turns communication bound; job B's rank 1 hangs; node B loses GPU 1.
+        job_a.phase("comm")
+        job_b.phase("stall")
+        lost = healthy_scenario(2)
+        lost["gpus"][1]["errors"] = {"*": 15}  # NVML_ERROR_GPU_IS_LOST on every call
+        scenario.write(nodes[1].scenario_path, lost)
+        wait_until(alert_seen(prom, hook, "TrainmonCommunicationBound", job_id="job-a"), timeout=90)
+        assert "TrainmonStragglerRank" not in names(prom.firing())
+        wait_until(alert_seen(prom, hook, "TrainmonTrainingStalled", job_id="job-b", rank="1"), timeout=90)
+        wait_until(alert_seen(prom, hook, "TrainmonGPULost", instance=targets[1], gpu="1"), timeout=60)
+
+        # Job A's rank 1 becomes a straggler.
+        job_a.phase("straggler")
+        wait_until(alert_seen(prom, hook, "TrainmonStragglerRank", job_id="job-a", rank="1"), timeout=90)
+
+        assert NO_DATA_ON_CPU == {t.split(": ", 1)[1] for t in panels_without_data(prom)}
+        assert "TrainmonGPUXidCritical" not in names(hook.firing())
+        print(json.dumps(sorted(names(hook.firing()))))
