@@ -352,3 +352,18 @@ def test_gpm_refused_mid_run_drops_sm_series_not_the_gpu(node: Node) -> None:
     assert 1.0 == reg.get_sample_value("trainmon_gpu_up", {"gpu": "3", "uuid": node.scenario["gpus"][3]["uuid"]})
     assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(node.collect(), "3")
     assert "trainmon_gpu_sm_utilization_ratio" in gpu_names(collection, "2")
+
+
+def test_xid_events_are_rearmed_after_reinitialisation(node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    """A re-initialisation invalidates the event set; the new one still counts XIDs."""
+    healthy = node.scenario
+    node.collect()
+    node.scenario = scenarios.changed(healthy, 1, errors={"*": 15})
+    node.collect()
+    with caplog.at_level("INFO", logger="trainmon.collectors.gpu"):
+        node.collect()
+    node.scenario = {**healthy, "xid_events": [{"id": 1, "gpu": 0, "xid": 48}]}
+    labels = {"gpu": "0", "uuid": healthy["gpus"][0]["uuid"], "xid": "48"}
+
+    assert "nvml re-initialising" in caplog.text
+    assert 1.0 == wait_until(lambda: registry(node.collect()).get_sample_value("trainmon_gpu_xid_errors_total", labels))
