@@ -1,0 +1,88 @@
+"""RankTable: restarts, stale datagrams, goodbyes, TTL and caps, on a clock the test moves."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trainmon import wire
+from trainmon.ingest.ranks import RankTable, TableView
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+BASE = wire.Report(job_id="job", rank=0, pid=100, start_time=1_767_000_000.0, seq=1, steps=10)
+
+
+def send(table: RankTable, **changes: object) -> None:
+    table.receive(wire.encode(dataclasses.replace(BASE, **changes)))  # type: ignore[arg-type]
+
+
+def steps(view: TableView) -> dict[tuple[str, int], int]:
+    return {(s.report.job_id, s.report.rank): s.report.steps for s in view.ranks}
+
+
+def test_restarted_process_replaces_the_old_one_as_a_counter_reset() -> None:
+    """A new pid with a later start time starts from its own (lower) totals."""
+    table = RankTable(max_ranks=8, ttl=60)
+    send(table, steps=50)
+    send(table, pid=200, start_time=BASE.start_time + 100, seq=1, steps=3)
+
+    assert {("job", 0): 3} == steps(table.view())
+
+
+def test_late_duplicate_and_old_incarnation_datagrams_are_stale() -> None:
+    """Nothing makes a counter go backwards within one process."""
+    table = RankTable(max_ranks=8, ttl=60)
+    send(table, seq=5, steps=50)
+    send(table, seq=4, steps=40)
+    send(table, seq=5, steps=50)
+    send(table, pid=99, start_time=BASE.start_time - 100, seq=9, steps=1)
+    view = table.view()
+
+    assert ({("job", 0): 50}, {"stale": 3}, 1) == (steps(view), view.rejected, view.messages)
+
+
+def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
+    clock = Clock()
+    table = RankTable(max_ranks=8, ttl=60, clock=clock)
+    send(table, rank=0)
+    send(table, rank=1)
+    send(table, rank=0, seq=2, kind="bye")
+    clock.now += 61
+    view = table.view()
+
+    assert {} == steps(view)
+    assert {("job", "clean"): 1, ("job", "lost"): 1} == view.exits
+    assert {"ttl": 1} == view.evicted
+
+
+def test_live_ranks_are_capped_and_refusals_counted() -> None:
+    """A flood of distinct job ids never holds more than max_ranks ranks, or job ids in the exit counter."""
+    clock = Clock()
+    table = RankTable(max_ranks=4, ttl=60, clock=clock)
+    for i in range(100):
+        send(table, job_id=f"job-{i}")
+    full = table.view()
+    clock.now += 61
+    expired = table.view()
+    for i in range(10):
+        send(table, job_id=f"later-{i}")
+    clock.now += 61
+
+    assert (4, {"max_ranks": 96}) == (len(full.ranks), full.rejected)
+    assert 4 == len(table.view().exits) and 4 <= table.view().evicted["exit_job_ids"]
+    assert {"ttl": 4} == expired.evicted
+
+
+def test_bad_datagrams_are_counted_by_reason() -> None:
+    table = RankTable(max_ranks=4, ttl=60)
+    for data in (b"", b"{", b"[]", b'{"v": 9}', b"x" * 20000):
+        table.receive(data)
+
+    assert {"malformed": 3, "version": 1, "oversized": 1} == table.view().rejected
