@@ -1,0 +1,120 @@
+"""The training collector on its own registry, fed through a real Unix datagram socket."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.helpers.net import wait_until
+from trainmon import wire
+from trainmon.collectors.base import Collection
+from trainmon.collectors.training import TrainingCollector
+from trainmon.errors import CollectorError, NoData
+from trainmon.settings import Settings
+
+REPORT = wire.Report(
+    job_id="llama", rank=1, pid=42, start_time=1_767_000_000.0, seq=1, world_size=2, uuid="GPU-1",
+    loss_scaler="torch_amp", loss_scale=1024.0, steps=5, step_buckets=(0, 0, 5, *(5,) * 11), step_seconds_sum=1.0,
+    collectives=(wire.Collective(op="all_reduce", group="default_pg", seconds=0.5, calls=10, bytes=4096),),
+    group_sizes={"default_pg": 2}, phase="eval",
+)
+
+
+class Fixed:
+    def __init__(self, collection: Collection) -> None:
+        self.collection = collection
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        return self.collection.families
+
+
+def registry_of(collection: Collection) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(Fixed(collection))  # type: ignore[arg-type]
+    return registry
+
+
+def send(path: Path, report: wire.Report) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(wire.encode(report), str(path))
+
+
+@pytest.fixture
+def collector(tmp_path: Path) -> TrainingCollector:
+    c = TrainingCollector(Settings(ingest_socket=str(tmp_path / "run" / "ingest.sock"), ingest_socket_mode=0o600))
+    yield c
+    c.close()
+
+
+def collected_after(collector: TrainingCollector, path: Path, report: wire.Report) -> Collection:
+    collector.collect()
+    send(path, report)
+    return wait_until(lambda: (c := collector.collect()).details["ranks"] and c)  # type: ignore[return-value]
+
+
+def test_a_report_becomes_per_rank_series(collector: TrainingCollector, tmp_path: Path) -> None:
+    path = tmp_path / "run" / "ingest.sock"
+    reg = registry_of(collected_after(collector, path, REPORT))
+    rank = {"job_id": "llama", "rank": "1"}
+
+    assert 5 == reg.get_sample_value("trainmon_train_steps_total", rank)
+    assert 1024 == reg.get_sample_value("trainmon_train_loss_scale", rank)
+    assert 5 == reg.get_sample_value("trainmon_train_step_duration_seconds_bucket", {**rank, "le": "0.25"})
+    assert 0.5 == reg.get_sample_value("trainmon_nccl_time_seconds_total",
+                                       {**rank, "op": "all_reduce", "group": "default_pg"})
+    assert 1 == reg.get_sample_value("trainmon_train_phase", {**rank, "phase": "eval"})
+    assert 1 == reg.get_sample_value("trainmon_ingest_ranks")
+    assert 0o600 == path.stat().st_mode & 0o777
+
+
+def test_loss_scale_is_absent_without_a_scaler(collector: TrainingCollector, tmp_path: Path) -> None:
+    bf16 = dataclasses.replace(REPORT, loss_scaler="none", loss_scale=1.0)
+    reg = registry_of(collected_after(collector, tmp_path / "run" / "ingest.sock", bf16))
+
+    assert reg.get_sample_value("trainmon_train_loss_scale", {"job_id": "llama", "rank": "1"}) is None
+
+
+def test_status_details_list_live_ranks(collector: TrainingCollector, tmp_path: Path) -> None:
+    collection = collected_after(collector, tmp_path / "run" / "ingest.sock", REPORT)
+
+    assert [("llama", 1, 5, "eval")] == [(r["job_id"], r["rank"], r["steps"], r["phase"])
+                                         for r in collection.details["ranks"]]  # type: ignore[union-attr]
+
+
+def test_a_socket_directory_that_cannot_be_made_fails_with_why_and_is_retried(tmp_path: Path) -> None:
+    blocker = tmp_path / "run"
+    blocker.write_text("a file where the directory should be")
+    collector = TrainingCollector(Settings(ingest_socket=str(blocker / "ingest.sock")))
+    try:
+        with pytest.raises(CollectorError, match="cannot create the ingest socket directory"):
+            collector.collect()
+        blocker.unlink()
+
+        assert (blocker / "ingest.sock").exists() is False
+        collector.collect()
+        assert (blocker / "ingest.sock").is_socket()
+    finally:
+        collector.close()
+
+
+def test_empty_socket_path_and_no_udp_means_no_ingest() -> None:
+    with pytest.raises(NoData):
+        TrainingCollector(Settings(ingest_socket="")).collect()
+
+
+def test_a_stale_socket_file_is_replaced_but_a_live_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ingest.sock"
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    live.bind(str(path))
+    collector = TrainingCollector(Settings(ingest_socket=str(path)))
+    try:
+        with pytest.raises(CollectorError, match="another process is listening"):
+            collector.collect()
+        live.close()  # the file stays behind, as after a crash
+        collector.collect()
+    finally:
+        collector.close()
