@@ -56,17 +56,22 @@ def exporter_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonCollectorFailing",
-            # A collector that never worked on this node (no InfiniBand, NoData) is not failing.
+            # A collector that never worked on this node (no InfiniBand: NoData) is not failing; the GPU
+            # collector is, even if it never worked: a GPU node whose NVML never loads reports no GPU at all.
             expr=f"""
   {success} == 0
 and on (instance, job, collector)
-  max_over_time({success}[1d]) == 1""",
+  (
+    max_over_time({success}[1d]) == 1
+  or
+    {c.m("trainmon_collector_success", 'collector="gpu"')}
+  )""",
             for_="15m",
             severity="warning",
-            summary="A trainmon collector that used to work is failing.",
+            summary="A trainmon collector is failing.",
             description=(
-                "Collector {{ $labels.collector }} on {{ $labels.instance }} has failed for 15 minutes "
-                "after working within the last day; its metrics are missing. /api/v1/status says why."
+                "Collector {{ $labels.collector }} on {{ $labels.instance }} has failed for 15 minutes; its metrics "
+                "are missing. /api/v1/status says why."
             ),
         ),
     ]
