@@ -134,6 +134,7 @@ def _step_time(b: Board) -> Board:
             "Step time minus communication wait minus data wait, as a share of step time.",
             "percentunit",
             Query(f"rank:trainmon_train_compute_per_step_time:ratio{{{R}}}", RANK),
+            Query(f"job_id:trainmon_train_compute_per_step_time:ratio{{{J}}}", "whole job"),
             max_value=1,
         ),
         graph(
@@ -162,6 +163,7 @@ def _communication(b: Board) -> Board:
             "that overlaps compute, so it can exceed the wait share.",
             "percentunit",
             Query(f"rank:trainmon_nccl_time_per_step_time:ratio{{{R}}}", RANK),
+            Query(f"job_id:trainmon_nccl_time_per_step_time:ratio{{{J}}}", "whole job"),
         ),
         graph(
             "NCCL time by operation",

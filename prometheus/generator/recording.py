@@ -14,10 +14,8 @@ RANK_ATTRIBUTES = "local_rank, world_size, backend, framework, loss_scaler, pid"
 # GPU series joined to the rank that uses the GPU (through trainmon_train_rank_info{uuid}).
 JOINED_GPU_SERIES = (
     "trainmon_gpu_sm_utilization_ratio",
-    "trainmon_gpu_tensor_active_ratio",
     "trainmon_gpu_utilization_ratio",
     "trainmon_gpu_fb_used_bytes",
-    "trainmon_gpu_fb_total_bytes",
     "trainmon_gpu_power_watts",
     "instance_gpu:trainmon_gpu_power_per_limit:ratio",
 )
@@ -44,10 +42,6 @@ def gpu_group(c: RulesConfig) -> Group:
             Record(
                 record="instance_gpu:trainmon_gpu_power_per_limit:ratio",
                 expr=f"{c.m('trainmon_gpu_power_watts')} / {c.m('trainmon_gpu_power_limit_watts')}",
-            ),
-            Record(
-                record="instance_gpu:trainmon_gpu_fb_used_per_total:ratio",
-                expr=f"{c.m('trainmon_gpu_fb_used_bytes')} / {c.m('trainmon_gpu_fb_total_bytes')}",
             ),
             Record(
                 record="instance:trainmon_gpu_up:sum",

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from grafana.generator.build import DASHBOARDS
 from prometheus.generator.config import RulesConfig
 from prometheus.generator.render import rule_files
 
@@ -89,6 +90,17 @@ def test_recording_rule_names_are_level_metric_operations() -> None:
 
     assert [n for n in names if not RECORD_NAME.match(n)] == []
     assert len(names) == len(set(names))
+
+
+def test_every_recording_rule_is_used() -> None:
+    """Each recorded series feeds an alert, a dashboard or another recording rule."""
+    recorded = [rule["record"] for rule in rules(PROMETHEUS / "rules.yml")]
+    readers = [rule["expr"] for path in RULE_FILES for rule in rules(path)]
+    readers += [path.read_text() for path in DASHBOARDS.glob("*.json")]
+
+    assert [
+        name for name in recorded if not any(name + "{" in r or re.search(rf"{name}\b(?!:)", r) for r in readers)
+    ] == []
 
 
 def test_every_alert_has_a_firing_and_a_silent_unit_test() -> None:
