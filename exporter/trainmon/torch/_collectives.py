@@ -108,26 +108,30 @@ class TimedWork:
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         t = perf_counter()
         result = self._work.wait(*args, **kwargs)
-        self._finish(perf_counter(), blocked_since=t, waited=True)
+        if not self._done:
+            self._finish(perf_counter(), t, waited=True)
         return result
 
     def is_completed(self) -> bool:
         completed = self._work.is_completed()
-        if completed:
-            self._finish(perf_counter(), blocked_since=None, waited=False)
+        if completed and not self._done:
+            self._finish(perf_counter(), None, waited=False)
         return bool(completed)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
 
-    def _finish(self, now: float, *, blocked_since: float | None, waited: bool) -> None:
-        if self._done:
-            return
+    def _finish(self, now: float, blocked_since: float | None, waited: bool) -> None:
+        """Add the collective's time: CPU at once; CUDA through an event pair, only after `wait()`."""
+        self._done = True
+        op, group, add = self._op, self._group, self._recorder.state.add_collective
         try:
-            self._recorder.finish(self, now, blocked_since, waited)
+            if self._event is None:
+                add(op, group, 0, 0, now - self._t0, now - blocked_since if blocked_since is not None else 0.0)
+            elif waited:  # the current stream waits for the collective from here
+                self._recorder.spans.close(self._event, lambda s: add(op, group, 0, 0, s, 0.0))  # type: ignore[union-attr]
         except Exception:
             self._recorder.errors += 1
-        self._done = True
 
 
 class HookSlot:
@@ -179,22 +183,39 @@ class CollectiveRecorder:
 
     def _wrap(self, fn: Callable[..., Any], spec: Spec) -> Callable[..., Any]:
         compiling = torch.compiler.is_compiling
+        work_type = dist.Work
+        op, payload_index, payload_name, group_index = spec.op, spec.payload_index, spec.payload_name, spec.group_index
+        add = self.state.add_collective
 
         @functools.wraps(fn)
         def trainmon_collective(*args: Any, **kwargs: Any) -> Any:
             if self.suppressed or compiling():
                 return fn(*args, **kwargs)
             try:
-                launch = self._launch(spec, args, kwargs)
+                payload = args[payload_index] if len(args) > payload_index else kwargs.get(payload_name)
+                group = self.group(args[group_index] if len(args) > group_index else kwargs.get("group"))
+                nbytes = _nbytes(payload)
+                event = self.spans.mark() if self.spans is not None and _is_cuda(payload) else None
             except Exception:
                 self.errors += 1
                 return fn(*args, **kwargs)
+            t0 = perf_counter()
             result = fn(*args, **kwargs)
             try:
-                return self._returned(launch, result)
+                if isinstance(result, work_type):  # async: completion is stamped later
+                    add(op, group, 1, nbytes, 0.0, 0.0)
+                    work = TimedWork(result, self, op, group, t0, event)
+                    self._pending.append(work)
+                    return work
+                if event is None:  # CPU: the call blocked until the collective finished
+                    seconds = perf_counter() - t0
+                    add(op, group, 1, nbytes, seconds, seconds)
+                else:  # CUDA: the current stream now waits for the collective, so all of it is exposed
+                    add(op, group, 1, nbytes, 0.0, 0.0)
+                    self.spans.close(event, lambda s: add(op, group, 0, 0, s, s))  # type: ignore[union-attr]
             except Exception:
                 self.errors += 1
-                return result
+            return result
 
         trainmon_collective.__trainmon_original__ = fn  # type: ignore[attr-defined]
         return trainmon_collective
@@ -208,34 +229,6 @@ class CollectiveRecorder:
             hit = self._groups[id(group)] = (self.state.group_label(_group_label(pg), pg.size()), group)
         return hit[0]
 
-    def _launch(self, spec: Spec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        payload = args[spec.payload_index] if len(args) > spec.payload_index else kwargs.get(spec.payload_name or "")
-        group = self.group(args[spec.group_index] if len(args) > spec.group_index else kwargs.get("group"))
-        self.state.count_collective(spec.op, group, _nbytes(payload))
-        event = self.spans.mark() if self.spans is not None and _is_cuda(payload) else None
-        return (spec.op, group, perf_counter(), event)
-
-    def _returned(self, launch: tuple[Any, ...], result: Any) -> Any:
-        op, group, t0, event = launch
-        if isinstance(result, dist.Work):
-            work = TimedWork(result, self, op, group, t0, event)
-            self._pending.append(work)
-            return work
-        if event is not None:  # the current stream now waits for the collective: all of it is exposed
-            self.spans.close(event, lambda s: self.state.add_collective_seconds(op, group, s, s))  # type: ignore[union-attr]
-        else:
-            seconds = perf_counter() - t0
-            self.state.add_collective_seconds(op, group, seconds, seconds)
-        return result
-
-    def finish(self, work: TimedWork, now: float, blocked_since: float | None, waited: bool) -> None:
-        op, group = work._op, work._group
-        if work._event is None:
-            self.state.add_collective_seconds(op, group, now - work._t0,
-                                              now - blocked_since if blocked_since is not None else 0.0)
-        elif waited:  # CUDA: the current stream waits for the collective from here
-            self.spans.close(work._event, lambda s: self.state.add_collective_seconds(op, group, s, 0.0))  # type: ignore[union-attr]
-
     def poll(self) -> None:
         """At a step end: stamp async CPU works that completed without anyone asking."""
         if not self._pending:
@@ -243,7 +236,7 @@ class CollectiveRecorder:
         now = perf_counter()
         for work in self._pending:
             if not work._done and work._event is None and work._work.is_completed():
-                work._finish(now, blocked_since=None, waited=False)
+                work._finish(now, None, waited=False)
         self._pending = [w for w in self._pending if not w._done][-MAX_PENDING_WORKS:]
 
     # -- DDP ------------------------------------------------------------------------------------
@@ -275,7 +268,7 @@ class CollectiveRecorder:
     def _time_bucket(self, slot: HookSlot, bucket: dist.GradBucket, group: str) -> Any:
         try:
             buffer = bucket.buffer()
-            self.state.count_collective("all_reduce", group, buffer.numel() * buffer.element_size())
+            self.state.add_collective("all_reduce", group, 1, buffer.numel() * buffer.element_size(), 0.0, 0.0)
             event = self.spans.mark() if self.spans is not None and buffer.is_cuda else None
             t0 = perf_counter()
             last = bucket.is_last()
@@ -291,12 +284,12 @@ class CollectiveRecorder:
         def done(fut: torch.futures.Future[Any]) -> Any:
             try:
                 # The last bucket's wait ends backward: its launch-to-completion is exposed.
+                add = self.state.add_collective
                 if event is not None:
-                    self.spans.close(event, lambda s: self.state.add_collective_seconds(  # type: ignore[union-attr]
-                        "all_reduce", group, s, s if last else 0.0))
+                    self.spans.close(event, lambda s: add("all_reduce", group, 0, 0, s, s if last else 0.0))  # type: ignore[union-attr]
                 else:
                     seconds = perf_counter() - t0
-                    self.state.add_collective_seconds("all_reduce", group, seconds, seconds if last else 0.0)
+                    add("all_reduce", group, 0, 0, seconds, seconds if last else 0.0)
             except Exception:
                 self.errors += 1
             return fut.value()

@@ -80,17 +80,15 @@ class RankState:
         self.group_sizes.setdefault(label, size)
         return label
 
-    def count_collective(self, op: str, group: str, nbytes: int) -> None:
+    def add_collective(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
+        """Add to the (op, group) totals and to the exposed wait; one lock round per call."""
         with self.lock:
             entry = self.collectives.get((op, group))
             if entry is None:
                 entry = self.collectives[(op, group)] = [0.0, 0, 0]
-            entry[1] += 1
+            entry[0] += seconds
+            entry[1] += calls
             entry[2] += nbytes
-
-    def add_collective_seconds(self, op: str, group: str, seconds: float, blocked: float) -> None:
-        with self.lock:
-            self.collectives.setdefault((op, group), [0.0, 0, 0])[0] += seconds
             self.comm_wait += blocked
 
     def report(self, identity: Identity, *, seq: int, kind: str = "report") -> Report:

@@ -1,0 +1,75 @@
+"""The training hook's added CPU time per step and per collective, hook on vs off (gloo, CPU).
+
+    python -m tests.bench.bench_hook
+
+Prints figures; asserts nothing. One gloo process (world size 1) so that peers add no noise:
+what is measured is the Python the hook runs around each call, which is what the budget is about
+(SPEC §5: at most 5 µs per collective and 20 µs per step).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+import torch
+from tests.helpers.net import free_port
+from trainmon.torch import TrainingMonitor
+
+ROUNDS = 9
+CALLS = 2000
+
+
+def mean_call_us(body: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        body()
+    return (time.perf_counter() - start) / CALLS * 1e6
+
+
+def workloads(mon: TrainingMonitor | None, all_reduce: Callable[..., Any],
+              broadcast: Callable[..., Any]) -> dict[str, Callable[[], None]]:
+    tensor = torch.ones(16)
+
+    def step() -> None:
+        if mon is not None:
+            mon.step_begin()
+            mon.step_end(samples=8, tokens=128)
+
+    return {
+        "step boundary (begin+end)": step,
+        "all_reduce (blocking)": lambda: all_reduce(tensor),
+        "all_reduce (async + wait)": lambda: all_reduce(tensor, async_op=True).wait(),
+        "broadcast (blocking)": lambda: broadcast(tensor, src=0),
+    }
+
+
+def main() -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    off = workloads(None, dist.all_reduce, dist.broadcast)
+    with tempfile.TemporaryDirectory() as tmp:  # no daemon listens: the cost of the hook alone
+        mon = TrainingMonitor(job_id="bench", env={"TRAINMON_INGEST_SOCKET": f"{tmp}/none.sock"})
+        on = workloads(mon, dist.all_reduce, dist.broadcast)
+        results: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in off}
+        for _ in range(ROUNDS):  # alternate off and on so that drift of a shared machine hits both
+            for name in off:
+                results[name][0].append(mean_call_us(off[name]))
+                results[name][1].append(mean_call_us(on[name]))
+        mon.close()
+    dist.destroy_process_group()
+    print(f"torch {torch.__version__}, gloo world size 1, median of {ROUNDS} alternating rounds x {CALLS} calls")
+    print(f"{'operation':<28}{'off µs':>10}{'on µs':>10}{'added µs':>10}")
+    for name, (off_us, on_us) in results.items():
+        a, b = statistics.median(off_us), statistics.median(on_us)
+        print(f"{name:<28}{a:>10.2f}{b:>10.2f}{b - a:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
