@@ -85,6 +85,10 @@ def test_planted_regressions_fire_and_reach_the_webhook(
     fake_nvml_dir: Path,  # noqa: F811
     daemons: list[Daemon],
 ) -> None:
+    """Healthy: nothing fires. Comm-bound job, hung rank, lost GPU, straggler: each fires its alert at the webhook.
+
+    At the end every dashboard panel has data, except those a CPU-only rank cannot feed.
+    """
     prometheus_bin = require_tool("prometheus")
     alertmanager_bin = require_tool("prometheus-alertmanager", "alertmanager")
     nodes = [gpu_node(tmp_path / f"n{i}", gpus=2) for i in range(2)]
