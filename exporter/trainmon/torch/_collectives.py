@@ -206,6 +206,8 @@ class CollectiveRecorder:
                     add(op, group, 1, nbytes, 0.0, 0.0)
                     work = TimedWork(result, self, op, group, t0, event)
                     self._pending.append(work)
+                    if len(self._pending) > MAX_PENDING_WORKS:  # a loop without step ends
+                        self._prune()
                     return work
                 if event is None:  # CPU: the call blocked until the collective finished
                     seconds = perf_counter() - t0
@@ -237,7 +239,10 @@ class CollectiveRecorder:
         for work in self._pending:
             if not work._done and work._event is None and work._work.is_completed():
                 work._finish(now, None, waited=False)
-        self._pending = [w for w in self._pending if not w._done][-MAX_PENDING_WORKS:]
+        self._prune()
+
+    def _prune(self) -> None:
+        self._pending = [w for w in self._pending if not w._done][-MAX_PENDING_WORKS // 2:]
 
     # -- DDP ------------------------------------------------------------------------------------
 
