@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers.metrics import registry_of
 from trainmon.collectors.base import Collection
-from trainmon.errors import NoData
+from trainmon.errors import CollectorError, NoData
 from trainmon.families import gauge
 from trainmon.scheduler import Scheduler
 from trainmon.snapshot import SnapshotStore
@@ -77,6 +77,23 @@ def test_a_raising_collector_fails_alone() -> None:
     assert 1 == registry.get_sample_value("trainmon_collector_success", {"collector": "good"})
     assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "bad"})
     assert "OSError: device went away" == snapshot.status("bad").error  # type: ignore[union-attr]
+    sched.stop()
+
+
+class FailingWithWhatItKnows(Constant):
+    def collect(self) -> Collection:
+        known = gauge("test_known", "what the collector can still vouch for")
+        known.add_metric([], 0.0)
+        raise CollectorError("driver gone", families=(known,))
+
+
+def test_a_failing_collector_may_still_serve_what_it_knows() -> None:
+    sched, _ = scheduler(FailingWithWhatItKnows("partial"))
+
+    registry = registry_of(sched.run_cycle().families)
+
+    assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "partial"})
+    assert 0 == registry.get_sample_value("trainmon_test_known")
     sched.stop()
 
 

@@ -92,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     values = raw_values(args, options)
     try:
         settings = settings_from(values, options, **command_overrides(args.command, values))
+        if settings.web_config is not None:
+            from trainmon.webconfig import load_web_config
+
+            load_web_config(settings.web_config)  # a broken file stops start-up before anything runs
     except ConfigError as exc:
         print(f"trainmon: error: {exc}", file=sys.stderr)
         return 2
@@ -109,6 +113,8 @@ def command_overrides(command: str, values: dict[str, str]) -> dict[str, object]
     if command != "demo":
         return {}
     overrides: dict[str, object] = {"simulated": True}
+    if "interval" not in values:
+        overrides["interval"] = 1.0  # GPM needs two samples: SM activity shows after one interval
     if "ingest_socket" not in values:
         # A private socket, so the demo never takes the path a real daemon on this host uses.
         overrides["ingest_socket"] = os.path.join(tempfile.mkdtemp(prefix="trainmon-demo-"), "ingest.sock")

@@ -25,7 +25,15 @@ class ConfigError(TrainmonError, ValueError):
 
 
 class CollectorError(TrainmonError):
-    """A collector could not produce its metrics this cycle."""
+    """A collector could not produce its metrics this cycle.
+
+    `families` are the few it can still vouch for (a GPU collector whose driver is gone still knows
+    which GPUs it had and how many the PCI bus shows), served beside `trainmon_collector_success 0`.
+    """
+
+    def __init__(self, message: str, families: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.families = families
 
 
 class NoData(CollectorError):

@@ -20,7 +20,7 @@ from prometheus_client import ProcessCollector
 
 from trainmon import __version__
 from trainmon.collectors.base import Collection, Collector
-from trainmon.errors import NoData
+from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, gauge, info
 from trainmon.snapshot import CollectorStatus, Snapshot, SnapshotStore
 
@@ -156,7 +156,8 @@ class Scheduler:
             status = CollectorStatus(name=name, state="no_data", duration_s=outcome.duration_s,
                                      error=str(outcome.error), last_success=now)
             return status, ()
-        return self._failing(name, outcome.duration_s, describe(outcome.error)), ()
+        partial = outcome.error.families if isinstance(outcome.error, CollectorError) else ()
+        return self._failing(name, outcome.duration_s, describe(outcome.error)), partial  # type: ignore[return-value]
 
     def _failing(self, name: str, duration: float, error: str) -> CollectorStatus:
         return CollectorStatus(name=name, state="failing", duration_s=duration, error=error,

@@ -367,3 +367,21 @@ def test_xid_events_are_rearmed_after_reinitialisation(node: Node, caplog: pytes
 
     assert "nvml re-initialising" in caplog.text
     assert 1.0 == wait_until(lambda: registry(node.collect()).get_sample_value("trainmon_gpu_xid_errors_total", labels))
+
+
+def test_gpus_seen_before_a_driver_outage_still_read_down(node: Node) -> None:
+    """The driver going away mid-run: the collector fails, yet every GPU it knew is served as up 0, not gone."""
+    healthy = node.scenario
+    node.collect()
+    node.scenario = {**scenarios.changed(healthy, 0, errors={"*": 15}), "init_error": 9}
+    node.collect()  # GPU 0 lost: re-initialisation is wanted
+
+    with pytest.raises(CollectorError, match="NVML unavailable") as failure:
+        node.collect(advance=60)
+
+    partial = registry(Collection(families=failure.value.families))  # type: ignore[arg-type]
+    ups = [partial.get_sample_value("trainmon_gpu_up", {"gpu": str(i), "uuid": healthy["gpus"][i]["uuid"]})
+           for i in range(8)]
+    assert [0.0] * 8 == ups
+    assert partial.get_sample_value("trainmon_gpu_utilization_ratio",
+                                    {"gpu": "1", "uuid": healthy["gpus"][1]["uuid"]}) is None

@@ -205,7 +205,10 @@ class GpuCollector:
             self._reset_backoff.failed(now)  # until a healthy cycle, each further reset waits longer
             self._close()
         if not self._session.is_open:
-            self._open(now)
+            try:
+                self._open(now)
+            except CollectorError as exc:
+                raise CollectorError(str(exc), families=self._outage_families(str(exc))) from exc
         statuses = [self._read(gpu, now) for gpu in self._attached]
         attached = {gpu.identity.uuid for gpu in self._attached}
         statuses += [GpuStatus(identity=gpu.identity, reading=None, error="not found by NVML since re-initialisation")
@@ -216,6 +219,11 @@ class GpuCollector:
         elif all(s.reading is not None for s in statuses):
             self._reset_backoff.succeeded()
         return self._collection(statuses)
+
+    def _outage_families(self, error: str) -> tuple[Metric, ...]:
+        """With NVML gone, the GPUs seen before still read `up 0` and the PCI bus still counts them."""
+        statuses = [GpuStatus(identity=gpu.identity, reading=None, error=error) for gpu in self._gpus.values()]
+        return self._collection(sorted(statuses, key=lambda s: s.identity.index)).families
 
     def _read(self, gpu: Gpu, now: float) -> GpuStatus:
         try:

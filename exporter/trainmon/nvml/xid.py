@@ -21,7 +21,7 @@ import pynvml
 
 log = logging.getLogger(__name__)
 
-WAIT_MS = 200  # nvmlEventSetWait timeout: how long `stop()` may wait for the thread
+WAIT_MS = 500  # nvmlEventSetWait timeout: how long `stop()` may wait for the thread
 
 
 @dataclass(frozen=True, slots=True)
