@@ -1,0 +1,30 @@
+"""The demo's simulated job reaches a real training collector through the real socket and sender."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers.net import wait_until
+from trainmon.collectors.training import TrainingCollector
+from trainmon.demo_job import JOB_ID, RANKS, STRAGGLER, start_simulated_job
+from trainmon.settings import Settings
+
+
+def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
+    settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
+    collector = TrainingCollector(settings)
+    collector.collect()
+    job = start_simulated_job(settings)
+    try:
+        wait_until(lambda: all(r["steps"] >= 2 for r in collector.collect().details["ranks"])  # type: ignore[union-attr]
+                   and len(collector.table.view().ranks) == RANKS, timeout=30)
+        reports = {s.report.rank: s.report for s in collector.table.view().ranks}
+    finally:
+        job.stop()
+    exits = wait_until(lambda: collector.table.view().exits)
+    collector.close()
+
+    others = [sum(c.seconds for c in r.collectives) for rank, r in reports.items() if rank != STRAGGLER]
+    assert min(others) > sum(c.seconds for c in reports[STRAGGLER].collectives)
+    assert {r.loss_scaler for r in reports.values()} == {"torch_amp"}
+    assert {(JOB_ID, "clean"): RANKS} == exits
