@@ -26,7 +26,7 @@ class Root:
         return self.path.joinpath(*parts)
 
 
-def read_attr(path: Path) -> str:
+def read_attr(path: str | Path) -> str:
     """Read a sysfs or procfs file with one bounded `read()` and no retry loop.
 
     Raises:

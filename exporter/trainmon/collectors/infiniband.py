@@ -139,76 +139,81 @@ class InfinibandCollector:
 
 
 class DeviceReader:
-    """Reads one device's tree, noting every attribute it had to skip."""
+    """Reads one device's tree, noting every attribute it had to skip.
+
+    Paths are plain strings joined relative to the device: a cycle reads ~40 files per port, and
+    pathlib's object churn was half of the collector's CPU time.
+    """
 
     def __init__(self, path: Path, skipped: list[str]) -> None:
-        self._path = path
+        self._root = f"{path}/"
+        self._device = path.name
         self._skipped = skipped
 
     def read(self) -> DeviceReading:
-        ports_dir = self._path / "ports"
-        ports = tuple(self._port(ports_dir / p) for p in sorted(self._list(ports_dir), key=_numeric))
+        ports = tuple(self._port(p) for p in sorted(self._list("ports"), key=_numeric))
         return DeviceReading(
-            device=self._path.name,
-            board_id=self._attr(self._path / "board_id") or "",
-            firmware_version=self._attr(self._path / "fw_ver") or "",
-            hca_type=self._attr(self._path / "hca_type", quiet=True) or "",
+            device=self._device,
+            board_id=self._attr("board_id") or "",
+            firmware_version=self._attr("fw_ver") or "",
+            hca_type=self._attr("hca_type", quiet=True) or "",
             ports=ports,
         )
 
-    def _port(self, path: Path) -> PortReading:
+    def _port(self, port: str) -> PortReading:
+        base = f"ports/{port}/"
         return PortReading(
-            device=self._path.name,
-            port=path.name,
-            state=self._parsed(path / "state", parse_state),
-            physical_state=self._parsed(path / "phys_state", parse_state),
-            rate_bytes_per_second=self._parsed(path / "rate", parse_rate),
-            link_layer=self._attr(path / "link_layer", quiet=True),
-            counters=self._counters(path / "counters", PORT_COUNTERS),
-            hw_counters=self._counters(path / "hw_counters", HW_COUNTERS, quiet_missing_dir=True),
+            device=self._device,
+            port=port,
+            state=self._parsed(base + "state", parse_state),
+            physical_state=self._parsed(base + "phys_state", parse_state),
+            rate_bytes_per_second=self._parsed(base + "rate", parse_rate),
+            link_layer=self._attr(base + "link_layer", quiet=True),
+            counters=self._counters(base + "counters", PORT_COUNTERS),
+            hw_counters=self._counters(base + "hw_counters", HW_COUNTERS, quiet_missing_dir=True),
         )
 
-    def _counters(self, directory: Path, known: dict[str, tuple], quiet_missing_dir: bool = False) -> dict[str, int]:
-        names = self._list(directory, quiet=quiet_missing_dir)
+    def _counters(self, directory: str, known: dict[str, tuple], quiet_missing_dir: bool = False) -> dict[str, int]:
         values = {}
-        for name in names:
+        for name in self._list(directory, quiet=quiet_missing_dir):
             if name in known:
-                value = self._parsed(directory / name, parse_counter)
+                value = self._parsed(f"{directory}/{name}", parse_counter)
                 if value is not None:
                     values[name] = value
         return values
 
-    def _parsed(self, path: Path, parse: Callable[[str], object]) -> object:
-        text = self._attr(path)
+    def _parsed(self, relative: str, parse: Callable[[str], object]) -> object:
+        text = self._attr(relative)
         if text is None:
             return None
         value = parse(text)
         if value is None:
-            self._skip(path, f"unparsable {text[:40]!r}")
+            self._skip(relative, f"unparsable {text[:40]!r}")
         return value
 
-    def _attr(self, path: Path, quiet: bool = False) -> str | None:
+    def _attr(self, relative: str, quiet: bool = False) -> str | None:
         try:
-            return read_attr(path)
+            return read_attr(self._root + relative)
         except OSError as exc:
-            if exc.errno not in UNAVAILABLE:
-                raise
-            if not (quiet and exc.errno == errno.ENOENT):
-                self._skip(path, errno.errorcode.get(exc.errno or 0, str(exc)))
+            self._unavailable(relative, exc, quiet)
             return None
 
-    def _list(self, directory: Path, quiet: bool = False) -> list[str]:
+    def _list(self, relative: str, quiet: bool = False) -> list[str]:
         try:
-            return os.listdir(directory)
+            return os.listdir(self._root + relative)
         except OSError as exc:
-            if exc.errno not in UNAVAILABLE:
-                raise
-            if not (quiet and exc.errno == errno.ENOENT):
-                self._skip(directory, errno.errorcode.get(exc.errno or 0, str(exc)))
+            self._unavailable(relative, exc, quiet)
             return []
 
-    def _skip(self, path: Path, why: str) -> None:
-        self._skipped.append(f"{path.relative_to(self._path.parent)}: {why}")
+    def _unavailable(self, relative: str, exc: OSError, quiet: bool) -> None:
+        """Note an attribute that is not there; re-raise an error that means the tree itself is broken."""
+        if exc.errno not in UNAVAILABLE:
+            raise exc
+        if not (quiet and exc.errno == errno.ENOENT):
+            self._skip(relative, errno.errorcode.get(exc.errno or 0, str(exc)))
+
+    def _skip(self, relative: str, why: str) -> None:
+        self._skipped.append(f"{self._device}/{relative}: {why}")
 
 
 def _numeric(name: str) -> tuple[int, str]:
