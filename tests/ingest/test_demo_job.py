@@ -21,7 +21,8 @@ def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
         reports = {s.report.rank: s.report for s in collector.table.view().ranks}
     finally:
         job.stop()
-    exits = wait_until(lambda: collector.table.view().exits)
+    wait_until(lambda: sum(collector.table.view().exits.values()) == RANKS)
+    exits = collector.table.view().exits
     collector.close()
 
     others = [sum(c.seconds for c in r.collectives) for rank, r in reports.items() if rank != STRAGGLER]
