@@ -76,7 +76,8 @@ class TrainingCollector:
         ranks = sorted(view.ranks, key=lambda s: (s.report.job_id, s.report.rank))
         return Collection(
             families=(*rank_families(ranks), *ingest_families(view)),
-            found=tuple(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps" for s in ranks),
+            found=(*(f"ingest listening on {e}" for e in self._server.endpoints()),
+                   *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps" for s in ranks)),
             details={"ranks": [rank_details(s) for s in ranks]},
         )
 

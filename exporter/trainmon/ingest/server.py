@@ -60,6 +60,11 @@ class IngestServer:
     def enabled(self) -> bool:
         return self._path is not None or self._udp is not None
 
+    def endpoints(self) -> list[str]:
+        """What is bound now, for `trainmon check`."""
+        bound = [f"unix:{self._path}"] if self._unix is not None else []
+        return bound + ([f"udp:{self._udp}"] if self._udp_sock is not None else [])
+
     def start(self) -> None:
         """Bind whatever is not bound yet and start the receiver thread.
 

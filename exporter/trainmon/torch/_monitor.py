@@ -18,8 +18,9 @@ from types import TracebackType
 from typing import Any
 
 try:
-    import torch
     import torch.distributed as dist
+
+    import torch
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("trainmon.torch needs PyTorch: pip install 'trainmon[torch]'") from exc
 
@@ -199,8 +200,8 @@ class TrainingMonitor:
         atexit.unregister(self.close)
         reporter, self._reporter = self._reporter, None
         try:
-            if reporter is not None:
-                reporter.stop(bye=True)
+            if reporter is not None:  # a forked child (a data-loader worker) must not say goodbye for us
+                reporter.stop(bye=os.getpid() == self.identity.pid)
             self._collectives.uninstall()
             self._patches.restore()
         except Exception as exc:
