@@ -6,7 +6,8 @@ MODE is `ddp` (a tiny model under DDP), `manual` (a hand-written loop that all-r
 gradient itself, one of them async) or `solo` (no process group: for kill and hang tests).
 Per-rank knobs come from the environment: JOB_SLEEP_BEFORE_COMM (seconds this rank sleeps before
 its collectives: a straggler), JOB_STEP_SLEEP (seconds per step), JOB_HANG_AT (the step that never
-ends), JOB_KILL_AT (the step at which the rank SIGKILLs itself), JOB_HOLD (hold the monitor open
+ends), JOB_USER_HOOK (register a DDP comm hook of our own after `watch`), JOB_KILL_AT (the step
+at which the rank SIGKILLs itself), JOB_HOLD (hold the monitor open
 after the last step until OUT_DIR/release exists, so a test can read the daemon before the goodbye).
 The final parameters are written to OUT_DIR/params-<rank>.bin and the last report to
 OUT_DIR/report-<rank>.json.
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import torch
 from trainmon.torch import TrainingMonitor
@@ -51,6 +53,14 @@ def main(mode: str, steps: int, out: Path) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     mon = TrainingMonitor(job_id=os.environ.get("JOB_ID", "test-job"))
     mon.watch(model=model, optimizer=opt)
+    hook_calls = []
+    if os.environ.get("JOB_USER_HOOK"):  # the user's own comm hook, registered after watch()
+
+        def user_hook(state, bucket):  # type: ignore[no-untyped-def]
+            hook_calls.append(bucket.index())
+            return default_hooks.allreduce_hook(state, bucket)
+
+        model.register_comm_hook(None, user_hook)
     for i, (x, y) in enumerate(mon.dataloader(itertools.islice(itertools.cycle(data), steps))):
         if i == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -77,7 +87,7 @@ def main(mode: str, steps: int, out: Path) -> None:
     mon.close()
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
     (out / f"params-{rank}.bin").write_bytes(params.numpy().tobytes())
-    report = dataclasses.asdict(mon.report())
+    report = {**dataclasses.asdict(mon.report()), "user_hook_calls": len(hook_calls)}
     (out / f"report-{rank}.json").write_text(json.dumps(report))
     if mode != "solo":
         dist.destroy_process_group()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,3 +91,15 @@ def test_training_without_a_daemon_matches_a_disabled_hook(tmp_path: Path) -> No
 
     for rank in (0, 1):
         assert (disabled / f"params-{rank}.bin").read_bytes() == (absent / f"params-{rank}.bin").read_bytes()
+
+
+def test_a_comm_hook_registered_after_watch_runs_and_is_timed(tmp_path: Path) -> None:
+    """DDP accepts one comm hook: the user's, registered after watch(), runs inside ours and is timed."""
+    run_job("ddp", STEPS, tmp_path, env={"TRAINMON_INGEST_SOCKET": str(tmp_path / "nobody.sock"),
+                                         "JOB_USER_HOOK": "1"})
+    report = json.loads((tmp_path / "report-0.json").read_text())
+    (all_reduce,) = report["collectives"]
+
+    assert report["user_hook_calls"] >= STEPS
+    assert (report["user_hook_calls"], "all_reduce") == (all_reduce["calls"], all_reduce["op"])
+    assert all_reduce["seconds"] > 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -170,3 +172,20 @@ def test_send_failures_are_counted_never_raised(error: OSError) -> None:
     full = isinstance(error, BlockingIOError)
     # three sends: the first report, send_now() and the goodbye
     assert (0, 3 if full else 0, 0 if full else 3) == (reporter.sent, reporter.dropped, reporter.unreachable)
+
+
+def test_names_bound_at_import_time_are_patched_and_restored(transport: ListTransport) -> None:
+    """Like Megatron's `dist_reduce_scatter_func = torch.distributed.reduce_scatter_tensor`."""
+    framework = types.ModuleType("framework_under_test")
+    framework.dist_reduce_scatter_func = dist.reduce_scatter_tensor  # type: ignore[attr-defined]
+    sys.modules[framework.__name__] = framework
+    try:
+        mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
+        patched = framework.dist_reduce_scatter_func  # type: ignore[attr-defined]
+        mon.close()
+
+        assert patched is not dist.reduce_scatter_tensor
+        assert patched.__trainmon_original__ is dist.reduce_scatter_tensor
+        assert framework.dist_reduce_scatter_func is dist.reduce_scatter_tensor  # type: ignore[attr-defined]
+    finally:
+        del sys.modules[framework.__name__]
