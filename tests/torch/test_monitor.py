@@ -189,3 +189,16 @@ def test_names_bound_at_import_time_are_patched_and_restored(transport: ListTran
         assert framework.dist_reduce_scatter_func is dist.reduce_scatter_tensor  # type: ignore[attr-defined]
     finally:
         del sys.modules[framework.__name__]
+
+
+def test_a_report_that_would_be_oversized_drops_the_nccl_environment_first(transport: ListTransport) -> None:
+    env = {f"NCCL_{i:03d}_{'X' * 100}": "v" * 128 for i in range(32)} | {"TRAINMON_REPORT_INTERVAL": "60"}
+    mon = TrainingMonitor(job_id="unit", transport=transport, env=env)
+    for op in wire.OPS:
+        for g in range(wire.MAX_GROUPS):
+            mon.state.add_collective(op, f"{g}{'g' * 120}", 1, 1, 0.1, 0.0)
+    mon.close()
+    bye = wire.decode(transport.sent[-1])
+
+    assert len(transport.sent[-1]) <= wire.MAX_DATAGRAM
+    assert ({}, len(wire.OPS) * wire.MAX_GROUPS) == (dict(bye.nccl_env), len(bye.collectives))

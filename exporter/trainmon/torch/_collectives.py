@@ -32,6 +32,7 @@ from trainmon.torch._state import RankState
 from trainmon.torch._timing import DeviceSpans
 
 MAX_PENDING_WORKS = 1024
+MAX_CACHED_GROUPS = 256
 
 # function -> (SPEC op, name of the argument whose size counts as the collective's bytes)
 FUNCTIONS: dict[str, tuple[str, str | None]] = {
@@ -227,6 +228,8 @@ class CollectiveRecorder:
     def group(self, group: Any) -> str:
         hit = self._groups.get(id(group))
         if hit is None:
+            if len(self._groups) > MAX_CACHED_GROUPS:  # a loop that makes groups as it goes
+                self._groups.clear()
             pg = group if group is not None else dist.distributed_c10d._get_default_group()
             hit = self._groups[id(group)] = (self.state.group_label(_group_label(pg), pg.size()), group)
         return hit[0]

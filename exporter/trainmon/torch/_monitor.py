@@ -7,6 +7,7 @@ switches itself off), never blocks on the daemon, and never adds a device synchr
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import itertools
 import logging
 import os
@@ -211,7 +212,11 @@ class TrainingMonitor:
     # -- internals --------------------------------------------------------------------------------
 
     def _encode(self, kind: str) -> bytes:
-        return wire.encode(self.report(kind))
+        report = self.report(kind)
+        data = wire.encode(report)
+        if len(data) > wire.MAX_DATAGRAM:  # long NCCL values and group names: keep the numbers
+            data = wire.encode(dataclasses.replace(report, nccl_env={}))
+        return data
 
     def _read(self, value: Any, sink: Any) -> None:
         if isinstance(value, torch.Tensor):
