@@ -3,8 +3,8 @@
 Per call the wrapper counts the call and its input bytes, then times it without syncing:
 
 * CPU tensors (gloo): `perf_counter` around blocking calls; an async call returns a `TimedWork`
-  whose `wait()`/`is_completed()` stamps completion (no `Future.then`: it costs 40-50 µs), and
-  works nobody waited on are stamped at the next step end.
+  whose `wait()`/`is_completed()` counts it and stamps completion (no `Future.then`: it costs
+  40-50 µs), and works nobody waited on are counted and stamped at the next step end.
 * CUDA tensors: an event pair on the current stream (before the call, and after it or after
   `wait()`), resolved later by `DeviceSpans.poll()`.
 
@@ -94,14 +94,15 @@ def _group_label(pg: Any) -> str:
 class TimedWork:
     """Stands in for the `Work` of an async collective; completion is stamped on wait/is_completed."""
 
-    __slots__ = ("_done", "_event", "_group", "_op", "_recorder", "_t0", "_work")
+    __slots__ = ("_done", "_event", "_group", "_nbytes", "_op", "_recorder", "_t0", "_work")
 
-    def __init__(self, work: Any, recorder: CollectiveRecorder, op: str, group: str, t0: float,
+    def __init__(self, work: Any, recorder: CollectiveRecorder, op: str, group: str, nbytes: int, t0: float,
                  event: torch.cuda.Event | None) -> None:
         self._work = work
         self._recorder = recorder
         self._op = op
         self._group = group
+        self._nbytes = nbytes
         self._t0 = t0
         self._event = event
         self._done = False
@@ -123,13 +124,17 @@ class TimedWork:
         return getattr(self._work, name)
 
     def _finish(self, now: float, blocked_since: float | None, waited: bool) -> None:
-        """Add the collective's time: CPU at once; CUDA through an event pair, only after `wait()`."""
+        """Count the call; add its time: CPU at once, CUDA through an event pair and only after `wait()`."""
         self._done = True
+        self._recorder._pending.pop(id(self), None)
         op, group, add = self._op, self._group, self._recorder.state.add_collective
         try:
             if self._event is None:
-                add(op, group, 0, 0, now - self._t0, now - blocked_since if blocked_since is not None else 0.0)
-            elif waited:  # the current stream waits for the collective from here
+                add(op, group, 1, self._nbytes, now - self._t0,
+                    now - blocked_since if blocked_since is not None else 0.0)
+                return
+            add(op, group, 1, self._nbytes, 0.0, 0.0)
+            if waited:  # the current stream waits for the collective from here
                 self._recorder.spans.close(self._event, lambda s: add(op, group, 0, 0, s, 0.0))  # type: ignore[union-attr]
         except Exception:
             self._recorder.errors += 1
@@ -152,7 +157,7 @@ class CollectiveRecorder:
         self.suppressed = False  # set while our DDP hook runs its inner hook, so nothing counts twice
         self.errors = 0
         self._groups: dict[int, tuple[str, Any]] = {}  # id(group) -> (label, group kept alive)
-        self._pending: list[TimedWork] = []
+        self._pending: dict[int, TimedWork] = {}  # async works not yet seen complete, by id
         self._patches: list[tuple[dict[str, Any], str, Any, Any]] = []
 
     # -- patching -------------------------------------------------------------------------------
@@ -203,12 +208,11 @@ class CollectiveRecorder:
             t0 = perf_counter()
             result = fn(*args, **kwargs)
             try:
-                if isinstance(result, work_type):  # async: completion is stamped later
-                    add(op, group, 1, nbytes, 0.0, 0.0)
-                    work = TimedWork(result, self, op, group, t0, event)
-                    self._pending.append(work)
-                    if len(self._pending) > MAX_PENDING_WORKS:  # a loop without step ends
-                        self._prune()
+                if isinstance(result, work_type):  # async: counted and timed when it completes
+                    work = TimedWork(result, self, op, group, nbytes, t0, event)
+                    self._pending[id(work)] = work
+                    if len(self._pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
+                        del self._pending[next(iter(self._pending))]
                     return work
                 if event is None:  # CPU: the call blocked until the collective finished
                     seconds = perf_counter() - t0
@@ -235,17 +239,12 @@ class CollectiveRecorder:
         return hit[0]
 
     def poll(self) -> None:
-        """At a step end: stamp async CPU works that completed without anyone asking."""
+        """At a step end: count async works that completed without anyone asking (CPU ones timed)."""
         if not self._pending:
             return
         now = perf_counter()
-        for work in self._pending:
-            if not work._done and work._event is None and work._work.is_completed():
-                work._finish(now, None, waited=False)
-        self._prune()
-
-    def _prune(self) -> None:
-        self._pending = [w for w in self._pending if not w._done][-MAX_PENDING_WORKS // 2:]
+        for work in [w for w in self._pending.values() if w._work.is_completed()]:
+            work._finish(now, None, waited=False)
 
     # -- DDP ------------------------------------------------------------------------------------
 
