@@ -7,7 +7,6 @@ import http.client
 import platform
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -19,8 +18,9 @@ import httpx
 
 from tests.fake_nvml.build import build_fake_nvml
 from tests.helpers.daemon import Daemon, start_daemon
-from tests.helpers.net import free_port, wait_until
+from tests.helpers.net import wait_until
 from tests.helpers.node import RankFeeder, SyntheticNode
+from tests.helpers.node_exporter import node_exporter
 
 # What Prometheus 2.42 sends on every scrape.
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
@@ -56,35 +56,21 @@ def started_node(gpus: int = 8, namespaces: int = 16, ports: int = 8, ranks: int
         socket_path = root / "ingest.sock"
         daemon = start_daemon(root, node.daemon_args(socket_path, interval), env=node.daemon_env(nvml_dir))
         feeder = RankFeeder(socket_path, ranks)
-        exporter = None
         try:
             if ranks:
                 feeder.send_all(step=10)
                 wait_until(lambda: f'rank="{ranks - 1}"' in daemon.metrics_text(), timeout=3 * interval + 5)
-            url = None
-            if with_node_exporter:
-                exporter, url = start_node_exporter(node)
-            yield Node(node, daemon, feeder, url)
+            if not with_node_exporter:
+                yield Node(node, daemon, feeder, None)
+                return
+            binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+            if binary is None:
+                raise SystemExit("the scrape benchmark needs Debian's prometheus-node-exporter")
+            with node_exporter(binary, node.proc, node.sys) as url:
+                yield Node(node, daemon, feeder, url)
         finally:
             feeder.close()
             daemon.stop()
-            if exporter is not None:
-                exporter.terminate()
-                exporter.wait(10)
-
-
-def start_node_exporter(node: SyntheticNode) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
-    if binary is None:
-        raise SystemExit("the scrape benchmark needs Debian's prometheus-node-exporter")
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, f"--path.procfs={node.proc}", f"--path.sysfs={node.sys}", f"--web.listen-address=127.0.0.1:{port}",
-         "--collector.disable-defaults", "--collector.diskstats", "--collector.nvme", "--collector.infiniband"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/metrics"
-    wait_until(lambda: httpx.get(url, timeout=2).status_code == 200)
-    return process, url
 
 
 class Scraper:

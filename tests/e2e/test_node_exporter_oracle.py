@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +10,8 @@ import pytest
 
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import SampleKey, parse_samples
-from tests.helpers.net import free_port, wait_until
+from tests.helpers.net import wait_until
+from tests.helpers.node_exporter import node_exporter as run_node_exporter
 from tests.helpers.tools import require_tool
 from tests.helpers.trees import (
     DEFAULT_HW_COUNTERS,
@@ -59,19 +59,8 @@ def build_tree(root: Path, step: int = 0) -> tuple[Path, Path]:
 @pytest.fixture
 def node_exporter(tmp_path: Path) -> Iterator[str]:
     binary = require_tool("prometheus-node-exporter", "node_exporter")
-    proc, sys = build_tree(tmp_path)
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, f"--path.procfs={proc}", f"--path.sysfs={sys}", f"--web.listen-address=127.0.0.1:{port}",
-         "--collector.disable-defaults", "--collector.diskstats", "--collector.infiniband", "--collector.nvme"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/metrics"
-    try:
-        wait_until(lambda: httpx.get(url, timeout=2).status_code == 200)
+    with run_node_exporter(binary, *build_tree(tmp_path)) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 @pytest.fixture

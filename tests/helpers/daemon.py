@@ -59,10 +59,13 @@ def start_daemon(
     command: str = "serve",
     wait_ready: bool = True,
     port: int | None = None,
+    scheme: str = "http",
+    client: Mapping[str, object] | None = None,
 ) -> Daemon:
     """Start `python -m trainmon <command> --listen 127.0.0.1:<port> *args` and wait until it serves.
 
-    The ingest socket defaults to one under `tmp_path` so tests never touch /run.
+    The ingest socket defaults to one under `tmp_path` so tests never touch /run. `client` holds the
+    httpx options (`verify`, `auth`) the readiness probe needs behind TLS or basic auth.
     """
     port = port or free_port()
     argv = [sys.executable, "-m", "trainmon", command, "--listen", f"127.0.0.1:{port}"]
@@ -74,13 +77,13 @@ def start_daemon(
     log_path = tmp_path / f"daemon-{port}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)
-    daemon = Daemon(process=process, port=port, log_path=log_path)
+    daemon = Daemon(process=process, port=port, log_path=log_path, scheme=scheme)
 
     def serving() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"daemon exited with {process.returncode}:\n{daemon.log()}")
         path = "/readyz" if wait_ready else "/healthz"
-        return httpx.get(daemon.url + path, timeout=2).status_code == 200
+        return httpx.get(daemon.url + path, timeout=2, **(client or {})).status_code == 200  # type: ignore[arg-type]
 
     try:
         wait_until(serving, timeout=30)

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.helpers.daemon import Daemon
-from tests.helpers.net import free_port, wait_until
+from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.net import free_port
 
 PASSWORD = "s3cret pass"
 
@@ -111,28 +111,10 @@ def write_web_config(path: Path, pki: Pki, *, client_auth: str = "NoClientCert",
 
 def https_daemon(tmp_path: Path, web_config: Path, pki: Pki, with_cert: bool = False,
                  auth: tuple[str, str] | None = None) -> Daemon:
-    """Start a daemon behind `web_config`; `start_daemon` polls readiness over plain httpx, so wait here."""
-    port = free_port()
-    argv = [sys.executable, "-m", "trainmon", "serve", "--listen", f"127.0.0.1:{port}",
-            "--ingest-socket", str(tmp_path / "ingest.sock"), "--collectors", "nvme",
-            "--web-config", str(web_config)]
-    log_path = tmp_path / "daemon.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    daemon = Daemon(process=process, port=port, log_path=log_path, scheme="https")
-    context = client_context(pki, with_cert=with_cert)
-
-    def serving() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"daemon exited with {process.returncode}:\n{daemon.log()}")
-        return httpx.get(daemon.url + "/healthz", verify=context, auth=auth, timeout=2).status_code == 200
-
-    try:
-        wait_until(serving, timeout=30)
-    except BaseException:
-        daemon.stop()
-        raise
-    return daemon
+    """Start a daemon behind `web_config`, probed for readiness over TLS with these credentials."""
+    client = {"verify": client_context(pki, with_cert=with_cert), "auth": auth}
+    return start_daemon(tmp_path, ["--collectors", "nvme", "--web-config", str(web_config)], scheme="https",
+                        wait_ready=False, client=client)
 
 
 @pytest.fixture(scope="module")
