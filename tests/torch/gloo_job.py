@@ -3,7 +3,8 @@
     python -m tests.torch.gloo_job MODE STEPS OUT_DIR
 
 MODE is `ddp` (a tiny model under DDP), `manual` (a hand-written loop that all-reduces each
-gradient itself, one of them async) or `solo` (no process group: for kill and hang tests).
+gradient itself, one of them async, waited through `Work.wait()` or its future) or `solo` (no
+process group: for kill and hang tests).
 Per-rank knobs come from the environment: JOB_SLEEP_BEFORE_COMM (seconds this rank sleeps before
 its collectives: a straggler), JOB_STEP_SLEEP (seconds per step), JOB_HANG_AT (the step that never
 ends), JOB_USER_HOOK (register a DDP comm hook of our own after `watch`), JOB_KILL_AT (the step
@@ -76,7 +77,10 @@ def main(mode: str, steps: int, out: Path) -> None:
                 work = dist.all_reduce(grads[0], async_op=True)
                 for g in grads[1:]:
                     dist.all_reduce(g)
-                work.wait()
+                if i % 2:  # not through Work.wait(): counted when the step ends
+                    work.get_future().wait()
+                else:
+                    work.wait()
                 for g in grads:
                     g /= dist.get_world_size()
             opt.step()
