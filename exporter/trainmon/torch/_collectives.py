@@ -171,8 +171,12 @@ class CollectiveRecorder:
                 continue
             wrappers[id(fn)] = (fn, self._wrap(fn, _spec(fn, op, payload)))
         for module in list(sys.modules.values()):
-            namespace = getattr(module, "__dict__", None)
-            if not isinstance(namespace, dict) or getattr(module, "__name__", "").startswith("trainmon."):
+            try:  # sys.modules may hold objects whose attribute access runs code
+                namespace = vars(module)
+                skip = not isinstance(namespace, dict) or str(namespace.get("__name__")).startswith("trainmon.")
+            except Exception:
+                continue
+            if skip:
                 continue
             for key, value in list(namespace.items()):
                 hit = wrappers.get(id(value))
