@@ -101,30 +101,35 @@ class TrainingMonitor:
     def watch(self, model: Any = None, optimizer: Any = None, scaler: Any = None) -> TrainingMonitor:
         """Attach to whichever of the model, optimizer and loss scaler exist.
 
-        A DDP model gets a timing comm hook (call `watch` after registering your own hook, or
-        register yours afterwards: both are timed); a DeepSpeed engine, a Megatron-style optimizer
-        or a `torch.amp.GradScaler` report loss scale and skipped steps.
+        A DDP model gets a timing comm hook: a comm hook you register after `watch` runs inside it
+        and is timed; one registered before is left alone (DDP's all-reduce is then not timed). A
+        DeepSpeed engine, a Megatron-style optimizer or a `torch.amp.GradScaler` report loss scale
+        and skipped steps. The `framework` label is set from what is watched unless an adapter set it.
         """
         if not self.enabled:
             return self
         try:
             self._refresh_identity()
             if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-                if self._collectives.watch_ddp(model):
-                    self.identity.framework = "ddp"
+                self._collectives.watch_ddp(model)
+                self._framework("ddp")
             elif model is not None and hasattr(model, "skipped_steps") and hasattr(model, "step"):
                 self.identity.loss_scaler = watch_deepspeed(model, self.state, self._patches, self.errors)
-                self.identity.framework = "deepspeed"
+                self._framework("deepspeed")
             if optimizer is not None and hasattr(optimizer, "get_loss_scale"):
                 self.identity.loss_scaler = watch_megatron(optimizer, self.state, self._copies, self._patches,
                                                            self.errors)
-                self.identity.framework = "megatron"
+                self._framework("megatron")
             if scaler is not None and watch_grad_scaler(scaler, self.state, self._copies, self._patches,
                                                         self.errors):
                 self.identity.loss_scaler = "torch_amp"
         except Exception as exc:
             self._fail(exc)
         return self
+
+    def _framework(self, name: str) -> None:
+        if self.identity.framework in {"torch", "ddp"}:  # an adapter's label wins; Megatron wins over DDP
+            self.identity.framework = name
 
     def set_framework(self, name: str) -> None:
         """The `framework` label (adapters set `lightning` or `hf`)."""
