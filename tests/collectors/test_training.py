@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import grp
+import os
 import socket
 from pathlib import Path
 
@@ -118,3 +120,18 @@ def test_a_stale_socket_file_is_replaced_but_a_live_one_is_refused(tmp_path: Pat
         collector.collect()
     finally:
         collector.close()
+
+
+def test_socket_group_is_applied_and_an_unknown_group_is_reported(tmp_path: Path) -> None:
+    group = grp.getgrgid(os.getgid()).gr_name
+    good = TrainingCollector(Settings(ingest_socket=str(tmp_path / "a.sock"), ingest_socket_group=group))
+    bad = TrainingCollector(Settings(ingest_socket=str(tmp_path / "b.sock"), ingest_socket_group="no-such-group-x"))
+    try:
+        good.collect()
+        with pytest.raises(CollectorError, match="no-such-group-x"):
+            bad.collect()
+
+        assert os.getgid() == (tmp_path / "a.sock").stat().st_gid
+    finally:
+        good.close()
+        bad.close()

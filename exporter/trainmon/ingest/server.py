@@ -130,6 +130,8 @@ class IngestServer:
                 shutil.chown(path, group=self._group)
         except (OSError, LookupError) as exc:
             sock.close()
+            with contextlib.suppress(OSError):
+                path.unlink()
             raise CollectorError(f"cannot bind the ingest socket {path}: {exc}") from exc
         log.info("ingest listening socket=%s", path)
         return sock
