@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 import sys
 import types
 from collections.abc import Iterator
@@ -202,3 +203,18 @@ def test_a_report_that_would_be_oversized_drops_the_nccl_environment_first(trans
 
     assert len(transport.sent[-1]) <= wire.MAX_DATAGRAM
     assert ({}, len(wire.OPS) * wire.MAX_GROUPS) == (dict(bye.nccl_env), len(bye.collectives))
+
+
+def test_udp_transport_from_the_environment() -> None:
+    """TRAINMON_INGEST_UDP sends the same datagrams over UDP (Kubernetes: to the node's IP)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(("127.0.0.1", 0))
+        receiver.settimeout(10)
+        port = receiver.getsockname()[1]
+        mon = TrainingMonitor(job_id="udp", env={"TRAINMON_INGEST_UDP": f"127.0.0.1:{port}",
+                                                 "TRAINMON_REPORT_INTERVAL": "60"})
+        first = wire.decode(receiver.recv(wire.MAX_DATAGRAM))
+        mon.close()
+        last = wire.decode(receiver.recv(wire.MAX_DATAGRAM))
+
+    assert ("udp", "report", "bye") == (first.job_id, first.kind, last.kind)
