@@ -73,7 +73,7 @@ class TrainingMonitor:
         self._warned = False
         self._seq = itertools.count(1)
         self._parallel = dict(parallel or {})
-        self._rank_known = False
+        self._stepped = False  # identity is read again at the first step (after init_process_group)
         self._device: int | None = None
         self._spans = DeviceSpans() if torch.cuda.is_available() else None
         self._timer = StepTimer(self.state.observe_step_seconds)
@@ -145,7 +145,8 @@ class TrainingMonitor:
         if not self.enabled:
             return
         try:
-            if not self._rank_known:
+            if not self._stepped:
+                self._stepped = True
                 self._refresh_identity()
             on_gpu = torch.cuda.is_initialized()
             if on_gpu and self._device is None:
@@ -241,7 +242,6 @@ class TrainingMonitor:
         if dist.is_available() and dist.is_initialized():
             ident.rank, ident.world_size = dist.get_rank(), dist.get_world_size()
             ident.backend = str(dist.get_backend())
-            self._rank_known = True
         else:
             ident.rank, ident.world_size = int_env(env, "RANK") or 0, int_env(env, "WORLD_SIZE")
         ident.local_rank = int_env(env, "LOCAL_RANK")
@@ -295,10 +295,11 @@ class Phase:
 
 
 def _gpu_uuid() -> str:
+    """The current GPU in NVML form (`GPU-...`; torch prints it without the prefix), or ""."""
     if not torch.cuda.is_initialized():
         return ""
-    uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
-    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "")
+    return uuid if not uuid or uuid.startswith("GPU-") else f"GPU-{uuid}"
 
 
 def _megatron_parallel() -> dict[str, int]:
