@@ -206,15 +206,18 @@ def test_a_report_that_would_be_oversized_drops_the_nccl_environment_first(trans
 
 
 def test_udp_transport_from_the_environment() -> None:
-    """TRAINMON_INGEST_UDP sends the same datagrams over UDP (Kubernetes: to the node's IP)."""
+    """TRAINMON_INGEST_UDP sends the same datagrams over UDP (Kubernetes: to the node's IP).
+
+    With the rank known from RANK, reporting starts at once (else at watch() or the first step).
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
         receiver.bind(("127.0.0.1", 0))
         receiver.settimeout(10)
         port = receiver.getsockname()[1]
-        mon = TrainingMonitor(job_id="udp", env={"TRAINMON_INGEST_UDP": f"127.0.0.1:{port}",
+        mon = TrainingMonitor(job_id="udp", env={"TRAINMON_INGEST_UDP": f"127.0.0.1:{port}", "RANK": "3",
                                                  "TRAINMON_REPORT_INTERVAL": "60"})
         first = wire.decode(receiver.recv(wire.MAX_DATAGRAM))
         mon.close()
         last = wire.decode(receiver.recv(wire.MAX_DATAGRAM))
 
-    assert ("udp", "report", "bye") == (first.job_id, first.kind, last.kind)
+    assert ("udp", 3, "report", "bye") == (first.job_id, first.rank, first.kind, last.kind)

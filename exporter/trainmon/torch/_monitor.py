@@ -90,7 +90,8 @@ class TrainingMonitor:
                 self._collectives.install()
             self._reporter = Reporter(self._encode, transport or transport_from_env(self._env),
                                       interval_from_env(self._env))
-            self._reporter.start()
+            if (dist.is_available() and dist.is_initialized()) or "RANK" in self._env:
+                self._reporter.start()  # otherwise at watch() or the first step, once the rank is known
             atexit.register(self.close)
         except Exception as exc:
             self._fail(exc)
@@ -110,6 +111,7 @@ class TrainingMonitor:
             return self
         try:
             self._refresh_identity()
+            self._start_reporting()
             if isinstance(model, torch.nn.parallel.DistributedDataParallel):
                 self._collectives.watch_ddp(model)
                 self._framework("ddp")
@@ -148,6 +150,7 @@ class TrainingMonitor:
             if not self._stepped:
                 self._stepped = True
                 self._refresh_identity()
+                self._start_reporting()
             on_gpu = torch.cuda.is_initialized()
             if on_gpu and self._device is None:
                 self._device = torch.cuda.current_device()
@@ -216,6 +219,10 @@ class TrainingMonitor:
         self.enabled = False
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _start_reporting(self) -> None:
+        if self._reporter is not None and not self._reporter.started:
+            self._reporter.start()
 
     def _encode(self, kind: str) -> bytes:
         report = self.report(kind)

@@ -101,6 +101,10 @@ class Reporter:
         self.sent = self.dropped = self.unreachable = self.errors = 0
         self._warned = False
 
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
     def start(self) -> None:
         self._thread.start()
 
