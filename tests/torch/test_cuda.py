@@ -1,0 +1,86 @@
+"""The CUDA paths of the hook: event pairs and pinned copies read lazily, no device sync.
+
+Skipped without a CUDA GPU (CI is CPU-only); run on a GPU machine with
+`python -m pytest tests/torch/test_cuda.py`. One process, NCCL with world size 1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch.distributed as dist
+
+import torch
+from tests.helpers.net import free_port
+from tests.torch.test_monitor import ListTransport
+from trainmon.torch import TrainingMonitor
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture
+def nccl() -> Iterator[None]:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_steps_collectives_and_loss_on_cuda_add_no_sync(nccl: None) -> None:
+    """Under sync debug mode "error" a loop with the hook runs; values resolve on later steps."""
+    mon = TrainingMonitor(job_id="gpu", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    weight = torch.randn(512, 512, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(10):
+            with mon.step(samples=4) as step:
+                out = weight @ weight
+                dist.all_reduce(out)
+                dist.all_reduce(out, async_op=True).wait()
+                step.loss = out.mean()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    with mon.step():  # its poll resolves every earlier step
+        pass
+    report = mon.report()
+    mon.close()
+    (all_reduce,) = report.collectives
+
+    assert (11, 20) == (report.steps, all_reduce.calls)
+    assert report.step_buckets[-1] >= 10 and report.step_seconds_sum > 0
+    assert all_reduce.seconds > 0 and report.comm_wait > 0
+    assert report.loss is not None and math.isfinite(report.loss)
+    assert report.uuid.startswith("GPU-") and report.cuda_ooms == 0
+
+
+def test_grad_scaler_on_cuda_counts_skips_exactly(nccl: None) -> None:
+    mon = TrainingMonitor(job_id="gpu", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64).cuda(), device_ids=[0])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**16)
+    mon.watch(model=model, optimizer=opt, scaler=scaler)
+    for i in range(6):
+        with mon.step(samples=8):
+            opt.zero_grad()
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(torch.randn(8, 64, device="cuda")).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            if i in (1, 4):
+                model.module.weight.grad[0, 0] = math.inf
+            scaler.step(opt)
+            scaler.update()
+    torch.cuda.synchronize()
+    with mon.step():
+        pass
+    report = mon.report()
+    mon.close()
+
+    assert (2, 2.0**14, "torch_amp", "ddp") == (report.skipped_steps, report.loss_scale, report.loss_scaler,
+                                                 report.framework)
+    assert report.collectives and report.collectives[0].seconds > 0
