@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
-import torch
 from tests.helpers.net import free_port
 from trainmon.torch import TrainingMonitor
 

@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
-import torch
 from trainmon.torch import TrainingMonitor
 
 COMPUTE_S = 0.03

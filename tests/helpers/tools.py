@@ -31,3 +31,13 @@ def require(condition: bool, message: str) -> None:
     if os.environ.get("TRAINMON_REQUIRE_TOOLS") == "1":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def require_module(name: str):  # type: ignore[no-untyped-def]
+    """Import `name`, or skip locally and fail in CI (the test extra installs it)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        require(False, f"{name} is not installed (pip install -e '.[test]' brings it)")

@@ -25,10 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-import torch
 from trainmon.torch import TrainingMonitor
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import torch
+
+from tests.helpers.tools import require_module
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
 from trainmon.torch import TrainingMonitor
@@ -18,7 +18,7 @@ def monitor(transport: ListTransport) -> TrainingMonitor:
 
 def test_lightning_callback_counts_optimizer_steps(tmp_path: object) -> None:
     """Two batches per optimizer step (gradient accumulation): one monitor step per optimizer step."""
-    pl = pytest.importorskip("pytorch_lightning")
+    pl = require_module("pytorch_lightning")
     from trainmon.torch.adapters.lightning import TrainmonCallback
 
     class Tiny(pl.LightningModule):  # type: ignore[misc,name-defined]
@@ -48,8 +48,8 @@ def test_lightning_callback_counts_optimizer_steps(tmp_path: object) -> None:
 
 
 def test_hf_callback_counts_steps_and_logged_loss(tmp_path: object) -> None:
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
+    transformers = require_module("transformers")
+    require_module("accelerate")
     from trainmon.torch.adapters.hf import TrainmonCallback
 
     class Tiny(torch.nn.Module):

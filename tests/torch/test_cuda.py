@@ -1,7 +1,7 @@
 """The CUDA paths of the hook: event pairs and pinned copies read lazily, no device sync.
 
-Skipped without a CUDA GPU (CI is CPU-only); run on a GPU machine with
-`python -m pytest tests/torch/test_cuda.py`. One process, NCCL with world size 1.
+Marked `gpu`, which the default run deselects (CI is CPU-only); on a GPU machine run
+`python -m pytest -m gpu tests/torch/test_cuda.py`. One process, NCCL with world size 1.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import torch
 import torch.distributed as dist
 
-import torch
 from tests.helpers.net import free_port
 from tests.torch.test_monitor import ListTransport
 from trainmon.torch import TrainingMonitor
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture

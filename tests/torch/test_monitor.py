@@ -9,9 +9,9 @@ import types
 from collections.abc import Iterator
 
 import pytest
+import torch
 import torch.distributed as dist
 
-import torch
 from trainmon import wire
 from trainmon.torch import TrainingMonitor
 

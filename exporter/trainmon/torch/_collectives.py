@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-import torch
 from trainmon.torch._state import RankState
 from trainmon.torch._timing import DeviceSpans
 

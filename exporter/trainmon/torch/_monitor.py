@@ -19,9 +19,8 @@ from types import TracebackType
 from typing import Any
 
 try:
-    import torch.distributed as dist
-
     import torch
+    import torch.distributed as dist
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("trainmon.torch needs PyTorch: pip install 'trainmon[torch]'") from exc
 
