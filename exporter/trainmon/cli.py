@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from trainmon import __version__
 from trainmon.errors import ConfigError
-from trainmon.settings import Option, Settings, serve_options, settings_from
+from trainmon.settings import Option, Settings, serve_options, settings_from, systemd_socket_fd
 
 DAEMON_MODULES = ("prometheus_client", "fastapi", "uvicorn", "psutil", "pynvml")
 
@@ -110,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def command_overrides(command: str, values: dict[str, str]) -> dict[str, object]:
+    if command == "serve":
+        return {"ingest_socket_fd": systemd_socket_fd(os.environ, os.getpid())}
     if command != "demo":
         return {}
     overrides: dict[str, object] = {"simulated": True}

@@ -49,6 +49,8 @@ class Settings:
     ingest_socket: str = "/run/trainmon/ingest.sock"
     ingest_socket_mode: int = 0o660
     ingest_socket_group: str | None = None
+    # A Unix datagram socket systemd bound for us (trainmon.socket), used instead of binding ingest_socket.
+    ingest_socket_fd: int | None = None
     ingest_udp: Address | None = None
     ingest_udp_allow_remote: bool = False
     rank_ttl: float = 600.0
@@ -199,6 +201,16 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("web-config", parse_optional_path, "", "TLS and basic auth file (exporter-toolkit format)"),
         Option("log-level", parse_log_level, "info", "debug, info, warning or error"),
     )
+
+
+SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
+
+
+def systemd_socket_fd(env: Mapping[str, str], pid: int) -> int | None:
+    """The ingest socket systemd passed through socket activation (LISTEN_PID, LISTEN_FDS), if any."""
+    if env.get("LISTEN_PID") != str(pid) or not env.get("LISTEN_FDS", "").isdigit():
+        return None
+    return SD_LISTEN_FDS_START if int(env["LISTEN_FDS"]) >= 1 else None
 
 
 def settings_from(values: Mapping[str, str], options: Sequence[Option], **overrides: object) -> Settings:

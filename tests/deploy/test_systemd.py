@@ -99,3 +99,26 @@ def test_sysusers_creates_the_user_and_group(tmp_path: Path) -> None:
                  if line.startswith("trainmon:"))
     assert user[3] == group[2]
     assert user[6] == "/usr/sbin/nologin"
+
+
+def test_socket_unit_passes_verify_beside_its_service(unit_with_installed_binary: Path) -> None:
+    """trainmon.socket and the service it activates verify together."""
+    analyze = require_tool("systemd-analyze")
+    socket_unit = unit_with_installed_binary.with_name("trainmon.socket")
+    socket_unit.write_text((SYSTEMD / "trainmon.socket").read_text())
+
+    result = subprocess.run([analyze, "verify", str(socket_unit), str(unit_with_installed_binary)],
+                            capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == ""
+
+
+def test_socket_unit_settings() -> None:
+    """systemd holds the ingest socket with the daemon's permissions; the service keeps its directory."""
+    found = directives(SYSTEMD / "trainmon.socket")
+
+    assert found["ListenDatagram"] == ["/run/trainmon/ingest.sock"]
+    assert (found["SocketUser"], found["SocketGroup"], found["SocketMode"]) == (["trainmon"], ["trainmon"], ["0660"])
+    assert found["Service"] == ["trainmon.service"]
+    assert directives(UNIT)["RuntimeDirectoryPreserve"] == ["yes"]

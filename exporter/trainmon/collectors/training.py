@@ -66,7 +66,7 @@ class TrainingCollector:
         self.table = RankTable(max_ranks=settings.max_ranks, ttl=settings.rank_ttl)
         self._server = IngestServer(self.table, socket_path=settings.ingest_socket,
                                     mode=settings.ingest_socket_mode, group=settings.ingest_socket_group,
-                                    udp=settings.ingest_udp)
+                                    udp=settings.ingest_udp, inherited_fd=settings.ingest_socket_fd)
 
     def collect(self) -> Collection:
         if not self._server.enabled:

@@ -27,7 +27,7 @@ from trainmon.wire import MAX_DATAGRAM
 log = logging.getLogger(__name__)
 
 RECEIVE_BUFFER = 4 << 20  # bytes; the kernel caps it at net.core.rmem_max
-POLL_SECONDS = 0.2  # how soon close() is noticed
+RETRY_SECONDS = 1.0  # how long the thread waits when no socket is registered yet
 
 
 class IngestServer:
@@ -39,30 +39,37 @@ class IngestServer:
         mode: permission bits of the socket file.
         group: group that owns the socket file, or None.
         udp: UDP address, or None.
+        inherited_fd: a Unix datagram socket bound by systemd (`trainmon.socket`), used instead of
+            binding `socket_path`; it outlives the daemon, so it is never unlinked here.
     """
 
     def __init__(
-        self, table: RankTable, *, socket_path: str, mode: int, group: str | None, udp: Address | None
+        self, table: RankTable, *, socket_path: str, mode: int, group: str | None, udp: Address | None,
+        inherited_fd: int | None = None,
     ) -> None:
         self._table = table
         self._path = Path(socket_path) if socket_path else None
+        self._inherited_fd = inherited_fd
         self._mode = mode
         self._group = group
         self._udp = udp
         self._unix: socket.socket | None = None
         self._udp_sock: socket.socket | None = None
         self._selector = selectors.DefaultSelector()
+        # close() writes here, so the receiver thread sleeps in select() without a timeout.
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._selector.register(self._wake_reader, selectors.EVENT_READ)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def enabled(self) -> bool:
-        return self._path is not None or self._udp is not None
+        return self._path is not None or self._udp is not None or self._inherited_fd is not None
 
     def endpoints(self) -> list[str]:
         """What is bound now, for `trainmon check`."""
-        bound = [f"unix:{self._path}"] if self._unix is not None else []
+        bound = [f"unix:{self._unix.getsockname() or self._path}"] if self._unix is not None else []
         return bound + ([f"udp:{self._udp}"] if self._udp_sock is not None else [])
 
     def start(self) -> None:
@@ -78,7 +85,9 @@ class IngestServer:
                 self._thread = threading.Thread(target=self._drain_loop, name="ingest", daemon=True)
                 self._thread.start()
             errors = []
-            if self._path is not None and self._unix is None:
+            if self._inherited_fd is not None and self._unix is None:
+                self._unix = self._register(adopt_unix_datagram(self._inherited_fd))
+            elif self._path is not None and self._unix is None:
                 try:
                     self._unix = self._register(self._bind_unix(self._path))
                 except (OSError, CollectorError) as exc:
@@ -93,17 +102,21 @@ class IngestServer:
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_writer.send(b"x")
         if self._thread is not None:
             self._thread.join(timeout=2)
         with self._lock:
             for sock in (self._unix, self._udp_sock):
                 if sock is not None:
                     sock.close()
-            if self._unix is not None and self._path is not None:
+            if self._unix is not None and self._path is not None and self._inherited_fd is None:
                 with contextlib.suppress(OSError):
                     self._path.unlink()
             self._unix = self._udp_sock = None
             self._selector.close()
+            self._wake_reader.close()
+            self._wake_writer.close()
 
     def _register(self, sock: socket.socket) -> socket.socket:
         sock.setblocking(False)
@@ -139,12 +152,13 @@ class IngestServer:
     def _drain_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                ready = self._selector.select(timeout=POLL_SECONDS)
-            except (OSError, ValueError):  # no socket registered yet, or closed under us
-                self._stop.wait(POLL_SECONDS)
+                ready = self._selector.select()
+            except (OSError, ValueError):  # closed under us
+                self._stop.wait(RETRY_SECONDS)
                 continue
             for key, _ in ready:
-                self._drain(key.fileobj)  # type: ignore[arg-type]
+                if key.fileobj is not self._wake_reader:
+                    self._drain(key.fileobj)  # type: ignore[arg-type]
 
     def _drain(self, sock: socket.socket) -> None:
         while True:
@@ -176,6 +190,17 @@ def _remove_stale_socket(path: Path) -> None:
     finally:
         probe.close()
     raise CollectorError(f"another process is listening on {path}")
+
+
+def adopt_unix_datagram(fd: int) -> socket.socket:
+    """The socket systemd passed as `fd`; refused unless it is a Unix datagram socket."""
+    sock = socket.socket(fileno=fd)
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_DGRAM:
+        sock.detach()
+        raise CollectorError(f"file descriptor {fd} from systemd is not a Unix datagram socket "
+                             "(trainmon.socket needs ListenDatagram=)")
+    log.info("ingest listening socket=%s (from systemd)", sock.getsockname())
+    return sock
 
 
 def _bind_udp(address: Address) -> socket.socket:
