@@ -55,3 +55,55 @@ def test_gzip_is_compressed_once_and_decompresses_to_the_text() -> None:
 ])
 def test_gzip_accepted(header: str, expected: bool) -> None:
     assert expected == gzip_accepted(header)
+
+
+def test_openmetrics_without_name_escaping_is_byte_identical_for_a_whole_node(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The demo's GPUs and job, plus NVMe and InfiniBand: the faster encoding changes no byte."""
+    import functools
+    import re
+
+    from prometheus_client.openmetrics import exposition as openmetrics
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    from tests.helpers.daemon import start_daemon
+    from tests.helpers.trees import DEFAULT_HW_COUNTERS, Disk, IbDevice, IbPort, write_diskstats, write_infiniband
+    from trainmon.exposition import without_name_escaping
+
+    write_diskstats(tmp_path / "proc", [Disk("nvme0n1")])
+    write_infiniband(tmp_path / "sys", [IbDevice("mlx5_0", ports=[IbPort("mlx5_0", hw_counters=DEFAULT_HW_COUNTERS)])])
+    daemon = start_daemon(tmp_path, ["--procfs", str(tmp_path / "proc"), "--sysfs", str(tmp_path / "sys")],
+                          command="demo")
+    try:
+        body = daemon.get("/metrics", headers={"Accept": "application/openmetrics-text;version=1.0.0"}).text
+    finally:
+        daemon.stop()
+    families = list(text_string_to_metric_families(body))
+    legacy = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+    class Registry:
+        def collect(self):  # type: ignore[no-untyped-def]
+            return families
+
+    escaped = functools.partial(openmetrics.generate_latest, escaping=openmetrics.UNDERSCORES, version="1.0.0")
+    assert escaped(Registry()) == without_name_escaping(escaped)(Registry())
+    assert without_name_escaping(escaped) is not escaped
+    for family in families:
+        for sample in family.samples:
+            assert legacy.fullmatch(sample.name) and all(legacy.fullmatch(k) for k in sample.labels), sample
+
+
+def test_openmetrics_without_name_escaping_keeps_label_value_escapes() -> None:
+    """Label values (job ids come from training jobs) are escaped the same way in both modes."""
+    import functools
+
+    from prometheus_client.openmetrics import exposition as openmetrics
+
+    from trainmon.exposition import without_name_escaping
+
+    family = gauge("train_loss", "Loss.", ["job_id", "rank"])
+    for job in ['a"b', "back\\slash", "new\nline", "ünïcode ✓", "{}=,"]:
+        family.add_metric([job, "0"], 1.0)
+    snap = Snapshot(families=(family,), statuses=(), taken_at=0.0)
+    escaped = functools.partial(openmetrics.generate_latest, escaping=openmetrics.UNDERSCORES, version="1.0.0")
+
+    assert escaped(snap) == without_name_escaping(escaped)(snap)
