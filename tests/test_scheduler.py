@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -188,3 +189,40 @@ def test_background_thread_publishes_and_stops_promptly() -> None:
     sched.stop(timeout=2)
 
     assert not sched._thread.is_alive()
+
+
+class Timed(Constant):
+    """Records when each call ran."""
+
+    spans: list[tuple[str, float, float]] = []
+
+    def collect(self) -> Collection:
+        start = time.monotonic()
+        time.sleep(0.02)
+        result = super().collect()
+        Timed.spans.append((self.name, start, time.monotonic()))
+        return result
+
+
+def test_quick_collectors_run_one_after_another() -> None:
+    """No two collectors hold the GIL against each other when each finishes in good time."""
+    Timed.spans = []
+    sched, _ = scheduler(Timed("a"), Timed("b"), Timed("c"), timeout=2.0)
+
+    sched.run_cycle()
+
+    (_, _, a_end), (_, b_start, b_end), (_, c_start, _) = sorted(Timed.spans, key=lambda span: span[1])
+    assert a_end <= b_start and b_end <= c_start
+    sched.stop()
+
+
+def test_a_hanging_collector_first_does_not_starve_the_next() -> None:
+    hung, good = Hanging("hung"), Constant("good")
+    sched, _ = scheduler(hung, good, timeout=0.4)
+
+    registry = registry_of(sched.run_cycle().families)
+
+    assert 1 == registry.get_sample_value("trainmon_collector_success", {"collector": "good"})
+    assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "hung"})
+    hung.release.set()
+    sched.stop()

@@ -265,7 +265,11 @@ def _buckets(hist: Mapping[str, object]) -> tuple[int, ...]:
     assert isinstance(raw, list)
     if len(raw) != len(STEP_BUCKETS) + 1:
         raise MessageRejected("schema", f"step_hist.buckets has {len(raw)} entries")
-    counts = tuple(_count({"bucket": v}, "bucket", required=True) or 0 for v in raw)
+    # One pass over plain ints: this runs for every datagram (a dict and a call per bucket cost a
+    # quarter of decoding).
+    if not all(type(v) is int and 0 <= v < MAX_COUNT for v in raw):
+        raise MessageRejected("schema", "step_hist.buckets holds something other than counts")
+    counts = tuple(raw)
     if any(a > b for a, b in itertools.pairwise(counts)):
         raise MessageRejected("range", "step_hist.buckets not cumulative")
     return counts
