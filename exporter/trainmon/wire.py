@@ -191,13 +191,16 @@ def decode(data: bytes) -> Report:
 
 
 def _get(obj: Mapping[str, object], key: str, types: tuple[type, ...], required: bool) -> object:
-    value = obj.get(key)
+    return _typed(key, obj.get(key), types, required)
+
+
+def _typed(key: str, value: object, types: tuple[type, ...], required: bool) -> object:
     if value is None:
         if required:
             raise MessageRejected("schema", f"{key} missing")
         return None
-    # bool is an int to Python but never a number on the wire.
-    if isinstance(value, bool) or not isinstance(value, types):
+    # json.loads makes exact builtin types, so `type() in` is exact, and it refuses bool for int.
+    if type(value) not in types:
         raise MessageRejected("schema", f"{key} is {type(value).__name__}")
     return value
 
@@ -208,7 +211,11 @@ def _mapping(obj: Mapping[str, object], key: str) -> Mapping[str, object]:
 
 
 def _int(obj: Mapping[str, object], key: str, *, required: bool = False, hi: int) -> int | None:
-    value = _get(obj, key, (int,), required)
+    return _int_value(key, obj.get(key), required=required, hi=hi)
+
+
+def _int_value(key: str, raw: object, *, required: bool = False, hi: int) -> int | None:
+    value = _typed(key, raw, (int,), required)
     if value is not None and not 0 <= value < hi:  # type: ignore[operator]
         raise MessageRejected("range", f"{key}={value}")
     return value  # type: ignore[return-value]
@@ -224,7 +231,11 @@ def _any_float(obj: Mapping[str, object], key: str) -> float | None:
 
 
 def _seconds(obj: Mapping[str, object], key: str, *, required: bool = False, hi: float = math.inf) -> float | None:
-    value = _get(obj, key, (int, float), required)
+    return _seconds_value(key, obj.get(key), required=required, hi=hi)
+
+
+def _seconds_value(key: str, raw: object, *, required: bool = False, hi: float = math.inf) -> float | None:
+    value = _typed(key, raw, (int, float), required)
     if value is None:
         return None
     seconds = float(value)  # type: ignore[arg-type]
@@ -238,7 +249,11 @@ def _time(obj: Mapping[str, object], key: str, *, required: bool = False) -> flo
 
 
 def _text(obj: Mapping[str, object], key: str, *, required: bool = False) -> str | None:
-    value = _get(obj, key, (str,), required)
+    return _text_value(key, obj.get(key), required=required)
+
+
+def _text_value(key: str, raw: object, *, required: bool = False) -> str | None:
+    value = _typed(key, raw, (str,), required)
     if value is not None and (len(value) > MAX_TEXT or not value.isprintable()):  # type: ignore[arg-type]
         raise MessageRejected("range", f"{key} too long or not printable")
     return value  # type: ignore[return-value]
@@ -252,7 +267,11 @@ def _job_id(msg: Mapping[str, object]) -> str:
 
 
 def _choice(obj: Mapping[str, object], key: str, choices: tuple[str, ...]) -> str | None:
-    value = _text(obj, key)
+    return _choice_value(key, obj.get(key), choices)
+
+
+def _choice_value(key: str, raw: object, choices: tuple[str, ...]) -> str | None:
+    value = _text_value(key, raw)
     if value is not None and value not in choices:
         raise MessageRejected("range", f"{key}={value!r}")
     return value
@@ -281,13 +300,14 @@ def _collectives(msg: Mapping[str, object]) -> tuple[Collective, ...]:
     if len(raw) > len(OPS) * (MAX_GROUPS + 1):
         raise MessageRejected("range", f"{len(raw)} collective entries")
     out = []
-    for entry in raw:
+    for entry in raw:  # the longest part of a report: checked value by value, without a dict per entry
         if not isinstance(entry, list) or len(entry) != 5:
             raise MessageRejected("schema", "collectives entry is not [op, group, seconds, calls, bytes]")
-        row = dict(zip(("op", "group", "seconds", "calls", "bytes"), entry, strict=True))
-        out.append(Collective(op=_choice(row, "op", OPS) or "other", group=_text(row, "group", required=True) or "",
-                              seconds=_seconds(row, "seconds") or 0.0, calls=_count(row, "calls") or 0,
-                              bytes=_count(row, "bytes") or 0))
+        op, group, seconds, calls, nbytes = entry
+        out.append(Collective(
+            op=_choice_value("op", op, OPS) or "other", group=_text_value("group", group, required=True) or "",
+            seconds=_seconds_value("seconds", seconds) or 0.0, calls=_int_value("calls", calls, hi=MAX_COUNT) or 0,
+            bytes=_int_value("bytes", nbytes, hi=MAX_COUNT) or 0))
     if len({c.group for c in out}) > MAX_GROUPS + 1:
         raise MessageRejected("range", "more than MAX_GROUPS distinct groups")
     return tuple(out)
