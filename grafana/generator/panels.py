@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -43,20 +44,27 @@ def _targets(queries: tuple[Query, ...]) -> list[prometheus.Dataquery]:
     ]
 
 
-def graph(title: str, description: str, unit: str, *queries: Query, width: int = 12, height: int = 8,
-          max_value: float | None = None) -> timeseries.Panel:  # fmt: skip
-    """A time series panel."""
-    panel = (
-        timeseries.Panel()
-        .title(title)
+_Builder = TypeVar("_Builder", timeseries.Panel, stat.Panel)
+
+
+def _framed(panel: _Builder, title: str, description: str, unit: str, queries: tuple[Query, ...], width: int,
+            height: int) -> _Builder:
+    """What every panel carries: title, description, unit, the datasource variable, size and queries."""
+    return (
+        panel.title(title)
         .description(description)
         .datasource(DATASOURCE)
         .unit(unit)
         .span(width)
         .height(height)
-        .fill_opacity(10)
         .targets(_targets(queries))  # type: ignore[arg-type]
     )
+
+
+def graph(title: str, description: str, unit: str, *queries: Query, width: int = 12, height: int = 8,
+          max_value: float | None = None) -> timeseries.Panel:  # fmt: skip
+    """A time series panel."""
+    panel = _framed(timeseries.Panel(), title, description, unit, queries, width, height).fill_opacity(10)
     if max_value is not None:
         panel = panel.min(0).max(max_value)
     return panel
@@ -64,16 +72,7 @@ def graph(title: str, description: str, unit: str, *queries: Query, width: int =
 
 def single(title: str, description: str, unit: str, query: Query, *, width: int = 4, height: int = 4) -> stat.Panel:
     """A stat panel showing one current value."""
-    return (
-        stat.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
-        .span(width)
-        .height(height)
-        .targets(_targets((query,)))  # type: ignore[arg-type]
-    )
+    return _framed(stat.Panel(), title, description, unit, (query,), width, height)
 
 
 @dataclass(slots=True)
