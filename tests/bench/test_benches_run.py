@@ -1,0 +1,32 @@
+"""The benchmarks still run and print their tables (short settings; no figure is asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.tools import require_tool
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("bench", "args", "expected"), [
+    ("bench_scrape", ["--scrapes", "5", "--clients", "3", "--per-client", "2"], "p50 ratio trainmon/node_exporter"),
+    ("bench_daemon_cost", ["--minutes", "0.1", "--interval", "1"], "CPU seconds per hour"),
+    ("bench_cardinality", [], "per GPU"),
+    ("bench_gpu_cycle", [], "steady cycle: 120 calls (15.0 per GPU)"),
+    ("bench_hook", [], "all_reduce (async + wait)"),
+    ("bench_ingest", [], "offered/s"),
+])
+def test_benchmark_prints_its_table(bench: str, args: list[str], expected: str) -> None:
+    require_tool("gcc")
+    require_tool("prometheus-node-exporter", "node_exporter")
+
+    result = subprocess.run([sys.executable, "-m", f"tests.bench.{bench}", *args], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+
+    assert 0 == result.returncode, result.stderr[-2000:]
+    assert expected in result.stdout
