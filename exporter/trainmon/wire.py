@@ -137,6 +137,15 @@ def decode(data: bytes) -> Report:
         MessageRejected: too large, not a JSON object, an unknown version, a missing or mistyped
             field, or a value out of range.
     """
+    return validate(parse(data))
+
+
+def parse(data: bytes) -> dict[str, object]:
+    """The first half of `decode`: size and JSON only.
+
+    Raises:
+        MessageRejected: too large, or not a JSON object.
+    """
     if len(data) > MAX_DATAGRAM:
         raise MessageRejected("oversized", f"{len(data)} bytes > {MAX_DATAGRAM}")
     try:
@@ -145,6 +154,15 @@ def decode(data: bytes) -> Report:
         raise MessageRejected("malformed", str(exc)[:80]) from None
     if not isinstance(msg, dict):
         raise MessageRejected("malformed", "not a JSON object")
+    return msg
+
+
+def validate(msg: Mapping[str, object]) -> Report:
+    """The second half of `decode`: every field of a parsed message.
+
+    Raises:
+        MessageRejected: an unknown version, a missing or mistyped field, or a value out of range.
+    """
     if msg.get("v") != VERSION or type(msg.get("v")) is not int:
         raise MessageRejected("version", repr(msg.get("v"))[:20])
     info = _mapping(msg, "info")

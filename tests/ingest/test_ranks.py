@@ -86,3 +86,47 @@ def test_bad_datagrams_are_counted_by_reason() -> None:
         table.receive(data)
 
     assert {"malformed": 3, "version": 1, "oversized": 1} == table.view().rejected
+
+
+def burst(table: RankTable, *reports: wire.Report) -> None:
+    table.receive_burst([wire.encode(r) for r in reports])
+
+
+def test_a_burst_applies_each_process_newest_report_and_counts_the_rest_coalesced() -> None:
+    """A receiver that fell behind: rank 0's three reports in one burst, rank 1's one."""
+    table = RankTable(max_ranks=8, ttl=60)
+    rank0 = [dataclasses.replace(BASE, seq=seq, steps=seq * 10) for seq in (1, 2, 3)]
+    rank1 = dataclasses.replace(BASE, rank=1, seq=1, steps=7)
+
+    burst(table, rank0[0], rank1, rank0[1], rank0[2])
+    view = table.view()
+
+    assert {("job", 0): 30, ("job", 1): 7} == steps(view)
+    assert (4, 2) == (view.messages, view.coalesced)
+
+
+def test_a_burst_never_coalesces_goodbyes_restarts_or_bad_datagrams() -> None:
+    table = RankTable(max_ranks=8, ttl=60)
+    old = dataclasses.replace(BASE, seq=5, steps=50)
+    bye = dataclasses.replace(old, seq=6, kind="bye")
+    restarted = dataclasses.replace(BASE, pid=BASE.pid + 1, start_time=BASE.start_time + 100, seq=1, steps=1)
+
+    table.receive_burst([wire.encode(old), wire.encode(bye), b"{not json", wire.encode(restarted)])
+    view = table.view()
+
+    assert {("job", 0): 1} == steps(view)
+    assert {("job", "clean"): 1} == dict(view.exits)
+    assert {"malformed": 1} == dict(view.rejected)
+    assert (3, 0) == (view.messages, view.coalesced)
+
+
+def test_a_burst_of_one_validates_every_datagram() -> None:
+    """When the receiver keeps up, a type-confused report is rejected, not coalesced away."""
+    table = RankTable(max_ranks=8, ttl=60)
+    good = wire.encode(dataclasses.replace(BASE, seq=1))
+    confused = wire.encode(dataclasses.replace(BASE, seq=2)).replace(b'"steps":', b'"steps":"x","was":')
+
+    table.receive_burst([good])
+    table.receive_burst([confused])
+
+    assert {"schema": 1} == dict(table.view().rejected)

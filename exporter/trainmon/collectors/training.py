@@ -109,6 +109,9 @@ def rank_families(ranks: Iterable[RankState]) -> list[Metric]:
 def ingest_families(view: TableView) -> list[Metric]:
     messages = counter("ingest_messages_total", "Hook datagrams accepted.")
     messages.add_metric([], view.messages)
+    coalesced = counter("ingest_coalesced_total",
+                        "Accepted reports not applied because a newer one of the same process came in the same burst.")
+    coalesced.add_metric([], view.coalesced)
     rejected = counter("ingest_rejected_total", "Hook datagrams rejected, by reason.", ("reason",))
     for reason, n in sorted(view.rejected.items()):
         rejected.add_metric([reason], n)
@@ -121,7 +124,7 @@ def ingest_families(view: TableView) -> list[Metric]:
                     "Ranks that left: clean (said goodbye) or lost (silent for --rank-ttl).", ("job_id", "reason"))
     for (job_id, reason), n in sorted(view.exits.items()):
         exits.add_metric([job_id, reason], n)
-    return [messages, rejected, live, evicted, exits]
+    return [messages, coalesced, rejected, live, evicted, exits]
 
 
 def rank_details(state: RankState) -> dict[str, object]:

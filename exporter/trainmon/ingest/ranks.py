@@ -1,5 +1,10 @@
 """State per (job_id, rank): the last report of each live rank, TTL, caps and ingest counters.
 
+Reports are cumulative, so only a rank's newest one matters. When the receiver falls behind and
+several reports of one process arrive in one burst, only the newest is validated and applied; the
+older ones are counted as accepted and as `coalesced`. A receiver that keeps up sees bursts of one,
+and every datagram is validated.
+
 Receiver threads call `RankTable.receive`; the collector calls `view()` once per cycle and builds
 its families from the immutable `TableView` it returns, so a rank that is gone is simply absent.
 
@@ -14,13 +19,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainmon.errors import MessageRejected
-from trainmon.wire import Report, decode
+from trainmon.wire import Report, parse, validate
 
 RankKey = tuple[str, int]
+Sender = tuple[str, int, object, object]  # job_id, rank, pid, start_time: one process's reports
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,7 @@ class TableView:
 
     ranks: tuple[RankState, ...]
     messages: int
+    coalesced: int
     rejected: Mapping[str, int]
     evicted: Mapping[str, int]
     exits: Mapping[tuple[str, str], int]  # (job_id, "clean" | "lost") -> count
@@ -59,17 +66,48 @@ class RankTable:
         self._lock = threading.Lock()
         self._ranks: dict[RankKey, RankState] = {}
         self._messages = 0
+        self._coalesced = 0
         self._rejected: Counter[str] = Counter()
         self._evicted: Counter[str] = Counter()
         self._exits: OrderedDict[str, Counter[str]] = OrderedDict()
 
     def receive(self, data: bytes) -> None:
         """Validate and apply one datagram; never raises for bad input (it is counted)."""
-        try:
-            self._apply(decode(data))
-        except MessageRejected as exc:
+        self.receive_burst([data])
+
+    def receive_burst(self, burst: Sequence[bytes]) -> None:
+        """Apply datagrams that arrived together, coalescing each process's reports to its newest."""
+        parsed: list[dict[str, object] | None] = []
+        newest: dict[Sender, int] = {}
+        for index, data in enumerate(burst):
+            try:
+                msg = parse(data)
+            except MessageRejected as exc:
+                self._reject(exc.reason)
+                msg = None
+            parsed.append(msg)
+            if msg is not None and (sender := _sender(msg)) is not None:
+                newest[sender] = index
+        coalesced = 0
+        for index, msg in enumerate(parsed):
+            if msg is None:
+                continue
+            sender = _sender(msg)
+            if sender is not None and newest[sender] != index:
+                coalesced += 1
+                continue
+            try:
+                self._apply(validate(msg))
+            except MessageRejected as exc:
+                self._reject(exc.reason)
+        if coalesced:
             with self._lock:
-                self._rejected[exc.reason] += 1
+                self._messages += coalesced
+                self._coalesced += coalesced
+
+    def _reject(self, reason: str) -> None:
+        with self._lock:
+            self._rejected[reason] += 1
 
     def view(self) -> TableView:
         """Expire silent ranks, then copy the table."""
@@ -82,6 +120,7 @@ class RankTable:
             return TableView(
                 ranks=tuple(self._ranks.values()),
                 messages=self._messages,
+                coalesced=self._coalesced,
                 rejected=dict(self._rejected),
                 evicted=dict(self._evicted),
                 exits={(job, reason): n for job, reasons in self._exits.items() for reason, n in reasons.items()},
@@ -109,6 +148,16 @@ class RankTable:
         while len(self._exits) > self._max_ranks:
             self._exits.popitem(last=False)
             self._evicted["exit_job_ids"] += 1
+
+
+def _sender(msg: Mapping[str, object]) -> Sender | None:
+    """The process a report comes from, if its identity fields are plain values; goodbyes are never coalesced."""
+    job_id, rank, pid, start = msg.get("job_id"), msg.get("rank"), msg.get("pid"), msg.get("start_time")
+    if msg.get("type") != "report" or type(job_id) is not str or type(rank) is not int:
+        return None
+    if type(pid) not in (int, type(None)) or type(start) not in (int, float, type(None)):
+        return None
+    return (job_id, rank, pid, start)
 
 
 def _is_stale(new: Report, old: Report) -> bool:

@@ -27,6 +27,7 @@ from trainmon.wire import MAX_DATAGRAM
 log = logging.getLogger(__name__)
 
 RECEIVE_BUFFER = 4 << 20  # bytes; the kernel caps it at net.core.rmem_max
+MAX_BURST = 256  # datagrams read before handing them over; bounds the memory of one burst
 RETRY_SECONDS = 1.0  # how long the thread waits when no socket is registered yet
 
 
@@ -161,15 +162,21 @@ class IngestServer:
                     self._drain(key.fileobj)  # type: ignore[arg-type]
 
     def _drain(self, sock: socket.socket) -> None:
+        """Read what has queued up, in bursts, and hand each burst to the table at once."""
         while True:
-            try:
-                data = sock.recv(MAX_DATAGRAM + 1)  # one byte more than allowed: larger is "oversized"
-            except (BlockingIOError, InterruptedError):
+            burst = []
+            while len(burst) < MAX_BURST:
+                try:
+                    burst.append(sock.recv(MAX_DATAGRAM + 1))  # one byte more than allowed: larger is "oversized"
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:
+                    log.warning("ingest receive failed error=%s", exc)
+                    break
+            if burst:
+                self._table.receive_burst(burst)
+            if len(burst) < MAX_BURST:
                 return
-            except OSError as exc:
-                log.warning("ingest receive failed error=%s", exc)
-                return
-            self._table.receive(data)
 
 
 def _remove_stale_socket(path: Path) -> None:
