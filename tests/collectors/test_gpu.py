@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import Collection
 from trainmon.collectors.gpu import GpuCollector
 from trainmon.errors import CollectorError
-from trainmon.families import Metric
 from trainmon.nvml.pylib import ScenarioLibrary
 from trainmon.settings import Settings
 
@@ -57,23 +57,12 @@ def node(tmp_path: Path) -> Iterator[Node]:
     made.collector.close()
 
 
-class _Families:
-    def __init__(self, families: tuple[Metric, ...]) -> None:
-        self._families = families
-
-    def collect(self) -> tuple[Metric, ...]:
-        return self._families
-
-
 def registry(collection: Collection) -> CollectorRegistry:
-    reg = CollectorRegistry()
-    reg.register(_Families(collection.families))
-    return reg
+    return registry_of(collection.families)
 
 
 def samples(collection: Collection) -> dict[scenarios.Sample, float]:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in collection.families for s in family.samples}
+    return samples_of(collection.families)
 
 
 def gpu_names(collection: Collection, gpu: str) -> set[str]:

@@ -15,26 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
 
 INTERVAL = "0.3"
-
-
-def parse(text: str) -> dict[scenarios.Sample, float]:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def scrape_until(daemon: Daemon, ok: Callable[[dict[scenarios.Sample, float]], bool],
                  timeout: float = 15) -> dict[scenarios.Sample, float]:
     """The first scrape whose samples satisfy `ok`."""
     def attempt() -> dict[scenarios.Sample, float] | None:
-        metrics = parse(daemon.metrics_text())
+        metrics = parse_samples(daemon.metrics_text())
         return metrics if ok(metrics) else None
 
     return wait_until(attempt, timeout)  # type: ignore[return-value]
@@ -97,7 +92,7 @@ def test_without_a_driver_the_daemon_serves_and_says_why(why: str, tmp_path: Pat
     library_dir = None if why == "LibraryNotFound" else fake_nvml_dir
     daemon, path = start(tmp_path, library_dir, {**scenarios.node(1), "init_error": 9})
     daemons.append(daemon)
-    metrics = parse(daemon.metrics_text())
+    metrics = parse_samples(daemon.metrics_text())
 
     assert 0.0 == metrics[("trainmon_collector_success", frozenset({("collector", "gpu")}))]
     assert 200 == daemon.get("/readyz").status_code

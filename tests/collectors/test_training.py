@@ -9,8 +9,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
+from tests.helpers.metrics import registry_of
 from tests.helpers.net import wait_until
 from trainmon import wire
 from trainmon.collectors.base import Collection
@@ -24,20 +24,6 @@ REPORT = wire.Report(
     collectives=(wire.Collective(op="all_reduce", group="default_pg", seconds=0.5, calls=10, bytes=4096),),
     group_sizes={"default_pg": 2}, phase="eval",
 )
-
-
-class Fixed:
-    def __init__(self, collection: Collection) -> None:
-        self.collection = collection
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        return self.collection.families
-
-
-def registry_of(collection: Collection) -> CollectorRegistry:
-    registry = CollectorRegistry()
-    registry.register(Fixed(collection))  # type: ignore[arg-type]
-    return registry
 
 
 def send(path: Path, report: wire.Report) -> None:
@@ -60,7 +46,7 @@ def collected_after(collector: TrainingCollector, path: Path, report: wire.Repor
 
 def test_a_report_becomes_per_rank_series(collector: TrainingCollector, tmp_path: Path) -> None:
     path = tmp_path / "run" / "ingest.sock"
-    reg = registry_of(collected_after(collector, path, REPORT))
+    reg = registry_of(collected_after(collector, path, REPORT).families)
     rank = {"job_id": "llama", "rank": "1"}
 
     assert 5 == reg.get_sample_value("trainmon_train_steps_total", rank)
@@ -75,7 +61,7 @@ def test_a_report_becomes_per_rank_series(collector: TrainingCollector, tmp_path
 
 def test_loss_scale_is_absent_without_a_scaler(collector: TrainingCollector, tmp_path: Path) -> None:
     bf16 = dataclasses.replace(REPORT, loss_scaler="none", loss_scale=1.0)
-    reg = registry_of(collected_after(collector, tmp_path / "run" / "ingest.sock", bf16))
+    reg = registry_of(collected_after(collector, tmp_path / "run" / "ingest.sock", bf16).families)
 
     assert reg.get_sample_value("trainmon_train_loss_scale", {"job_id": "llama", "rank": "1"}) is None
 

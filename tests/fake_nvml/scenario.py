@@ -10,6 +10,8 @@ from typing import Any
 
 import pynvml
 
+from tests.helpers.metrics import SampleKey
+
 MIB = 1 << 20
 FIELD = {
     "energy_mj": pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
@@ -84,7 +86,7 @@ def write(path: Path, scenario: dict[str, Any]) -> Path:
     return path
 
 
-Sample = tuple[str, frozenset[tuple[str, str]]]
+Sample = SampleKey
 
 
 def expected(scenario: dict[str, Any]) -> dict[Sample, float]:

@@ -26,13 +26,14 @@ def registry_of(families: Iterable[Metric]) -> CollectorRegistry:
 SampleKey = tuple[str, frozenset[tuple[str, str]]]
 
 
+def samples_of(families: Iterable[Metric]) -> dict[SampleKey, float]:
+    """Every sample of `families`, keyed by name and label set."""
+    return {(s.name, frozenset(s.labels.items())): s.value for family in families for s in family.samples}
+
+
 def parse_samples(text: str) -> dict[SampleKey, float]:
     """Every sample of a Prometheus text exposition, keyed by name and label set."""
-    samples: dict[SampleKey, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return samples
+    return samples_of(text_string_to_metric_families(text))
 
 
 def series_names(text: str) -> set[str]:
