@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
@@ -143,20 +142,11 @@ def check(settings: Settings) -> int:
 
 def demo(settings: Settings) -> int:
     from trainmon.daemon import serve
+    from trainmon.demo_job import start_simulated_job
 
     logging.getLogger(__name__).warning("SIMULATED node: trainmon demo serves made-up GPUs and a made-up job")
-    job = start_demo_job(settings)
+    job = start_simulated_job(settings)
     try:
         return serve(settings)
     finally:
-        if job is not None:
-            job.stop()
-
-
-def start_demo_job(settings: Settings):  # type: ignore[no-untyped-def]
-    """The simulated training job, once the training hook has landed; None before."""
-    try:
-        from trainmon.demo_job import start_simulated_job
-    except ImportError:
-        return None
-    return start_simulated_job(dataclasses.replace(settings))
+        job.stop()
