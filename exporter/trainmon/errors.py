@@ -9,6 +9,11 @@ TrainmonError
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the hook imports this module: prometheus_client only for type checkers
+    from trainmon.families import Metric
+
 
 class TrainmonError(Exception):
     """Base of every trainmon exception."""
@@ -31,7 +36,7 @@ class CollectorError(TrainmonError):
     which GPUs it had and how many the PCI bus shows), served beside `trainmon_collector_success 0`.
     """
 
-    def __init__(self, message: str, families: tuple[object, ...] = ()) -> None:
+    def __init__(self, message: str, families: tuple[Metric, ...] = ()) -> None:
         super().__init__(message)
         self.families = families
 

@@ -166,7 +166,7 @@ class Scheduler:
                                      error=str(outcome.error), last_success=now)
             return status, ()
         partial = outcome.error.families if isinstance(outcome.error, CollectorError) else ()
-        return self._failing(name, outcome.duration_s, describe(outcome.error)), partial  # type: ignore[return-value]
+        return self._failing(name, outcome.duration_s, describe(outcome.error)), partial
 
     def _failing(self, name: str, duration: float, error: str) -> CollectorStatus:
         return CollectorStatus(name=name, state="failing", duration_s=duration, error=error,
