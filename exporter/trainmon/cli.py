@@ -8,11 +8,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from trainmon import __version__
 from trainmon.errors import ConfigError
 from trainmon.settings import Option, Settings, serve_options, settings_from, systemd_socket_fd
+
+if TYPE_CHECKING:
+    from trainmon.webconfig import WebConfig
 
 DAEMON_MODULES = ("prometheus_client", "fastapi", "uvicorn", "psutil", "pynvml")
 
@@ -89,12 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = serve_options(available_collectors())
     args = build_parser(options).parse_args(argv)
     values = raw_values(args, options)
+    web = None
     try:
         settings = settings_from(values, options, **command_overrides(args.command, values))
         if settings.web_config is not None:
             from trainmon.webconfig import load_web_config
 
-            load_web_config(settings.web_config)  # a broken file stops start-up before anything runs
+            web = load_web_config(settings.web_config)  # a broken file stops start-up before anything runs
     except ConfigError as exc:
         print(f"trainmon: error: {exc}", file=sys.stderr)
         return 2
@@ -102,10 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         return check(settings)
     if args.command == "demo":
-        return demo(settings)
+        return demo(settings, web)
     from trainmon.daemon import serve
 
-    return serve(settings)
+    return serve(settings, web)
 
 
 def command_overrides(command: str, values: dict[str, str]) -> dict[str, object]:
@@ -140,13 +144,13 @@ def check(settings: Settings) -> int:
     return 0
 
 
-def demo(settings: Settings) -> int:
+def demo(settings: Settings, web: WebConfig | None) -> int:
     from trainmon.daemon import serve
     from trainmon.demo_job import start_simulated_job
 
     logging.getLogger(__name__).warning("SIMULATED node: trainmon demo serves made-up GPUs and a made-up job")
     job = start_simulated_job(settings)
     try:
-        return serve(settings)
+        return serve(settings, web)
     finally:
         job.stop()

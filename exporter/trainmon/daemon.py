@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainmon.collectors import build_collector
 from trainmon.collectors.base import Collection, Collector
@@ -12,6 +13,9 @@ from trainmon.errors import CollectorError
 from trainmon.scheduler import Scheduler, describe
 from trainmon.settings import Settings
 from trainmon.snapshot import Snapshot, SnapshotStore
+
+if TYPE_CHECKING:
+    from trainmon.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,8 @@ def collect_once(settings: Settings) -> Snapshot:
         scheduler.stop()
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, web: WebConfig | None = None) -> int:
+    """Collect in the background and serve HTTP until a stop signal; `web` is the loaded --web-config."""
     from trainmon.http.app import create_app
     from trainmon.http.server import run_server
 
@@ -65,7 +70,7 @@ def serve(settings: Settings) -> int:
     log.info("serving listen=%s collectors=%s interval=%ss%s", settings.listen, ",".join(settings.collectors),
              settings.interval, " SIMULATED node (trainmon demo)" if settings.simulated else "")
     try:
-        run_server(create_app(store, simulated=settings.simulated), settings)
+        run_server(create_app(store, simulated=settings.simulated), settings, web)
     finally:
         scheduler.stop()
     log.info("stopped")

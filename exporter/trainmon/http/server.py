@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
 
-from trainmon.errors import ConfigError
 from trainmon.settings import Settings
-from trainmon.webconfig import WebConfig, load_web_config
+from trainmon.webconfig import WebConfig
 
 
 class Server(uvicorn.Server):
@@ -41,13 +39,12 @@ class Server(uvicorn.Server):
             self._loop.call_soon_threadsafe(self._exit_requested.set)
 
 
-def run_server(app: FastAPI, settings: Settings) -> None:
-    """Serve until SIGTERM or SIGINT; returns after a graceful shutdown of at most one second."""
-    try:
-        web = load_web_config(settings.web_config) if settings.web_config else WebConfig()
-    except ConfigError as exc:
-        print(f"trainmon: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+def run_server(app: FastAPI, settings: Settings, web: WebConfig | None = None) -> None:
+    """Serve until SIGTERM or SIGINT; returns after a graceful shutdown of at most one second.
+
+    `web` is the `--web-config` the command line already loaded (TLS, basic auth); None serves plain HTTP.
+    """
+    web = web or WebConfig()
     config = uvicorn.Config(
         web.wrap(app),
         host=settings.listen.host,
