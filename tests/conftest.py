@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.daemon import Daemon
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture(autouse=True)
@@ -21,9 +21,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def shared_fixtures() -> Path:
-    """The read-only procfs/sysfs samples in ../shared/fixtures (see its NOTICE.md)."""
-    return SHARED_FIXTURES
+def fixtures() -> Path:
+    """Real procfs/sysfs samples and CRD schemas copied into tests/fixtures (see each NOTICE.md)."""
+    return FIXTURES
 
 
 @pytest.fixture

@@ -115,9 +115,9 @@ def test_a_node_without_infiniband_has_no_data(tmp_path: Path) -> None:
         InfinibandCollector(Settings(sysfs=tmp_path)).collect()
 
 
-def test_real_kernel_samples(shared_fixtures: Path) -> None:
+def test_real_kernel_samples(fixtures: Path) -> None:
     """The procfs project's samples (hfi1, dual-port mlx4, mlx5 with hw_counters) read without skips."""
-    collection, registry = collect(Settings(sysfs=shared_fixtures / "procfs" / "sys"))
+    collection, registry = collect(Settings(sysfs=fixtures / "procfs" / "sys"))
 
     assert () == collection.skipped
     assert 18126345378 * 4 == registry.get_sample_value("trainmon_infiniband_port_data_received_bytes_total",

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 KUBERNETES = REPO / "deploy" / "kubernetes"
 OVERLAY = KUBERNETES / "overlays" / "kube-prometheus-stack"
 EXAMPLE_POD = KUBERNETES / "examples" / "training-pod.yaml"
-CRDS = REPO.parent / "shared" / "fixtures" / "crds"
+CRDS = REPO / "tests" / "fixtures" / "crds"
 CRD_FILES = {"ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
              "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
 # The oldest Kubernetes still in support and the newest the validator knows.

@@ -58,8 +58,8 @@ def test_only_whole_namespaces_are_kept() -> None:
     assert ["nvme0n1", "nvme10n12", "nvme1n1"] == [r.device for r in whole_namespaces(parse_diskstats(text))]
 
 
-def test_real_kernel_sample_parses(shared_fixtures) -> None:  # type: ignore[no-untyped-def]
-    text = (shared_fixtures / "procfs" / "proc" / "diskstats").read_text()
+def test_real_kernel_sample_parses(fixtures) -> None:  # type: ignore[no-untyped-def]
+    text = (fixtures / "procfs" / "proc" / "diskstats").read_text()
 
     records = parse_diskstats(text)
 
