@@ -36,6 +36,7 @@ indices() {  # "0,2-3" -> "0 2 3"; entries that are not indices (UUIDs) name no 
 
 for gpu in $(indices "$gpus"); do
     file="$dir/$gpu"
+    grep -qxF "$job" "$file" 2>/dev/null && continue  # a prolog run again changes nothing
     partial="$dir/.$gpu.$$"
     { grep -vxF "$job" "$file" 2>/dev/null; echo "$job"; } >"$partial" &&
         chmod 644 "$partial" && mv -f "$partial" "$file" ||
