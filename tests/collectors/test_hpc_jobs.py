@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,18 +126,32 @@ def test_daemon_attributes_fake_nvml_gpus_to_slurm_jobs(tmp_path: Path, fake_nvm
     mapping = tmp_path / "job-mapping"
     run_script("prolog.sh", mapping, "4242", CUDA_VISIBLE_DEVICES="0,1")
     procfs = tmp_path / "proc"
-    for index, job_id in ((2, 5002), (3, 5003)):
-        write(procfs / str(scenarios.node(4)["gpus"][index]["processes"][0]["pid"]) / "cgroup",
-              CGROUP_V2.format(job=job_id))
-    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.node(4))
+    write(procfs / "4002" / "cgroup", CGROUP_V2.format(job=5002))  # the fake NVML's GPU 2 process
+    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.node(4))  # GPU 3's pid 4003: no /proc entry
     daemon = start_daemon(tmp_path, ["--collectors", "gpu", "--interval", "0.5", "--sysfs", str(tmp_path),
                                      "--procfs", str(procfs), "--hpc-job-mapping-dir", str(mapping)],
                           env={"FAKE_NVML_SCENARIO": str(scenario), "LD_LIBRARY_PATH": str(fake_nvml_dir)})
     daemons.append(daemon)
 
-    wait_until(lambda: {job(0, "4242"), job(1, "4242"), job(2, "5002"), job(3, "5003")} == {
+    wait_until(lambda: {job(0, "4242"), job(1, "4242"), job(2, "5002")} == {
         k for k in parse_samples(daemon.metrics_text()) if k[0] == JOB}, timeout=20)
     status = daemon.get("/api/v1/status").json()
     hpc = next(c for c in status["collectors"] if c["name"] == "hpc_jobs")
     assert "ok" == hpc["state"]
     assert "4242" in " ".join(hpc["found"])
+    assert ["gpu 3: pid 4003: exited before its cgroup was read"] == hpc["skipped"]
+
+
+def test_check_reports_the_jobs_with_the_environment_twin(tmp_path: Path, fake_nvml_dir: Path) -> None:  # noqa: F811
+    mapping = tmp_path / "job-mapping"
+    run_script("prolog.sh", mapping, "4242", SLURM_JOB_GPUS="1")
+    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.node(2))
+    env = {"PATH": "/usr/bin:/bin", "FAKE_NVML_SCENARIO": str(scenario), "LD_LIBRARY_PATH": str(fake_nvml_dir),
+           "TRAINMON_HPC_JOB_MAPPING_DIR": str(mapping), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+
+    result = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu", "--procfs",
+                             str(tmp_path / "proc"), "--sysfs", str(tmp_path)], capture_output=True, text=True,
+                            timeout=60, env=env)
+
+    assert 0 == result.returncode, result.stdout + result.stderr
+    assert f"gpu 1 {uuid(1)}: slurm job 4242 (from the mapping)" in result.stdout
