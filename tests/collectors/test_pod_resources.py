@@ -60,13 +60,15 @@ def test_devices_match_by_uuid_by_index_and_time_slicing_replica() -> None:
         ContainerDevices("ml", "c", "main", GPU, (f"{uuid(4)}::2",)),  # time-slicing replica 2 of GPU 4
         ContainerDevices("ml", "c", "side", "rdma/hca", ("mlx5_0",)),  # not a GPU: ignored, not unknown
         ContainerDevices("ml", "d", "main", "nvidia.com/gpu", ("GPU-not-here",)),
+        ContainerDevices("ml", "e\x1b[2J", "main", GPU, (uuid(5),)),  # garbage names: dropped, not served
     ]
 
     got = match_allocations(devices, node_inventory().latest() or ())
 
     assert (("0", uuid(0), "ml", "a", "main"), ("1", uuid(1), "ml", "a", "main"), ("3", uuid(3), "ml", "b", "main"),
             ("4", uuid(4), "ml", "c", "main")) == got.rows
-    assert ["'ml/d/main': nvidia.com/gpu device 'GPU-not-here' is no GPU of this node"] == list(got.unknown)
+    assert ["'ml/d/main': nvidia.com/gpu device 'GPU-not-here' is no GPU of this node",
+            "'ml/e\\x1b[2J/main': names that are not printable, GPU 5 not attributed"] == list(got.unknown)
 
 
 def test_allocations_served_changed_and_removed(socket_path: Path, caplog: pytest.LogCaptureFixture) -> None:

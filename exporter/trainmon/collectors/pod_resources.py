@@ -25,12 +25,14 @@ from trainmon.errors import CollectorError, ConfigError
 from trainmon.families import info
 from trainmon.gpu_inventory import INVENTORY, GpuInventory, InventoryGpu
 from trainmon.kubelet.client import ContainerDevices, KubeletError, list_devices
+from trainmon.scheduler import describe
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 10.0
+STALE_AFTER_REFRESHES = 3
 # NVIDIA's device plugin: whole GPUs, and MIG slices under the mixed strategy (`nvidia.com/mig-1g.10gb`).
 GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|mig-.+)")
 ALLOCATION_LABELS = ("gpu", "uuid", "namespace", "pod", "container")
@@ -64,9 +66,12 @@ def match_allocations(devices: Iterable[ContainerDevices], gpus: Sequence[Invent
         owner = f"{entry.namespace}/{entry.pod}/{entry.container}"
         for device_id in entry.device_ids:
             gpu = by_uuid.get(device_id.partition(SHARED_SUFFIX)[0]) or by_index.get(device_id)
-            row = (str(gpu.index), gpu.uuid, entry.namespace, entry.pod, entry.container) if gpu else None
-            if row is None or not all(value.isprintable() for value in row):
+            if gpu is None:
                 unknown.append(f"{owner!r}: {entry.resource_name} device {device_id[:80]!r} is no GPU of this node")
+                continue
+            row = (str(gpu.index), gpu.uuid, entry.namespace, entry.pod, entry.container)
+            if not all(value.isprintable() for value in row):
+                unknown.append(f"{owner!r}: names that are not printable, GPU {gpu.index} not attributed")
                 continue
             rows[row] = None
     return Allocations(rows=tuple(rows), unknown=tuple(unknown))
@@ -104,6 +109,8 @@ class PodResourcesCollector:
             listing = Listing(devices=list_devices(self._socket, self._call_timeout_s), error=None, at=time.time())
         except KubeletError as exc:
             listing = Listing(devices=(), error=str(exc), at=time.time())
+        except Exception as exc:  # whatever else goes wrong, the refresher thread must live on
+            listing = Listing(devices=(), error=describe(exc), at=time.time())
         self._listing = listing
         self._listed.set()
         return listing
@@ -115,6 +122,9 @@ class PodResourcesCollector:
             raise CollectorError(f"no answer yet from the kubelet at {self._socket}")
         if listing.error is not None:
             raise CollectorError(f"kubelet PodResources List at {self._socket} failed: {listing.error}")
+        age = time.time() - listing.at
+        if age > STALE_AFTER_REFRESHES * self._refresh_s:
+            raise CollectorError(f"the last kubelet answer is {age:.0f}s old: the refresher is stuck")
         gpus = self._inventory.latest()
         if gpus is None:
             raise CollectorError("no GPU inventory to match devices to: the gpu collector has not run (enabled?)")
