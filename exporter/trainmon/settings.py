@@ -6,6 +6,7 @@ command line, the environment and the documentation agree.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import re
@@ -16,6 +17,8 @@ from pathlib import Path
 from trainmon.errors import ConfigError
 
 DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training")
+# Setting one of these flags enables its collector (GPU ownership, SPEC §4) beside --collectors.
+FLAG_COLLECTORS = {"kubelet_pod_resources_socket": "pod_resources", "hpc_job_mapping_dir": "hpc_jobs"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,8 @@ class Settings:
     rank_ttl: float = 600.0
     max_ranks: int = 1024
     web_config: Path | None = None
+    kubelet_pod_resources_socket: Path | None = None
+    hpc_job_mapping_dir: Path | None = None
     log_level: str = "info"
     # Set by `trainmon demo`: the GPU collector reads a simulated node and every surface says so.
     simulated: bool = False
@@ -199,6 +204,12 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("rank-ttl", parse_seconds, "600", "seconds of silence after which a training rank is dropped"),
         Option("max-ranks", parse_positive_int, "1024", "cap on live (job_id, rank) pairs"),
         Option("web-config", parse_optional_path, "", "TLS and basic auth file (exporter-toolkit format)"),
+        Option("kubelet-pod-resources-socket", parse_optional_path, "",
+               "kubelet PodResources gRPC socket (usually /var/lib/kubelet/pod-resources/kubelet.sock); "
+               "enables trainmon_gpu_allocation_info"),
+        Option("hpc-job-mapping-dir", parse_optional_path, "",
+               "GPU-to-job mapping directory (DCGM format, written by Slurm prolog/epilog); "
+               'enables trainmon_gpu_job_info{scheduler="slurm"}'),
         Option("log-level", parse_log_level, "info", "debug, info, warning or error"),
     )
 
@@ -222,6 +233,10 @@ def settings_from(values: Mapping[str, str], options: Sequence[Option], **overri
     parsed = {opt.field_name: opt.parse(opt.flag, values.get(opt.field_name, opt.default)) for opt in options}
     parsed.update(overrides)
     settings = Settings(**parsed)  # type: ignore[arg-type]
+    flagged = tuple(name for field_name, name in FLAG_COLLECTORS.items()
+                    if getattr(settings, field_name) is not None and name not in settings.collectors)
+    if flagged:
+        settings = dataclasses.replace(settings, collectors=settings.collectors + flagged)
     udp = settings.ingest_udp
     if udp is not None and not udp.is_loopback and not settings.ingest_udp_allow_remote:
         raise ConfigError("ingest-udp", str(udp),

@@ -12,6 +12,34 @@ F = 'job=~"$job"'
 RATE = "[$__rate_interval]"
 
 
+# Owners (SPEC §4 "GPU ownership"), from prometheus/rules.yml's trainmon.ownership.rules:
+# (row label, level of the recorded series, owner label).
+OWNERS = (("namespace", "namespace", "namespace"), ("Slurm job", "job_id", "job_id"))
+
+
+def _owners(board: Board, config: DashboardConfig) -> Board:
+    """Allocated and idle GPUs by Kubernetes namespace and by Slurm job, and the GPU-hours each held."""
+    idle = (f"SM activity under {config.idle_sm_ratio:.0%}, or low power against the limit where SM activity is "
+            "not measured (as TrainmonGPUIdleDuringTraining judges it)")
+    panels = []
+    for label, level, owner in OWNERS:
+        panels.append(graph(
+            f"GPUs by {label}",
+            f"GPUs allocated to each {label}, and how many of them are idle: {idle}.",
+            "none",
+            Query(f"sum by ({owner}) ({level}:trainmon_gpu_allocated:count{{{F}}})", f"{{{{{owner}}}}}"),
+            Query(f"sum by ({owner}) ({level}:trainmon_gpu_idle:count{{{F}}})", f"{{{{{owner}}}}} idle"),
+        ))
+    for label, level, owner in OWNERS:
+        panels.append(graph(
+            f"GPU-hours by {label}",
+            f"GPU-hours each {label} held over the hour before each point.",
+            "none",
+            Query(f"sum by ({owner}) ({level}:trainmon_gpu_hours:sum1h{{{F}}})", f"{{{{{owner}}}}}"),
+        ))
+    return board.row("GPUs by owner", *panels)
+
+
 def build(config: DashboardConfig) -> DashboardModel:
     sm = f"trainmon_gpu_sm_utilization_ratio{{{F}}}"
     idle = f"{sm} < {config.idle_sm_ratio}"
@@ -81,6 +109,7 @@ def build(config: DashboardConfig) -> DashboardModel:
             Query(f"sum by (instance) (trainmon_gpu_power_watts{{{F}}})", "{{instance}}"),
         ),
     )
+    _owners(board, config)
     board.row(
         "Jobs",
         graph(

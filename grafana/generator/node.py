@@ -224,6 +224,32 @@ def _exporter(b: Board) -> Board:
     )
 
 
+def _owners(b: Board) -> Board:
+    """Who holds each GPU: the owner `_info` series joined onto trainmon_gpu_up (1 up, 0 down)."""
+    up = f"trainmon_gpu_up{{{S}}}"
+    return b.row(
+        "GPU owners",
+        graph(
+            "Kubernetes owner of each GPU",
+            "The pod and container the kubelet allocated each GPU to (trainmon_gpu_allocation_info; needs the "
+            "pod-resources overlay). 1 while the GPU is up, 0 while it is down.",
+            "none",
+            Query(f"{up} * on (instance, uuid) group_left (namespace, pod, container) "
+                  f"group by (instance, uuid, namespace, pod, container) (trainmon_gpu_allocation_info{{{S}}})",
+                  GPU + ": {{namespace}}/{{pod}} {{container}}"),
+        ),
+        graph(
+            "Slurm job of each GPU",
+            "The Slurm job each GPU runs (trainmon_gpu_job_info: the prolog's mapping directory, else the cgroup "
+            "of its processes). 1 while the GPU is up, 0 while it is down.",
+            "none",
+            Query(f"{up} * on (instance, uuid) group_left (job_id) "
+                  f"group by (instance, uuid, job_id) (trainmon_gpu_job_info{{{S}}})",
+                  GPU + ": job {{job_id}}"),
+        ),
+    )
+
+
 def build(config: DashboardConfig) -> DashboardModel:
     board = Board(
         config=config,
@@ -232,4 +258,4 @@ def build(config: DashboardConfig) -> DashboardModel:
         description="GPUs, NVMe, InfiniBand and the trainmon daemon of the selected nodes.",
         variables=(JOB, INSTANCE),
     )
-    return _exporter(_infiniband(_nvme(_gpu(board)))).build()
+    return _exporter(_infiniband(_nvme(_owners(_gpu(board))))).build()

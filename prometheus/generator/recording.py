@@ -165,5 +165,55 @@ def nvme_group(c: RulesConfig) -> Group:
     )
 
 
+# GPU owners (SPEC §4 "GPU ownership"): (level, owner labels, info series). The owner series are
+# `_info` series joined here, never labels copied onto every GPU series.
+OWNERS = (
+    ("namespace", "namespace", "trainmon_gpu_allocation_info"),
+    ("job_id", "job_id", "trainmon_gpu_job_info"),
+)
+
+
+def idle_gpu_expr(c: RulesConfig) -> str:
+    """One series per idle GPU, judged as TrainmonGPUIdleDuringTraining does: SM activity, else power."""
+    sm = c.m("trainmon_gpu_sm_utilization_ratio")
+    return f"""
+group by (job, instance, gpu, uuid) (
+    {sm} < {c.idle_sm_ratio}
+  or
+    (
+      instance_gpu:trainmon_gpu_power_per_limit:ratio < {c.idle_power_ratio}
+    unless on (instance, uuid)
+      {sm}
+    )
+)"""
+
+
+def ownership_group(c: RulesConfig) -> Group:
+    """Allocated and idle GPUs per owner, and the GPU-hours each owner held over the last hour."""
+    rules = [Record(record="instance_gpu:trainmon_gpu_idle:group", expr=idle_gpu_expr(c))]
+    for level, owner, series in OWNERS:
+        # One per (node, GPU, owner): a GPU listed twice for one owner (two containers) counts once.
+        held = f"group by (job, instance, uuid, {owner}) ({c.m(series)})"
+        rules += [
+            Record(record=f"{level}:trainmon_gpu_allocated:count", expr=f"count by (job, {owner}) ({held})"),
+            Record(
+                record=f"{level}:trainmon_gpu_idle:count",
+                expr=f"""
+count by (job, {owner}) (
+    {held}
+  and on (instance, uuid)
+    instance_gpu:trainmon_gpu_idle:group
+)""",
+            ),
+            # 60 one-minute steps (59m59s: Prometheus 2 counts both ends of a subquery range, 3 only the
+            # last): an owner that held GPUs for part of the hour accrues only that part.
+            Record(
+                record=f"{level}:trainmon_gpu_hours:sum1h",
+                expr=f"sum_over_time({level}:trainmon_gpu_allocated:count[59m59s:1m]) / 60",
+            ),
+        ]
+    return Group(name="trainmon.ownership.rules", rules=rules)
+
+
 def recording_groups(c: RulesConfig) -> list[Group]:
-    return [gpu_group(c), training_group(c), nvme_group(c)]
+    return [gpu_group(c), training_group(c), nvme_group(c), ownership_group(c)]

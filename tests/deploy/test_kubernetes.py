@@ -21,6 +21,8 @@ from tests.helpers.tools import require, require_tool
 REPO = Path(__file__).resolve().parents[2]
 KUBERNETES = REPO / "deploy" / "kubernetes"
 OVERLAY = KUBERNETES / "overlays" / "kube-prometheus-stack"
+POD_RESOURCES = KUBERNETES / "overlays" / "pod-resources"
+KUBELET_DIR = "/var/lib/kubelet/pod-resources"
 EXAMPLE_POD = KUBERNETES / "examples" / "training-pod.yaml"
 CRDS = REPO / "tests" / "fixtures" / "crds"
 CRD_FILES = {"ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
@@ -260,3 +262,48 @@ def test_overlay_labels_monitor_and_rules_for_the_release(overlay: list[dict[str
     """kube-prometheus-stack selects only objects labelled with its release."""
     for kind in ("ServiceMonitor", "PrometheusRule"):
         assert one(overlay, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+@pytest.fixture(scope="module")
+def pod_resources() -> list[dict[str, Any]]:
+    return kustomize(POD_RESOURCES)
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_pod_resources_overlay_validates(pod_resources: list[dict[str, Any]], version: str) -> None:
+    for obj in (o for o in pod_resources if o["kind"] not in CRD_FILES):
+        kubernetes_validate.validate(obj, version, strict=True)
+    for kind in sorted(CRD_FILES):
+        validate_custom(one(pod_resources, kind), crd_schema(kind))
+
+
+def test_pod_resources_overlay_mounts_the_kubelet_directory_and_only_adds_root(
+        base: list[dict[str, Any]], pod_resources: list[dict[str, Any]]) -> None:
+    """The directory (kubelet remakes the socket), read-only, the flag pointing into it; root, nothing more."""
+    pod = one(pod_resources, "DaemonSet")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "pod-resources")
+    volume = next(v for v in pod["volumes"] if v["name"] == "pod-resources")
+    security = container["securityContext"]
+    base_pod = one(base, "DaemonSet")["spec"]["template"]["spec"]
+
+    assert volume["hostPath"] == {"path": KUBELET_DIR, "type": "Directory"}
+    assert mount == {"name": "pod-resources", "mountPath": KUBELET_DIR, "readOnly": True}
+    assert f"--kubelet-pod-resources-socket={KUBELET_DIR}/kubelet.sock" in container["args"]
+    assert (security["runAsUser"], security["runAsNonRoot"]) == (0, False)
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True
+    assert not security.get("privileged")
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    without = {**security}
+    del without["runAsUser"]
+    assert {**without, "runAsNonRoot": True} == base_pod["containers"][0]["securityContext"]
+    assert not any("pod-resources" in str(v) for v in base_pod["volumes"]), "the base stays unprivileged"
+
+
+def test_example_training_pod_passes_its_pod_to_the_hook() -> None:
+    """The downward API sets POD_NAME and POD_NAMESPACE, which the hook reads (trainmon.torch._identity)."""
+    [container] = yaml.safe_load(EXAMPLE_POD.read_text())["spec"]["containers"]
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+
+    assert ("metadata.name", "metadata.namespace") == (env["POD_NAME"], env["POD_NAMESPACE"])

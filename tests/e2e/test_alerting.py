@@ -7,8 +7,9 @@ regressions fire their alerts, which reach the webhook.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ from tests.fake_nvml import scenario
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.grafana.dashboards import DASHBOARD_FILES, data_panels, load, substitute
 from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.kubelet import GPU, FakeKubelet, Pod, kubelet_server
 from tests.helpers.net import wait_until
 from tests.helpers.node import SyntheticNode
+from tests.helpers.slurm import run_script
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import RULE_FILES
 
@@ -80,10 +83,21 @@ def names(alerts: list[dict[str, str]]) -> set[str]:
     return {a["alertname"] for a in alerts}
 
 
+@pytest.fixture
+def kubelet_socket() -> Iterator[Path]:
+    """A kubelet that allocated both GPUs of a node to one pod (the GPU-owner panels)."""
+    pod = Pod("team-a", "trainer-0", {"main": {GPU: [scenario.gpu(0)["uuid"], scenario.gpu(1)["uuid"]]}})
+    with tempfile.TemporaryDirectory(prefix="kubelet-") as directory:
+        socket = Path(directory) / "kubelet.sock"
+        with kubelet_server(socket, FakeKubelet([pod])):
+            yield socket
+
+
 def test_planted_regressions_fire_and_reach_the_webhook(
     tmp_path: Path,
     fake_nvml_dir: Path,  # noqa: F811
     daemons: list[Daemon],
+    kubelet_socket: Path,
 ) -> None:
     """Healthy: nothing fires. Comm-bound job, hung rank, lost GPU, straggler: each fires its alert at the webhook.
 
@@ -92,11 +106,15 @@ def test_planted_regressions_fire_and_reach_the_webhook(
     prometheus_bin = require_tool("prometheus")
     alertmanager_bin = require_tool("prometheus-alertmanager", "alertmanager")
     nodes = [gpu_node(tmp_path / f"n{i}", gpus=2) for i in range(2)]
-    for node in nodes:
+    # GPU owners: node A's GPUs run Slurm job 4242 (the shipped prolog's mapping), node B's a Kubernetes pod.
+    run_script("prolog.sh", tmp_path / "job-mapping", "4242", SLURM_JOB_GPUS="0,1")
+    owners = (["--hpc-job-mapping-dir", str(tmp_path / "job-mapping")],
+              ["--kubelet-pod-resources-socket", str(kubelet_socket)])
+    for node, owner_args in zip(nodes, owners, strict=True):
         daemons.append(
             start_daemon(
                 node.root,
-                args=node.daemon_args(node.root / "ingest.sock", interval=1.0),
+                args=[*node.daemon_args(node.root / "ingest.sock", interval=1.0), *owner_args],
                 env=node.daemon_env(fake_nvml_dir),
             )
         )

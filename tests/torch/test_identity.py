@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from trainmon.torch._identity import nccl_env, resolve_job_id
+from trainmon.torch._identity import PodRef, kubernetes_pod, nccl_env, resolve_job_id
 
 MASTER = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 
@@ -22,6 +23,40 @@ MASTER = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 ])
 def test_job_id_resolution_order(env: dict[str, str], expected: str) -> None:
     assert expected == resolve_job_id(env)
+
+
+IN_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "HOSTNAME": "trainer-0-abcde"}
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"POD_NAME": "trainer-0", "POD_NAMESPACE": "ml", **IN_POD}, PodRef("trainer-0", "ml")),  # downward API wins
+    ({"POD_NAME": "trainer-0", "POD_NAMESPACE": "ml"}, PodRef("trainer-0", "ml")),
+    (IN_POD, PodRef("trainer-0-abcde", "from-service-account")),
+    ({"POD_NAMESPACE": "ml", **IN_POD}, PodRef("trainer-0-abcde", "ml")),
+    ({"HOSTNAME": "login-node-3"}, PodRef("", "")),  # not in Kubernetes: HOSTNAME is no pod name
+    ({}, PodRef("", "")),
+    ({"POD_NAME": "p\x1b[31m" + "x" * 200, "POD_NAMESPACE": "ml\n"}, PodRef("p[31m" + "x" * 123, "ml")),
+])
+def test_kubernetes_pod(tmp_path: Path, env: dict[str, str], expected: PodRef) -> None:
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("from-service-account\n")
+
+    assert expected == kubernetes_pod(env, namespace_file)
+
+
+def test_pod_without_a_service_account_token_has_no_namespace(tmp_path: Path) -> None:
+    assert PodRef("trainer-0-abcde", "") == kubernetes_pod(IN_POD, tmp_path / "absent")
+
+
+def test_monitor_identity_carries_the_pod() -> None:
+    from trainmon.torch import TrainingMonitor
+
+    env = {"POD_NAME": "trainer-3", "POD_NAMESPACE": "ml", "TRAINMON_REPORT_INTERVAL": "60"}
+    mon = TrainingMonitor(job_id="j", env=env)
+    try:
+        assert ("trainer-3", "ml") == (mon.identity.pod, mon.identity.namespace)
+    finally:
+        mon.close()
 
 
 def test_master_address_hash_is_short_and_the_same_on_every_rank() -> None:

@@ -17,6 +17,8 @@ AVAILABLE: dict[str, str] = {
     "nvme": "trainmon.collectors.nvme:NvmeCollector",
     "infiniband": "trainmon.collectors.infiniband:InfinibandCollector",
     "training": "trainmon.collectors.training:TrainingCollector",
+    "pod_resources": "trainmon.collectors.pod_resources:PodResourcesCollector",
+    "hpc_jobs": "trainmon.collectors.hpc_jobs:HpcJobsCollector",
 }
 
 __all__ = ["AVAILABLE", "Collection", "Collector", "build_collector"]

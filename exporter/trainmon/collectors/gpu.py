@@ -21,6 +21,7 @@ import psutil
 from trainmon.collectors.base import Collection
 from trainmon.errors import CollectorError
 from trainmon.families import Metric, counter, gauge, info
+from trainmon.gpu_inventory import INVENTORY, InventoryGpu
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
 from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
@@ -237,6 +238,7 @@ class GpuCollector:
     # --- families --------------------------------------------------------------------------------------------
 
     def _collection(self, statuses: Sequence[GpuStatus]) -> Collection:
+        INVENTORY.publish(_inventory(statuses))
         families: list[Metric] = [self._info(statuses)]
         up = gauge("gpu_up", "1 if the last NVML read of this GPU succeeded, 0 if it failed.", GPU_LABELS)
         for status in statuses:
@@ -279,6 +281,14 @@ class GpuCollector:
             i = status.identity
             state = "up" if status.reading is not None else f"DOWN ({status.error})"
             yield f"gpu {i.index}: {i.name} {i.uuid} {i.pci_bus_id}: {state}"
+
+
+def _inventory(statuses: Sequence[GpuStatus]) -> Iterable[InventoryGpu]:
+    """What the GPU-ownership collectors join on (trainmon.gpu_inventory)."""
+    for s in statuses:
+        processes = s.reading.processes if s.reading is not None else None
+        pids = tuple(p.pid for p in processes) if processes is not None else None
+        yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids)
 
 
 def _ids(identity: Identity) -> list[str]:

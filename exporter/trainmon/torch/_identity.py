@@ -1,13 +1,25 @@
-"""Who a rank is, from the environment: job id, NCCL settings. Standard library only."""
+"""Who a rank is, from the environment: job id, NCCL settings, Kubernetes pod. Standard library only."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 from trainmon.wire import MAX_ENV, MAX_TEXT
 
 NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+# Mounted into every pod that has a service-account token (most do).
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """The Kubernetes pod a rank runs in; empty strings outside Kubernetes."""
+
+    pod: str = ""
+    namespace: str = ""
 
 
 def resolve_job_id(env: Mapping[str, str]) -> str:
@@ -29,6 +41,26 @@ def resolve_job_id(env: Mapping[str, str]) -> str:
     if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
         return hashlib.sha256(f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}".encode()).hexdigest()[:12]
     return "unknown"
+
+
+def kubernetes_pod(env: Mapping[str, str], namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE) -> PodRef:
+    """`POD_NAME`/`POD_NAMESPACE` from the downward API; else, in a pod (`KUBERNETES_SERVICE_HOST` is
+    set), `HOSTNAME` (the pod name unless the spec overrides it) and the service account's namespace file.
+    """
+    pod, namespace = env.get("POD_NAME", ""), env.get("POD_NAMESPACE", "")
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        pod = pod or env.get("HOSTNAME", "")
+        if not namespace:
+            try:
+                namespace = namespace_file.read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                namespace = ""
+    return PodRef(pod=_label_text(pod), namespace=_label_text(namespace))
+
+
+def _label_text(value: str) -> str:
+    """Printable and at most MAX_TEXT, as every label value on the wire must be."""
+    return "".join(c for c in value if c.isprintable())[:MAX_TEXT]
 
 
 def nccl_env(env: Mapping[str, str]) -> dict[str, str]:

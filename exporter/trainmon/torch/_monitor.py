@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from trainmon import wire
 from trainmon.torch._collectives import CollectiveRecorder
-from trainmon.torch._identity import int_env, nccl_env, resolve_job_id
+from trainmon.torch._identity import int_env, kubernetes_pod, nccl_env, resolve_job_id
 from trainmon.torch._scaler import HostCopies, Patches, watch_deepspeed, watch_grad_scaler, watch_megatron
 from trainmon.torch._sender import Reporter, Transport, interval_from_env, transport_from_env
 from trainmon.torch._state import Identity, RankState
@@ -84,6 +84,8 @@ class TrainingMonitor:
             return
         try:
             self.identity.nccl_env = nccl_env(self._env)
+            pod = kubernetes_pod(self._env)
+            self.identity.pod, self.identity.namespace = pod.pod, pod.namespace
             self._refresh_identity()
             if dist.is_available():
                 self._collectives.install()

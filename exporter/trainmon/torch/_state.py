@@ -30,6 +30,8 @@ class Identity:
     backend: str = ""
     framework: str = "torch"
     loss_scaler: str = "none"
+    pod: str = ""  # Kubernetes pod and namespace (_identity.kubernetes_pod)
+    namespace: str = ""
     nccl_env: dict[str, str] = field(default_factory=dict)
     parallel: dict[str, int] = field(default_factory=dict)
 

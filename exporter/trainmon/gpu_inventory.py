@@ -1,0 +1,36 @@
+"""The GPUs the `gpu` collector read last and their compute processes, for the GPU-ownership collectors.
+
+Collectors are built from settings alone, so the one inventory of the daemon is a module object:
+the `gpu` collector publishes into `INVENTORY` every cycle, `pod_resources` and `hpc_jobs` read it
+(they need each GPU's index and UUID, and the pids NVML lists on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryGpu:
+    index: int
+    uuid: str
+    # NVML's compute processes on the GPU; None when they could not be read this cycle.
+    pids: tuple[int, ...] | None
+
+
+class GpuInventory:
+    """The latest published GPUs; publishing replaces one reference, so a reader never sees a mix."""
+
+    def __init__(self) -> None:
+        self._gpus: tuple[InventoryGpu, ...] | None = None
+
+    def publish(self, gpus: Iterable[InventoryGpu]) -> None:
+        self._gpus = tuple(gpus)
+
+    def latest(self) -> tuple[InventoryGpu, ...] | None:
+        """None until the `gpu` collector has run once."""
+        return self._gpus
+
+
+INVENTORY = GpuInventory()

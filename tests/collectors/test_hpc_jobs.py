@@ -1,0 +1,157 @@
+"""The hpc_jobs collector: a mapping directory the shipped prolog writes, and Slurm cgroups in a procfs tree."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fake_nvml import scenario as scenarios
+from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.metrics import parse_samples, samples_of
+from tests.helpers.net import wait_until
+from tests.helpers.slurm import run_script
+from tests.helpers.trees import write
+from trainmon.collectors.hpc_jobs import MAX_MAPPING_BYTES, HpcJobsCollector, read_mapping
+from trainmon.gpu_inventory import GpuInventory, InventoryGpu
+from trainmon.settings import Settings
+
+JOB = "trainmon_gpu_job_info"
+CGROUP_V2 = "0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n"
+
+
+def uuid(index: int) -> str:
+    return scenarios.gpu(index)["uuid"]
+
+
+def job(index: int, job_id: str) -> tuple[str, frozenset[tuple[str, str]]]:
+    return (JOB, frozenset({"gpu": str(index), "uuid": uuid(index), "scheduler": "slurm", "job_id": job_id}.items()))
+
+
+def inventory_of(pids: dict[int, tuple[int, ...] | None], count: int = 8) -> GpuInventory:
+    inventory = GpuInventory()
+    inventory.publish(InventoryGpu(index=i, uuid=uuid(i), pids=pids.get(i, ())) for i in range(count))
+    return inventory
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_prolog_mapping_and_cgroup_fallback(tmp_path: Path) -> None:
+    """GPUs 0-3 from the prolog's files; GPU 4 from its process's cgroup; GPU 6's process has exited."""
+    mapping = tmp_path / "job-mapping"
+    assert 0 == run_script("prolog.sh", mapping, "4242", SLURM_JOB_GPUS="0,1").returncode
+    assert 0 == run_script("prolog.sh", mapping, "5000", SLURM_JOB_GPUS="2-3").returncode
+    procfs = tmp_path / "proc"
+    write(procfs / "4004" / "cgroup", CGROUP_V2.format(job=6000))
+    write(procfs / "4005" / "cgroup", "0::/user.slice/user-1000.slice/session-3.scope\n")  # no job
+    inventory = inventory_of({0: (4000,), 4: (4004,), 5: (4005,), 6: (4006,)})
+    settings = Settings(hpc_job_mapping_dir=mapping, procfs=procfs)
+
+    got = HpcJobsCollector(settings, inventory=inventory).collect()
+
+    assert {job(0, "4242"), job(1, "4242"), job(2, "5000"), job(3, "5000"), job(4, "6000")} == set(
+        samples_of(got.families))
+    assert ("gpu 6: pid 4006: exited before its cgroup was read",) == got.skipped
+    assert {"0": "mapping", "3": "mapping", "4": "cgroup"}.items() <= dict(got.details["job_sources"]).items()
+
+
+def test_epilog_removal_is_seen_at_the_next_refresh_only(tmp_path: Path) -> None:
+    mapping = tmp_path / "job-mapping"
+    run_script("prolog.sh", mapping, "4242", SLURM_JOB_GPUS="0")
+    run_script("prolog.sh", mapping, "4243", SLURM_JOB_GPUS="0")  # a shared GPU holds both
+    clock = Clock()
+    jobs = HpcJobsCollector(Settings(hpc_job_mapping_dir=mapping), inventory=inventory_of({}), clock=clock)
+    assert {job(0, "4242"), job(0, "4243")} == set(samples_of(jobs.collect().families))
+
+    run_script("epilog.sh", mapping, "4242", SLURM_JOB_GPUS="0")
+    clock.now += 29
+    assert {job(0, "4242"), job(0, "4243")} == set(samples_of(jobs.collect().families)), "read every 30 s"
+    clock.now += 1
+    assert {job(0, "4243")} == set(samples_of(jobs.collect().families))
+    run_script("epilog.sh", mapping, "4243")
+    clock.now += 30
+    assert not samples_of(jobs.collect().families)
+    assert not list(mapping.glob("[0-9]*"))
+
+
+def test_bad_mapping_files_drop_only_their_gpu(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mapping = tmp_path / "job-mapping"
+    write(mapping / "0", "4242\n")
+    write(mapping / "1", "")
+    write(mapping / "2", "9" * (MAX_MAPPING_BYTES + 10))
+    (mapping / "3").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\xff\xfe")
+    write(mapping / "4", "4244\n$(reboot)\n")
+    os.symlink(mapping / "gone", mapping / "5")  # listed, then missing when opened: a file removed mid-read
+    os.mkfifo(mapping / "6")  # must not block the collector
+    write(mapping / "9", "4249\n")  # no GPU 9 here
+    write(mapping / "README", "not a mapping file\n")
+    procfs = tmp_path / "proc"
+    write(procfs / "4001" / "cgroup", CGROUP_V2.format(job=7001))  # GPU 1's empty file: its process says
+    settings = Settings(hpc_job_mapping_dir=mapping, procfs=procfs)
+    jobs = HpcJobsCollector(settings, inventory=inventory_of({1: (4001,)}), refresh_s=0)
+
+    with caplog.at_level(logging.WARNING):
+        first = jobs.collect()
+        second = jobs.collect()
+
+    assert {job(0, "4242"), job(1, "7001"), job(4, "4244")} == set(samples_of(first.families))
+    assert ["mapping file 1: empty", "mapping file 2: larger than 65536 bytes, not a mapping file",
+            "mapping file 3: binary, not job ids a line",
+            "mapping file 4: 1 line(s) that are not job ids, first '$(reboot)'",
+            "mapping file 5: removed while being read", "mapping file 6: empty",
+            "mapping file 9: no GPU 9 on this node"] == list(first.skipped)
+    assert first.skipped == second.skipped
+    assert len(first.skipped) == len([r for r in caplog.records if "collector dropped data" in r.getMessage()])
+
+
+def test_absent_directory_is_no_job_yet(tmp_path: Path) -> None:
+    assert ({}, ()) == (read_mapping(tmp_path / "none").jobs, read_mapping(tmp_path / "none").problems)
+
+
+@pytest.mark.slow
+def test_daemon_attributes_fake_nvml_gpus_to_slurm_jobs(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                        daemons: list[Daemon]) -> None:
+    """A real daemon: the prolog's mapping for GPUs 0-1, cgroups (of the fake NVML's pids) for 2-3."""
+    mapping = tmp_path / "job-mapping"
+    run_script("prolog.sh", mapping, "4242", CUDA_VISIBLE_DEVICES="0,1")
+    procfs = tmp_path / "proc"
+    write(procfs / "4002" / "cgroup", CGROUP_V2.format(job=5002))  # the fake NVML's GPU 2 process
+    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.node(4))  # GPU 3's pid 4003: no /proc entry
+    daemon = start_daemon(tmp_path, ["--collectors", "gpu", "--interval", "0.5", "--sysfs", str(tmp_path),
+                                     "--procfs", str(procfs), "--hpc-job-mapping-dir", str(mapping)],
+                          env={"FAKE_NVML_SCENARIO": str(scenario), "LD_LIBRARY_PATH": str(fake_nvml_dir)})
+    daemons.append(daemon)
+
+    wait_until(lambda: {job(0, "4242"), job(1, "4242"), job(2, "5002")} == {
+        k for k in parse_samples(daemon.metrics_text()) if k[0] == JOB}, timeout=20)
+    status = daemon.get("/api/v1/status").json()
+    hpc = next(c for c in status["collectors"] if c["name"] == "hpc_jobs")
+    assert "ok" == hpc["state"]
+    assert "4242" in " ".join(hpc["found"])
+    assert ["gpu 3: pid 4003: exited before its cgroup was read"] == hpc["skipped"]
+
+
+def test_check_reports_the_jobs_with_the_environment_twin(tmp_path: Path, fake_nvml_dir: Path) -> None:  # noqa: F811
+    mapping = tmp_path / "job-mapping"
+    run_script("prolog.sh", mapping, "4242", SLURM_JOB_GPUS="1")
+    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.node(2))
+    env = {"PATH": "/usr/bin:/bin", "FAKE_NVML_SCENARIO": str(scenario), "LD_LIBRARY_PATH": str(fake_nvml_dir),
+           "TRAINMON_HPC_JOB_MAPPING_DIR": str(mapping), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+
+    result = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu", "--procfs",
+                             str(tmp_path / "proc"), "--sysfs", str(tmp_path)], capture_output=True, text=True,
+                            timeout=60, env=env)
+
+    assert 0 == result.returncode, result.stdout + result.stderr
+    assert f"gpu 1 {uuid(1)}: slurm job 4242 (from the mapping)" in result.stdout

@@ -1,0 +1,35 @@
+"""Settings: the GPU-ownership flags enable their collectors beside --collectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainmon.collectors import AVAILABLE
+from trainmon.settings import serve_options, settings_from
+
+OPTIONS = serve_options(list(AVAILABLE))
+
+
+@pytest.mark.parametrize(("values", "collectors"), [
+    ({}, ("gpu", "nvme", "infiniband", "training")),
+    ({"kubelet_pod_resources_socket": "/k.sock"}, ("gpu", "nvme", "infiniband", "training", "pod_resources")),
+    ({"hpc_job_mapping_dir": "/m", "collectors": "gpu"}, ("gpu", "hpc_jobs")),
+    ({"hpc_job_mapping_dir": "/m", "kubelet_pod_resources_socket": "/k.sock", "collectors": "gpu"},
+     ("gpu", "pod_resources", "hpc_jobs")),
+    ({"hpc_job_mapping_dir": "/m", "collectors": "hpc_jobs,gpu"}, ("hpc_jobs", "gpu")),  # named already: once
+    ({"collectors": "gpu,hpc_jobs"}, ("gpu", "hpc_jobs")),  # the cgroup path alone, no directory
+])
+def test_ownership_flags_enable_their_collectors(values: dict[str, str], collectors: tuple[str, ...]) -> None:
+    assert collectors == settings_from(values, OPTIONS).collectors
+
+
+def test_ownership_flags_are_paths_and_off_by_default() -> None:
+    settings = settings_from({"kubelet_pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+                              "hpc_job_mapping_dir": "/var/lib/dcgm-exporter/job-mapping"}, OPTIONS)
+    default = settings_from({}, OPTIONS)
+
+    assert Path("/var/lib/kubelet/pod-resources/kubelet.sock") == settings.kubelet_pod_resources_socket
+    assert Path("/var/lib/dcgm-exporter/job-mapping") == settings.hpc_job_mapping_dir
+    assert (None, None) == (default.kubelet_pod_resources_socket, default.hpc_job_mapping_dir)
