@@ -12,6 +12,9 @@ from trainmon.parsers.infiniband import parse_counter, parse_rate, parse_state
     ("3: Disabled\n", (3, "Disabled")),
     ("ACTIVE", None),
     ("", None),
+    ("4: PortConfigurationTraining", (4, "PortConfigurationTraining")),
+    ("4: " + "A" * 40, None),       # the name is a label value: a page of text is not a state
+    ("9" * 400 + ": ACTIVE", None),
 ])
 def test_parse_state(text: str, expected: tuple[int, str] | None) -> None:
     assert expected == parse_state(text)
@@ -24,6 +27,7 @@ def test_parse_state(text: str, expected: tuple[int, str] | None) -> None:
     ("2.5 Gb/sec (1X SDR)", 312_500_000),
     ("0 GB/sec", 0),
     ("unknown", None),
+    ("9" * 400 + " Gb/sec", None),  # float() of it is inf, and round(inf) raises
 ])
 def test_parse_rate(text: str, expected: int | None) -> None:
     assert expected == parse_rate(text)
@@ -35,6 +39,11 @@ def test_parse_rate(text: str, expected: int | None) -> None:
     ("N/A (no PMA)", None),
     ("-1", None),
     ("", None),
+    ("18446744073709551615", (1 << 64) - 1),
+    ("18446744073709551616", None),  # over 64 bits: not from a kernel
+    ("9" * 5000, None),              # int() of it raises ValueError
+    ("+5", None),
+    ("\u0661", None),               # isdigit() is true of an Arabic-Indic one
 ])
 def test_parse_counter(text: str, expected: int | None) -> None:
     """`N/A (no PMA)` and other non-numbers are absent values, not zeros."""

@@ -26,6 +26,7 @@ from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
 from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
+from trainmon.roots import Unavailable, list_directory, read_attribute
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -91,20 +92,17 @@ class GpuStatus:
 def count_pci_gpus(sysfs: Path) -> int | None:
     """NVIDIA display/3D controllers on the PCI bus, whatever NVML says; None without a PCI tree."""
     devices = sysfs / "bus" / "pci" / "devices"
-    try:
-        entries = list(devices.iterdir())
-    except OSError:
+    entries = list_directory(devices)
+    if isinstance(entries, Unavailable):
         return None
-    found = 0
-    for entry in entries:
-        try:
-            if (entry / "vendor").read_text().strip().lower() != NVIDIA_VENDOR:
-                continue
-            if (entry / "class").read_text().strip().lower().startswith(DISPLAY_CLASS):
-                found += 1
-        except OSError:
-            continue
-    return found
+    return sum(1 for entry in entries if _lowered(devices / entry / "vendor") == NVIDIA_VENDOR
+               and _lowered(devices / entry / "class").startswith(DISPLAY_CLASS))
+
+
+def _lowered(path: Path) -> str:
+    """An attribute in lower case; "" where it is unavailable."""
+    value = read_attribute(path)
+    return value.lower() if isinstance(value, str) else ""
 
 
 class GpuCollector:
