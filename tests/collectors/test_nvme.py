@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.daemon import start_daemon
 from tests.helpers.metrics import registry_of
 from tests.helpers.trees import (
     Disk,
@@ -226,3 +227,18 @@ def test_check_exits_non_zero_for_a_missing_procfs_root(tmp_path: Path) -> None:
 
     assert 1 == result.returncode, result.stdout + result.stderr
     assert "nvme         FAILING" in result.stdout and f"--procfs {tmp_path / 'nope'}" in result.stdout
+
+
+def test_the_daemon_lists_skipped_diskstats_lines_in_its_status(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+    """Through a real daemon: the bad lines are in /api/v1/status and no negative counter is served."""
+    settings = make_tree(tmp_path)
+    with open(settings.procfs / "diskstats", "a") as diskstats:
+        diskstats.write("259 10 nvme7n1 -4 2 3 4 5 6 7 8 9 10 11\n")
+    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "nvme", "--procfs", str(settings.procfs),
+                                                     "--sysfs", str(settings.sysfs)]))
+
+    (nvme,) = [c for c in daemon.get("/api/v1/status").json()["collectors"] if c["name"] == "nvme"]
+
+    assert nvme["ok"]
+    assert ["diskstats line 7 '259 10 nvme7n1 -4 2 3 4 5 6 7 8 9 10 11': not unsigned integers"] == nvme["skipped"]
+    assert "nvme7n1" not in daemon.metrics_text()
