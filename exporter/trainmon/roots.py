@@ -19,6 +19,7 @@ UNAVAILABLE = frozenset({
 })
 PAGE_BYTES = 4096  # what the kernel lets one sysfs attribute hold
 DISKSTATS_BYTES = 4 << 20  # /proc/diskstats grows with the block devices: ~25,000 lines of ~160 bytes
+MAX_NAME_CHARS = 256  # a model, serial or board id becomes a label value (an OmniPath board_id is 73)
 _CHUNK_BYTES = 64 << 10  # procfs hands out about a page per read(); never allocate the whole limit at once
 
 
@@ -85,6 +86,14 @@ def read_attribute(path: str | Path, limit: int = PAGE_BYTES) -> str | Unavailab
     if size > limit:
         return Unavailable(f"over {limit} bytes")
     return b"".join(chunks).decode(errors="replace").strip()
+
+
+def read_name(path: str | Path) -> str | Unavailable:
+    """An attribute that becomes a label value: printable text of at most `MAX_NAME_CHARS`, or why not."""
+    value = read_attribute(path)
+    if isinstance(value, str) and (len(value) > MAX_NAME_CHARS or not value.isprintable()):
+        return Unavailable(f"not a name {value[:40]!r}")
+    return value
 
 
 def list_directory(path: str | Path) -> list[str] | Unavailable:

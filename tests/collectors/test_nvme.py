@@ -242,3 +242,13 @@ def test_the_daemon_lists_skipped_diskstats_lines_in_its_status(tmp_path: Path, 
     assert nvme["ok"]
     assert ["diskstats line 7 '259 10 nvme7n1 -4 2 3 4 5 6 7 8 9 10 11': not unsigned integers"] == nvme["skipped"]
     assert "nvme7n1" not in daemon.metrics_text()
+
+
+def test_an_unprintable_model_is_skipped_and_the_others_kept(tmp_path: Path) -> None:
+    settings = make_tree(tmp_path)
+    write(settings.sysfs / "class" / "nvme" / "nvme1" / "model", "Micron\x007450\n")
+
+    collection = NvmeCollector(settings).collect()
+
+    assert ["nvme1/model: not a name 'Micron\\x007450'"] == list(collection.skipped)
+    assert ("", "S1") == (info_of(collection)["nvme1n1"]["model"], info_of(collection)["nvme1n1"]["serial"])

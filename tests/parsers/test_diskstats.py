@@ -103,3 +103,11 @@ def test_a_device_listed_twice_keeps_its_first_line() -> None:
 
     assert [("nvme0n1", 47114), ("nvme2n1", 100)] == [(r.device, r.reads_completed) for r in parsed.records]
     assert ["diskstats line 3: nvme0n1 listed again"] == parsed.skipped
+
+
+def test_a_file_of_garbage_gives_a_bounded_list_of_notes() -> None:
+    parsed = parse_diskstats("\n".join([LINE_14, *["garbage"] * 5000]))
+
+    assert ["nvme0n1"] == [r.device for r in parsed.records]
+    assert 20 == len(parsed.skipped)
+    assert "4981 more diskstats lines skipped" == parsed.skipped[-1]

@@ -15,13 +15,10 @@ from trainmon.collectors.base import Collection
 from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.parsers.infiniband import parse_counter, parse_rate, parse_state
-from trainmon.roots import Root, Unavailable, list_directory, read_attribute
+from trainmon.roots import Root, Unavailable, list_directory, read_attribute, read_name
 from trainmon.settings import Settings
 
 WORD_BYTES = 4  # port_rcv_data and port_xmit_data count 32-bit words
-# Identity attributes become label values: longer or non-printable text is garbage, not a name.
-# (An OmniPath board_id is a 73-character sentence.)
-MAX_LABEL_CHARS = 256
 
 # counters/<file> -> (metric suffix, help, scale)
 PORT_COUNTERS: dict[str, tuple[str, str, int]] = {
@@ -196,14 +193,11 @@ class DeviceReader:
         return value
 
     def _label(self, relative: str, quiet: bool = False) -> str | None:
-        text = self._attr(relative, quiet)
-        if text is not None and (len(text) > MAX_LABEL_CHARS or not text.isprintable()):
-            self._skip(relative, f"not a name {text[:40]!r}")
-            return None
-        return text
+        return self._attr(relative, quiet, read=read_name)
 
-    def _attr(self, relative: str, quiet: bool = False) -> str | None:
-        text = read_attribute(self._root + relative)
+    def _attr(self, relative: str, quiet: bool = False,
+              read: Callable[[str], str | Unavailable] = read_attribute) -> str | None:
+        text = read(self._root + relative)
         if isinstance(text, Unavailable):
             self._unavailable(relative, text, quiet)
             return None

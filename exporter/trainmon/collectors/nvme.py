@@ -18,7 +18,7 @@ from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.parsers.diskstats import DiskStats, parse_diskstats, whole_namespaces
 from trainmon.parsers.nvme import controller_number, namespace_of
-from trainmon.roots import DISKSTATS_BYTES, Root, Unavailable, list_directory, read_attribute
+from trainmon.roots import DISKSTATS_BYTES, Root, Unavailable, list_directory, read_attribute, read_name
 from trainmon.settings import Settings
 
 SECTOR_BYTES = 512  # diskstats sectors are 512 B whatever the device's block size
@@ -132,7 +132,7 @@ class NvmeCollector:
     def _controller_attrs(path: Path, controller: str, skipped: list[str]) -> dict[str, str]:
         attrs = {}
         for label, attr in INFO_ATTRS.items():
-            value = read_attribute(path / attr)
+            value = read_name(path / attr)
             if isinstance(value, Unavailable):
                 skipped.append(f"{controller}/{attr}: {value.why}")
                 value = ""

@@ -15,6 +15,7 @@ MIN_FIELDS = 14
 WHOLE_NAMESPACE = re.compile(r"nvme\d+n\d+")
 MAX_COUNTER = (1 << 64) - 1  # the kernel prints unsigned longs; anything larger is not from a kernel
 MAX_COUNTER_DIGITS = len(str(MAX_COUNTER))
+MAX_SKIPPED_NOTES = 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +71,8 @@ def parse_diskstats(text: str) -> Diskstats:
         else:
             seen.add(record.device)
             records.append(record)
+    if len(skipped) > MAX_SKIPPED_NOTES:  # a file of garbage must not become megabytes of status
+        skipped[MAX_SKIPPED_NOTES - 1:] = [f"{len(skipped) - MAX_SKIPPED_NOTES + 1} more diskstats lines skipped"]
     return Diskstats(records, skipped)
 
 
