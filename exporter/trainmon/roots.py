@@ -58,7 +58,9 @@ def read_attribute(path: str | Path, limit: int = PAGE_BYTES) -> str | Unavailab
     """A sysfs or procfs file's text, stripped, or why it has none.
 
     Opened with O_NONBLOCK and read only if it is a regular file, so a FIFO or a device planted in
-    the tree cannot block the collector; more than `limit` bytes is not a value but garbage.
+    the tree cannot block the collector; more than `limit` bytes is not a value but garbage. A sysfs
+    attribute comes whole from one read(); a procfs file allowed more than a page (diskstats) comes a
+    page or so per read(), so it is read on to its end.
 
     Raises:
         OSError: an error that means the collector itself is broken (EMFILE, ENOMEM), not the value absent.
@@ -71,21 +73,21 @@ def read_attribute(path: str | Path, limit: int = PAGE_BYTES) -> str | Unavailab
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             return Unavailable("EISDIR" if stat.S_ISDIR(mode) else "not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(_CHUNK_BYTES, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = os.read(fd, min(_CHUNK_BYTES, limit + 1))
+        if limit > PAGE_BYTES:
+            chunks, size = [data], len(data)
+            while data and size <= limit:
+                data = os.read(fd, min(_CHUNK_BYTES, limit + 1 - size))
+                chunks.append(data)
+                size += len(data)
+            data = b"".join(chunks)
     except OSError as exc:
         return _unavailable(exc)
     finally:
         os.close(fd)
-    if size > limit:
+    if len(data) > limit:
         return Unavailable(f"over {limit} bytes")
-    return b"".join(chunks).decode(errors="replace").strip()
+    return data.decode(errors="replace").strip()
 
 
 def read_name(path: str | Path) -> str | Unavailable:

@@ -16,6 +16,7 @@ WHOLE_NAMESPACE = re.compile(r"nvme\d+n\d+")
 MAX_COUNTER = (1 << 64) - 1  # the kernel prints unsigned longs; anything larger is not from a kernel
 MAX_COUNTER_DIGITS = len(str(MAX_COUNTER))
 MAX_SKIPPED_NOTES = 20
+_UNSIGNED = re.compile(r"[0-9]+(?: [0-9]+)*")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,12 +82,12 @@ def _record(fields: list[str]) -> DiskStats | str:
     if len(fields) < MIN_FIELDS:
         return f"{len(fields)} fields, want {MIN_FIELDS} or more"
     numbers = [*fields[:2], *fields[3:]]
-    if not all(n.isascii() and n.isdigit() for n in numbers):
+    if not _UNSIGNED.fullmatch(" ".join(numbers)):  # int() takes "-1", "+1", "1_0", Arabic-Indic digits
         return "not unsigned integers"
-    if any(len(n) > MAX_COUNTER_DIGITS for n in numbers):  # before int(): 5,000 digits raise ValueError
+    if max(map(len, numbers)) > MAX_COUNTER_DIGITS:  # before int(): 5,000 digits raise ValueError
         return "a value over 64 bits"
-    major, minor, *stats = [int(n) for n in numbers]
-    if any(n > MAX_COUNTER for n in stats):
+    major, minor, *stats = map(int, numbers)
+    if max(stats) > MAX_COUNTER:
         return "a value over 64 bits"
     discards = stats[11:15] if len(stats) >= 15 else [None] * 4
     flushes = stats[15:17] if len(stats) >= 17 else [None] * 2
