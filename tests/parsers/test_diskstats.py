@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainmon.parsers.diskstats import parse_diskstats, whole_namespaces
 
@@ -111,3 +115,26 @@ def test_a_file_of_garbage_gives_a_bounded_list_of_notes() -> None:
     assert ["nvme0n1"] == [r.device for r in parsed.records]
     assert 20 == len(parsed.skipped)
     assert "4981 more diskstats lines skipped" == parsed.skipped[-1]
+
+
+_NUMBER = st.one_of(st.integers(min_value=-(1 << 70), max_value=1 << 70).map(str), st.text(max_size=6),
+                    st.just("9" * 5000))
+_LINE = st.one_of(
+    st.text(max_size=80),
+    st.builds(lambda name, numbers: " ".join(["259", "0", name, *numbers]),
+              st.sampled_from(["nvme0n1", "nvme1n1", "sda", "nvme0c0n1"]), st.lists(_NUMBER, min_size=10, max_size=20)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_LINE, max_size=30))
+def test_any_text_parses_to_servable_records(lines: list[str]) -> None:
+    """Whatever the file holds: no exception, unique devices, every value a 64-bit unsigned counter."""
+    parsed = parse_diskstats("\n".join(lines))
+
+    devices = [r.device for r in parsed.records]
+    assert len(devices) == len(set(devices))
+    for record in parsed.records:
+        values = [v for v in astuple(record)[3:] if v is not None]
+        assert all(isinstance(v, int) and 0 <= v < 1 << 64 for v in values)
+    assert len(parsed.skipped) <= 20

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainmon.parsers.infiniband import parse_counter, parse_rate, parse_state
 
@@ -48,3 +50,15 @@ def test_parse_rate(text: str, expected: int | None) -> None:
 def test_parse_counter(text: str, expected: int | None) -> None:
     """`N/A (no PMA)` and other non-numbers are absent values, not zeros."""
     assert expected == parse_counter(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.from_regex(r"\s*-?[0-9]{0,500}(\.[0-9]{0,500})?\s*(: \S{0,50}| Gb/sec.*)?",
+                                                     fullmatch=True)))
+def test_any_attribute_text_parses_to_a_servable_value_or_none(text: str) -> None:
+    """No text raises; what parses is a value a float can carry and a short label."""
+    counter, rate, state = parse_counter(text), parse_rate(text), parse_state(text)
+
+    assert counter is None or 0 <= counter < 1 << 64
+    assert rate is None or 0 <= rate < 1 << 64
+    assert state is None or (0 <= state[0] < 1000 and len(state[1]) <= 32)
