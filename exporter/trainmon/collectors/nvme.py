@@ -101,20 +101,15 @@ class NvmeCollector:
                 namespace = namespace_of(entry)
                 if namespace is not None:
                     owner.setdefault(namespace, controller)
-        known = set(controllers)
-        for namespace in namespaces:
-            if namespace not in owner:
-                found = self._controller_of_block_device(namespace, known)
-                if found is not None:
-                    owner[namespace] = found
         identities: dict[str, NvmeIdentity] = {}
-        attrs_of: dict[str, dict[str, str]] = {}
+        attrs_of: dict[str, dict[str, str]] = {}  # each controller's files are read once, and only if used
         for namespace in namespaces:
-            if namespace in owner:
-                controller = owner[namespace]
-                if controller not in attrs_of:
-                    attrs_of[controller] = self._controller_attrs(class_dir / controller, controller, skipped)
-                identities[namespace] = NvmeIdentity(device=namespace, controller=controller, **attrs_of[controller])
+            controller = owner.get(namespace) or self._controller_of_block_device(namespace, set(controllers))
+            if controller is None:
+                continue
+            if controller not in attrs_of:
+                attrs_of[controller] = self._controller_attrs(class_dir / controller, controller, skipped)
+            identities[namespace] = NvmeIdentity(device=namespace, controller=controller, **attrs_of[controller])
         return identities
 
     def _controller_of_block_device(self, namespace: str, controllers: set[str]) -> str | None:
