@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import threading
@@ -374,3 +375,48 @@ def test_gpus_seen_before_a_driver_outage_still_read_down(node: Node) -> None:
     assert [0.0] * 8 == ups
     assert partial.get_sample_value("trainmon_gpu_utilization_ratio",
                                     {"gpu": "1", "uuid": healthy["gpus"][1]["uuid"]}) is None
+
+
+def test_healthy_gpus_keep_their_gpm_series_through_every_reinitialisation(
+        node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    """GPU 1 lost for 12 cycles: NVML is re-initialised several times, yet GPUs 0 and 7 never miss
+    an SM ratio, their SM-seconds counter keeps growing, and GPU 1 reads up 0 every cycle."""
+    healthy = node.scenario
+    node.collect()
+    node.collect()
+    node.scenario = scenarios.changed(healthy, 1, errors={"*": 15})
+    sm_seconds: list[float] = []
+    with caplog.at_level("INFO", logger="trainmon.collectors.gpu"):
+        for _ in range(12):
+            collection = node.collect()
+            reg = registry(collection)
+            for gpu in (0, 7):
+                ids = {"gpu": str(gpu), "uuid": healthy["gpus"][gpu]["uuid"]}
+                assert (50 + gpu) / 100 == pytest.approx(reg.get_sample_value("trainmon_gpu_sm_utilization_ratio", ids))
+            assert 0.0 == reg.get_sample_value("trainmon_gpu_up", {"gpu": "1", "uuid": healthy["gpus"][1]["uuid"]})
+            assert "trainmon_gpu_utilization_ratio" not in gpu_names(collection, "1")  # down, never idle
+            sm_seconds.append(reg.get_sample_value("trainmon_gpu_sm_active_seconds_total",
+                                                   {"gpu": "0", "uuid": healthy["gpus"][0]["uuid"]}))
+
+    assert caplog.text.count("nvml re-initialising") >= 3
+    assert all(later > earlier for earlier, later in itertools.pairwise(sm_seconds))
+
+
+def test_reinitialisation_backs_off_to_a_cap_of_five_minutes(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A GPU lost for an hour: re-initialisations double their spacing from the interval to 300 s."""
+    node = Node(scenarios.node(2), tmp_path)
+    node.collect()
+    node.scenario = scenarios.changed(node.scenario, 1, errors={"*": 15})
+    started, reinits = node.clock.now, []
+    with caplog.at_level("INFO", logger="trainmon.collectors.gpu"):
+        for _ in range(3600 // int(INTERVAL)):
+            before = caplog.text.count("nvml re-initialising")
+            node.collect()
+            if caplog.text.count("nvml re-initialising") > before:
+                reinits.append(node.clock.now - started)
+    node.collector.close()
+
+    gaps = [later - earlier for earlier, later in itertools.pairwise(reinits)]
+    assert [5, 10, 20, 40, 80, 160, 300, 300] == gaps[:8]
+    assert {300} == set(gaps[6:])

@@ -83,6 +83,35 @@ def test_lost_gpu_mid_run_and_its_return(tmp_path: Path, fake_nvml_dir: Path,  #
     assert 0.12 == back[("trainmon_gpu_utilization_ratio", ids(healthy, 2))]
 
 
+def test_healthy_gpus_keep_sm_series_while_a_lost_gpu_is_retried(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                                 daemons: list[Daemon]) -> None:
+    """GPU 2 lost: every cycle seen while NVML is re-initialised again and again still serves GPU 0's
+    and GPU 3's SM utilisation, and GPU 2 reads up 0 with no values."""
+    healthy = scenarios.node(4)
+    daemon, path = start(tmp_path, fake_nvml_dir, healthy)
+    daemons.append(daemon)
+    sm0, sm3 = ("trainmon_gpu_sm_utilization_ratio", ids(healthy, 0)), ("trainmon_gpu_sm_utilization_ratio",
+                                                                        ids(healthy, 3))
+    up2 = ("trainmon_gpu_up", ids(healthy, 2))
+    scrape_until(daemon, lambda m: sm0 in m)
+
+    scenarios.write(path, scenarios.changed(healthy, 2, errors={"*": 15}))
+    scrape_until(daemon, lambda m: m.get(up2) == 0.0)
+    cycles: dict[float, dict[scenarios.Sample, float]] = {}  # by the gpu collector's last success
+    last_success = ("trainmon_collector_last_success_timestamp_seconds", frozenset({("collector", "gpu")}))
+
+    def enough_retries_seen() -> bool:
+        metrics = parse_samples(daemon.metrics_text())
+        cycles[metrics[last_success]] = metrics
+        return daemon.log().count("nvml re-initialising") >= 4 and len(cycles) >= 8
+
+    wait_until(enough_retries_seen, timeout=30, interval=0.02)
+    for metrics in cycles.values():
+        assert (0.50, 0.53) == (pytest.approx(metrics.get(sm0)), pytest.approx(metrics.get(sm3)))
+        assert 0.0 == metrics[up2]
+        assert ("trainmon_gpu_utilization_ratio", ids(healthy, 2)) not in metrics
+
+
 @pytest.mark.parametrize("why", ["LibraryNotFound", "DriverNotLoaded"])
 def test_without_a_driver_the_daemon_serves_and_says_why(why: str, tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
                                                         daemons: list[Daemon]) -> None:

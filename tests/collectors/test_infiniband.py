@@ -11,10 +11,11 @@ from tests.helpers.trees import (
     IbPort,
     break_file_as_dangling_symlink,
     break_file_as_directory,
+    replace_with_fifo,
     write_infiniband,
 )
 from trainmon.collectors.infiniband import InfinibandCollector
-from trainmon.errors import NoData
+from trainmon.errors import CollectorError, NoData
 from trainmon.settings import Settings
 
 
@@ -81,6 +82,9 @@ def test_hw_counters(tmp_path: Path) -> None:
     pytest.param(break_file_as_directory, id="unreadable"),
     pytest.param(break_file_as_dangling_symlink, id="dangling-symlink"),
     pytest.param(lambda p: p.write_text("garbage\n"), id="garbage"),
+    pytest.param(lambda p: p.write_text("9" * 5000 + "\n"), id="over-a-page"),     # int() of it raises
+    pytest.param(lambda p: p.write_text("9" * 400 + "\n"), id="over-64-bits"),    # float() of it raises
+    pytest.param(replace_with_fifo, id="fifo"),
 ])
 def test_one_broken_counter_drops_one_series(tmp_path: Path, breakage) -> None:  # type: ignore[no-untyped-def]
     """The port, its other counters and the other devices keep serving; the skip is reported."""
@@ -125,3 +129,23 @@ def test_real_kernel_samples(fixtures: Path) -> None:
     assert 8109 == registry.get_sample_value("trainmon_infiniband_resp_cqes_errors_total",
                                              {"device": "mlx5_0", "port": "1"})
     assert 4 == len(collection.found)
+
+
+def test_an_over_long_or_unprintable_name_drops_that_label_only(tmp_path: Path) -> None:
+    settings = make_tree(tmp_path)
+    device = settings.sysfs / "class" / "infiniband" / "mlx5_0"
+    (device / "board_id").write_text("B" * 5000 + "\n")
+    (device / "fw_ver").write_text("28.39\x1b[2J\n")
+
+    collection, registry = collect(settings)
+
+    assert 1 == registry.get_sample_value("trainmon_infiniband_info", {
+        "device": "mlx5_0", "board_id": "", "firmware_version": "", "hca_type": "MT4129"})
+    assert ["mlx5_0/board_id: over 4096 bytes", "mlx5_0/fw_ver: not a name '28.39\\x1b[2J'"] == list(collection.skipped)
+    assert 4 == registry.get_sample_value("trainmon_infiniband_state_id", {"device": "mlx5_0", "port": "1"})
+
+
+def test_a_sysfs_root_that_does_not_exist_is_a_failure_naming_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(CollectorError, match=f"--sysfs {tmp_path / 'nope'}: not a directory") as raised:
+        InfinibandCollector(Settings(sysfs=tmp_path / "nope")).collect()
+    assert not isinstance(raised.value, NoData)

@@ -8,7 +8,8 @@
  * shared with the Python stand-in). The file is re-read when it changes (checked at most every
  * 50 ms, and on every first nvmlInit), so a test can lose a GPU mid-run by rewriting it. A
  * missing per-GPU key answers NVML_ERROR_NOT_SUPPORTED; "errors" injects a return code per C
- * symbol ("*" = every call on that GPU). fakeNvmlCallCount() counts every NVML call made.
+ * symbol ("*" = every call on that GPU), and "hang_ms" makes every call on that GPU take that long
+ * (a wedged driver). fakeNvmlCallCount() counts every NVML call made.
  *
  * Own typedefs, not nvml.h: the header's #defines would rename the unversioned symbols.
  */
@@ -274,14 +275,20 @@ static int injected(const table_t *t, int gpu, const char *symbol) {
     return e ? (int)e->u : SUCCESS;
 }
 
+static void hang(const table_t *t, int gpu) {
+    const entry_t *e = gpu_key(t, gpu, "hang_ms");
+    if (e && e->u) nanosleep(&(struct timespec){(time_t)(e->u / 1000), (long)(e->u % 1000) * 1000000L}, NULL);
+}
+
 #define COUNTED() __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED)
 #define INITIALISED() do { COUNTED(); if (!__atomic_load_n(&refcount, __ATOMIC_ACQUIRE)) return UNINITIALIZED; } while (0)
-/* The opening of every per-GPU function: `t` the scenario, `gpu` the index, errors injected. */
+/* The opening of every per-GPU function: `t` the scenario, `gpu` the index, hangs and errors injected. */
 #define DEVICE_CALL(handle)                                                  \
     INITIALISED();                                                           \
     const table_t *t = scenario();                                           \
     int gpu = device_index(t, (handle));                                     \
     if (gpu < 0) return INVALID_ARGUMENT;                                    \
+    hang(t, gpu);                                                            \
     int fault = injected(t, gpu, __func__);                                  \
     if (fault) return fault
 

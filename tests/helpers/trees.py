@@ -93,6 +93,30 @@ def write_nvme(sys: Path, controllers: Sequence[NvmeController]) -> None:
             write(base / entry / "size", "7501476528\n")
 
 
+def write_nvme_subsystem(sys: Path, subsystem: str, controllers: Sequence[str], heads: Sequence[str]) -> None:
+    """A native-multipath subsystem as the kernel lays it out: its controllers as links, and each
+    namespace head (`nvme0n1`) a block device whose `device` is the subsystem itself.
+
+    The controllers are the `write_nvme` ones under class/nvme; every link is relative, as in sysfs.
+    """
+    base = sys / "devices" / "virtual" / "nvme-subsystem" / subsystem
+    write(base / "subsysnqn", f"nqn.2014.08.org.nvmexpress:{subsystem}\n")
+    for controller in controllers:
+        os.symlink(f"../../../../class/nvme/{controller}", base / controller)
+    for head in heads:
+        write(base / head / "size", "7501476528\n")
+        os.symlink(f"../../{subsystem}", base / head / "device")
+        link_block_device(sys, head, f"virtual/nvme-subsystem/{subsystem}/{head}")
+    (sys / "class" / "nvme-subsystem").mkdir(parents=True, exist_ok=True)
+    os.symlink(f"../../devices/virtual/nvme-subsystem/{subsystem}", sys / "class" / "nvme-subsystem" / subsystem)
+
+
+def link_block_device(sys: Path, name: str, under_devices: str) -> None:
+    """`<sys>/block/<name>` -> `../devices/<under_devices>`, as every block device is reached."""
+    (sys / "block").mkdir(parents=True, exist_ok=True)
+    os.symlink(f"../devices/{under_devices}", sys / "block" / name)
+
+
 def write_infiniband(sys: Path, devices: Sequence[IbDevice]) -> None:
     for d in devices:
         base = sys / "class" / "infiniband" / d.name
@@ -113,6 +137,14 @@ def break_file_as_directory(path: Path) -> None:
     if path.exists():
         path.unlink()
     path.mkdir(parents=True)
+
+
+def replace_with_fifo(path: Path) -> None:
+    """A named pipe where a kernel file belongs: a plain open() of it waits for a writer forever."""
+    if path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
 
 
 def break_file_as_dangling_symlink(path: Path) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
+from tests.fake_nvml import scenario as scenarios
+from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.helpers.daemon import start_daemon
 from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
@@ -83,19 +85,21 @@ def test_status_and_landing_page(tmp_path: Path, daemons) -> None:  # type: igno
 
 
 def test_readyz_waits_for_the_first_collection_and_a_hung_collector_fails_alone(
-        tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
-    """diskstats as a FIFO nobody writes: reading it blocks forever, like a hung mount."""
+        tmp_path: Path, fake_nvml_dir: Path, daemons) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A GPU driver call that never returns (the fake NVML's `hang_ms`), like a wedged driver."""
     proc, sys = node_tree(tmp_path)
-    (proc / "diskstats").unlink()
-    os.mkfifo(proc / "diskstats")
-    daemons.append(daemon := start_daemon(tmp_path, tree_args(proc, sys, "--interval", "5"), wait_ready=False))
+    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.changed(scenarios.node(1), 0, hang_ms=120_000))
+    env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_SCENARIO": str(scenario)}
+    args = tree_args(proc, sys, "--interval", "5", "--collectors", "gpu,nvme,infiniband")  # the later flag wins
+    daemons.append(daemon := start_daemon(tmp_path, args, env=env, wait_ready=False))
 
     first = daemon.get("/readyz").status_code
     wait_until(lambda: daemon.get("/readyz").status_code == 200, timeout=20)
     samples = parse_samples(daemon.metrics_text())
 
     assert 503 == first
-    assert 0 == samples[("trainmon_collector_success", frozenset({("collector", "nvme")}))]
+    assert 0 == samples[("trainmon_collector_success", frozenset({("collector", "gpu")}))]
+    assert 1 == samples[("trainmon_collector_success", frozenset({("collector", "nvme")}))]
     assert 1 == samples[("trainmon_collector_success", frozenset({("collector", "infiniband")}))]
     assert any(name == "trainmon_infiniband_port_data_received_bytes_total" for name, _ in samples)
     started = time.monotonic()

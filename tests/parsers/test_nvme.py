@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainmon.parsers.nvme import namespace_of
+from trainmon.parsers.nvme import controller_number, namespace_of
 
 
 @pytest.mark.parametrize(("entry", "expected"), [
@@ -16,3 +16,15 @@ from trainmon.parsers.nvme import namespace_of
 ])
 def test_namespace_of(entry: str, expected: str | None) -> None:
     assert expected == namespace_of(entry)
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    ("nvme0", 0),
+    ("nvme12", 12),
+    ("nvme0n1", None),      # a namespace
+    ("nvme-subsys0", None),
+    ("subsysnqn", None),
+])
+def test_controller_number(entry: str, expected: int | None) -> None:
+    """A subsystem's directory lists its controllers as nvme<N> links among its other entries."""
+    assert expected == controller_number(entry)

@@ -3,12 +3,15 @@
 NVML is initialised once and kept. Without a library or a driver `collect()` raises (success 0,
 one line saying why) and initialisation is retried with back-off while the daemon serves. A GPU
 whose calls fail reads `trainmon_gpu_up 0` and loses its value series; the others go on. After
-GPU_IS_LOST or RESET_REQUIRED NVML is shut down and initialised again (with back-off) so that a
-reset can succeed, and the XID event set is armed again.
+GPU_IS_LOST or RESET_REQUIRED NVML is shut down and initialised again (with back-off doubling from
+the interval to 5 minutes) so that a reset can succeed, and the XID event set is armed again. That
+happens after the cycle's reads, and each GPU takes a fresh GPM sample on re-attaching, so the
+healthy GPUs keep their SM series through every retry; the GPUs that were down are read again at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -27,6 +30,7 @@ from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
 from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
+from trainmon.roots import Unavailable, list_directory, read_attribute
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,6 +38,7 @@ log = logging.getLogger(__name__)
 NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASS = "0x03"  # PCI base class 03: VGA, XGA and 3D controllers
 GPU_LABELS = ("gpu", "uuid")
+NOT_FOUND = "not found by NVML since re-initialisation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,20 +97,17 @@ class GpuStatus:
 def count_pci_gpus(sysfs: Path) -> int | None:
     """NVIDIA display/3D controllers on the PCI bus, whatever NVML says; None without a PCI tree."""
     devices = sysfs / "bus" / "pci" / "devices"
-    try:
-        entries = list(devices.iterdir())
-    except OSError:
+    entries = list_directory(devices)
+    if isinstance(entries, Unavailable):
         return None
-    found = 0
-    for entry in entries:
-        try:
-            if (entry / "vendor").read_text().strip().lower() != NVIDIA_VENDOR:
-                continue
-            if (entry / "class").read_text().strip().lower().startswith(DISPLAY_CLASS):
-                found += 1
-        except OSError:
-            continue
-    return found
+    return sum(1 for entry in entries if _lowered(devices / entry / "vendor") == NVIDIA_VENDOR
+               and _lowered(devices / entry / "class").startswith(DISPLAY_CLASS))
+
+
+def _lowered(path: Path) -> str:
+    """An attribute in lower case; "" where it is unavailable."""
+    value = read_attribute(path)
+    return value.lower() if isinstance(value, str) else ""
 
 
 class GpuCollector:
@@ -144,7 +146,7 @@ class GpuCollector:
                                  f"next try in {self._backoff.retry_in(now):.0f}s")
         try:
             self._session.open()
-            self._attach_all()
+            self._attach_all(now)
         except NVML_FAILURES as exc:
             self._close()
             self._last_error = describe(exc)
@@ -153,7 +155,7 @@ class GpuCollector:
         self._backoff.succeeded()
         log.info("nvml initialised driver=%s gpus=%d", self._session.driver_version, len(self._attached))
 
-    def _attach_all(self) -> None:
+    def _attach_all(self, now: float) -> None:
         self._attached, self._unidentified = [], []
         for index in range(self._session.device_count()):
             try:
@@ -163,7 +165,7 @@ class GpuCollector:
                 continue
             gpu = self._gpus.setdefault(identity.uuid, Gpu(identity))
             try:
-                gpu.attach(handle, identity)
+                gpu.attach(handle, identity, now)
             except NVML_FAILURES as exc:
                 self._unidentified.append(f"gpu {index} {identity.uuid}: {describe(exc)}")
                 continue
@@ -200,26 +202,53 @@ class GpuCollector:
             self._cycle.release()
 
     def _collect(self, now: float) -> Collection:
-        if self._reinit_wanted and self._reset_backoff.ready(now):
-            log.info("nvml re-initialising for a lost or missing GPU")
-            self._reinit_wanted = False
-            self._reset_backoff.failed(now)  # until a healthy cycle, each further reset waits longer
-            self._close()
         if not self._session.is_open:
             try:
                 self._open(now)
             except CollectorError as exc:
                 raise CollectorError(str(exc), families=self._outage_families(str(exc))) from exc
-        statuses = [self._read(gpu, now) for gpu in self._attached]
-        attached = {gpu.identity.uuid for gpu in self._attached}
-        statuses += [GpuStatus(identity=gpu.identity, reading=None, error="not found by NVML since re-initialisation")
-                     for uuid, gpu in self._gpus.items() if uuid not in attached]
-        statuses.sort(key=lambda s: s.identity.index)
-        if len(attached) < len(self._gpus) or self._unidentified:
-            self._reinit_wanted = True  # only a fresh nvmlInit enumerates a GPU again
-        elif all(s.reading is not None for s in statuses):
+        statuses = self._read_all(now)
+        if self._reinit_due(now):
+            self._reinitialise(now)
+            statuses = [self._read_again(status, now) for status in statuses]  # a GPU back reads up at once
+        if not self._unidentified and all(s.reading is not None for s in statuses):
             self._reset_backoff.succeeded()
         return self._collection(statuses)
+
+    def _read_all(self, now: float) -> list[GpuStatus]:
+        attached = {gpu.identity.uuid for gpu in self._attached}
+        statuses = [self._read(gpu, now) for gpu in self._attached]
+        statuses += [GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND)
+                     for uuid, gpu in self._gpus.items() if uuid not in attached]
+        return sorted(statuses, key=lambda s: s.identity.index)
+
+    def _reinit_due(self, now: float) -> bool:
+        if len(self._attached) < len(self._gpus) or self._unidentified:
+            self._reinit_wanted = True  # only a fresh nvmlInit enumerates a GPU again
+        return self._reinit_wanted and self._reset_backoff.ready(now)
+
+    def _reinitialise(self, now: float) -> None:
+        """Shut NVML down and start it again, after this cycle's reads of the healthy GPUs.
+
+        After them, so their GPM windows of this cycle are served; `attach` takes a fresh GPM sample
+        for each, so the next cycle has a full window too and their SM series never gap.
+        """
+        self._reinit_wanted = False
+        self._reset_backoff.failed(now)  # until a healthy cycle, each further reset waits longer, up to minutes
+        log.info("nvml re-initialising for a lost or missing GPU (the next one not before %.0fs)",
+                 self._reset_backoff.retry_in(now))
+        self._close()
+        with contextlib.suppress(CollectorError):
+            self._open(now)  # if NVML will not come back, the next cycle says why
+
+    def _read_again(self, status: GpuStatus, now: float) -> GpuStatus:
+        """A GPU that was down, read through the fresh session; the others keep this cycle's reading."""
+        if status.reading is not None or not self._session.is_open:
+            return status
+        gpu = self._gpus[status.identity.uuid]
+        if gpu not in self._attached:
+            return GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND)
+        return self._read(gpu, now)
 
     def _outage_families(self, error: str) -> tuple[Metric, ...]:
         """With NVML gone, the GPUs seen before still read `up 0` and the PCI bus still counts them."""

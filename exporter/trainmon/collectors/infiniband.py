@@ -7,7 +7,6 @@ is listed as skipped in /api/v1/status), never the port or the collector.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from trainmon.collectors.base import Collection
 from trainmon.errors import NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.parsers.infiniband import parse_counter, parse_rate, parse_state
-from trainmon.roots import UNAVAILABLE, Root, read_attr
+from trainmon.roots import Root, Unavailable, list_directory, read_attribute, read_name
 from trainmon.settings import Settings
 
 WORD_BYTES = 4  # port_rcv_data and port_xmit_data count 32-bit words
@@ -116,11 +115,13 @@ class InfinibandCollector:
     name = "infiniband"
 
     def __init__(self, settings: Settings) -> None:
-        self._class_dir = Root(settings.sysfs).join("class", "infiniband")
+        self._sys = Root(settings.sysfs, "sysfs")
+        self._class_dir = self._sys.join("class", "infiniband")
         self._include = settings.infiniband_devices
 
     def collect(self) -> Collection:
-        try:
+        self._sys.require()
+        try:  # the class directory is the tree itself: anything but absent means broken
             names = sorted(os.listdir(self._class_dir))
         except FileNotFoundError as exc:
             raise NoData(f"no {self._class_dir}") from exc
@@ -154,9 +155,9 @@ class DeviceReader:
         ports = tuple(self._port(p) for p in sorted(self._list("ports"), key=_numeric))
         return DeviceReading(
             device=self._device,
-            board_id=self._attr("board_id") or "",
-            firmware_version=self._attr("fw_ver") or "",
-            hca_type=self._attr("hca_type", quiet=True) or "",
+            board_id=self._label("board_id") or "",
+            firmware_version=self._label("fw_ver") or "",
+            hca_type=self._label("hca_type", quiet=True) or "",
             ports=ports,
         )
 
@@ -168,7 +169,7 @@ class DeviceReader:
             state=self._parsed(base + "state", parse_state),
             physical_state=self._parsed(base + "phys_state", parse_state),
             rate_bytes_per_second=self._parsed(base + "rate", parse_rate),
-            link_layer=self._attr(base + "link_layer", quiet=True),
+            link_layer=self._label(base + "link_layer", quiet=True),
             counters=self._counters(base + "counters", PORT_COUNTERS),
             hw_counters=self._counters(base + "hw_counters", HW_COUNTERS, quiet_missing_dir=True),
         )
@@ -191,26 +192,27 @@ class DeviceReader:
             self._skip(relative, f"unparsable {text[:40]!r}")
         return value
 
-    def _attr(self, relative: str, quiet: bool = False) -> str | None:
-        try:
-            return read_attr(self._root + relative)
-        except OSError as exc:
-            self._unavailable(relative, exc, quiet)
+    def _label(self, relative: str, quiet: bool = False) -> str | None:
+        return self._attr(relative, quiet, read=read_name)
+
+    def _attr(self, relative: str, quiet: bool = False,
+              read: Callable[[str], str | Unavailable] = read_attribute) -> str | None:
+        text = read(self._root + relative)
+        if isinstance(text, Unavailable):
+            self._unavailable(relative, text, quiet)
             return None
+        return text
 
     def _list(self, relative: str, quiet: bool = False) -> list[str]:
-        try:
-            return os.listdir(self._root + relative)
-        except OSError as exc:
-            self._unavailable(relative, exc, quiet)
+        entries = list_directory(self._root + relative)
+        if isinstance(entries, Unavailable):
+            self._unavailable(relative, entries, quiet)
             return []
+        return entries
 
-    def _unavailable(self, relative: str, exc: OSError, quiet: bool) -> None:
-        """Note an attribute that is not there; re-raise an error that means the tree itself is broken."""
-        if exc.errno not in UNAVAILABLE:
-            raise exc
-        if not (quiet and exc.errno == errno.ENOENT):
-            self._skip(relative, errno.errorcode.get(exc.errno or 0, str(exc)))
+    def _unavailable(self, relative: str, why: Unavailable, quiet: bool) -> None:
+        if not (quiet and why.missing):
+            self._skip(relative, why.why)
 
     def _skip(self, relative: str, why: str) -> None:
         self._skipped.append(f"{self._device}/{relative}: {why}")

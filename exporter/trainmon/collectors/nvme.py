@@ -1,21 +1,24 @@
 """NVMe namespaces: I/O counters from <procfs>/diskstats, identity from <sysfs>/class/nvme.
 
-Values equal node_exporter's `node_disk_*` for the same device and the same procfs.
+Values equal node_exporter's `node_disk_*` for the same device and the same procfs. A namespace
+finds its controller among the controller's entries (`nvme0n1`, or `nvme0c0n1` for a multipath
+path) or, failing that, through `<sysfs>/block/<namespace>/device`: the controller itself, or
+for a native multipath head the subsystem, whose `nvme<N>` links are its controllers.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from trainmon.collectors.base import Collection
-from trainmon.errors import NoData
+from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.parsers.diskstats import DiskStats, parse_diskstats, whole_namespaces
-from trainmon.parsers.nvme import namespace_of
-from trainmon.roots import UNAVAILABLE, Root, read_attr, read_text
+from trainmon.parsers.nvme import controller_number, namespace_of
+from trainmon.roots import DISKSTATS_BYTES, Root, Unavailable, list_directory, read_attribute, read_name
 from trainmon.settings import Settings
 
 SECTOR_BYTES = 512  # diskstats sectors are 512 B whatever the device's block size
@@ -57,21 +60,26 @@ class NvmeCollector:
     name = "nvme"
 
     def __init__(self, settings: Settings) -> None:
-        self._proc = Root(settings.procfs)
-        self._sys = Root(settings.sysfs)
+        self._proc = Root(settings.procfs, "procfs")
+        self._sys = Root(settings.sysfs, "sysfs")
         self._include = settings.nvme_devices
 
     def collect(self) -> Collection:
-        try:
-            text = read_text(self._proc.join("diskstats"))
-        except FileNotFoundError as exc:
-            raise NoData(f"no diskstats under {self._proc.path}") from exc
-        stats = [s for s in whole_namespaces(parse_diskstats(text)) if self._included(s.device)]
-        skipped: list[str] = []
-        identities = self._identities(skipped)
-        if not stats and not identities:
+        self._proc.require()
+        self._sys.require()
+        path = self._proc.join("diskstats")
+        text = read_attribute(path, DISKSTATS_BYTES)
+        if isinstance(text, Unavailable):
+            if text.missing:
+                raise NoData(f"no diskstats under {self._proc.path}")
+            raise CollectorError(f"{path}: {text.why}")
+        parsed = parse_diskstats(text)
+        skipped = list(parsed.skipped)
+        stats = [s for s in whole_namespaces(parsed.records) if self._included(s.device)]
+        identities = self._identities([s.device for s in stats], skipped)
+        if not stats:
             raise NoData("no NVMe namespaces in diskstats")
-        families = [*counter_families(stats), info_family(identities.values(), {s.device for s in stats})]
+        families = [*counter_families(stats), info_family(identities.values())]
         found = [self._describe(s, identities.get(s.device)) for s in stats]
         return Collection(families=tuple(families), found=tuple(found), skipped=tuple(skipped))
 
@@ -81,41 +89,62 @@ class NvmeCollector:
     def _included(self, device: str) -> bool:
         return self._include is None or self._include.search(device) is not None
 
-    def _identities(self, skipped: list[str]) -> dict[str, NvmeIdentity]:
-        """Namespace -> identity of the controller it belongs to (the first one, for multipath)."""
+    def _identities(self, namespaces: list[str], skipped: list[str]) -> dict[str, NvmeIdentity]:
+        """Namespace -> identity of the controller it belongs to (the lowest-numbered, for multipath)."""
         class_dir = self._sys.join("class", "nvme")
-        try:
-            controllers = sorted(os.listdir(class_dir))
-        except OSError as exc:
-            if exc.errno not in UNAVAILABLE:
-                raise
-            return {}
-        identities: dict[str, NvmeIdentity] = {}
+        listed = list_directory(class_dir)
+        controllers = _controllers([] if isinstance(listed, Unavailable) else listed)
+        owner: dict[str, str] = {}
         for controller in controllers:
-            attrs = {}
-            for label, attr in INFO_ATTRS.items():
-                try:
-                    attrs[label] = read_attr(class_dir / controller / attr)
-                except OSError as exc:
-                    if exc.errno not in UNAVAILABLE:
-                        raise
-                    skipped.append(f"{controller}/{attr}: {errno.errorcode.get(exc.errno or 0, exc)}")
-                    attrs[label] = ""
-            try:
-                entries = sorted(os.listdir(class_dir / controller))
-            except OSError:
-                entries = []
-            for entry in entries:
+            entries = list_directory(class_dir / controller)
+            for entry in [] if isinstance(entries, Unavailable) else entries:
                 namespace = namespace_of(entry)
-                if namespace and self._included(namespace):
-                    identities.setdefault(namespace, NvmeIdentity(device=namespace, controller=controller, **attrs))
+                if namespace is not None:
+                    owner.setdefault(namespace, controller)
+        identities: dict[str, NvmeIdentity] = {}
+        attrs_of: dict[str, dict[str, str]] = {}  # each controller's files are read once, and only if used
+        for namespace in namespaces:
+            controller = owner.get(namespace) or self._controller_of_block_device(namespace, set(controllers))
+            if controller is None:
+                continue
+            if controller not in attrs_of:
+                attrs_of[controller] = self._controller_attrs(class_dir / controller, controller, skipped)
+            identities[namespace] = NvmeIdentity(device=namespace, controller=controller, **attrs_of[controller])
         return identities
+
+    def _controller_of_block_device(self, namespace: str, controllers: set[str]) -> str | None:
+        """The controller behind `<sysfs>/block/<namespace>/device`: it, or the subsystem's first controller."""
+        device = os.path.realpath(self._sys.join("block", namespace, "device"))
+        name = os.path.basename(device)
+        if name in controllers:
+            return name
+        links = list_directory(device)  # a multipath head's parent is its subsystem, nvme-subsys<N>
+        if isinstance(links, Unavailable):
+            return None
+        return next((c for c in _controllers(links) if c in controllers), None)
+
+    @staticmethod
+    def _controller_attrs(path: Path, controller: str, skipped: list[str]) -> dict[str, str]:
+        attrs = {}
+        for label, attr in INFO_ATTRS.items():
+            value = read_name(path / attr)
+            if isinstance(value, Unavailable):
+                skipped.append(f"{controller}/{attr}: {value.why}")
+                value = ""
+            attrs[label] = value
+        return attrs
 
     @staticmethod
     def _describe(stats: DiskStats, identity: NvmeIdentity | None) -> str:
         where = f"{identity.controller} {identity.model}" if identity else "no sysfs identity"
         return f"{stats.device}: {where}, {stats.read_sectors * SECTOR_BYTES} B read, " \
                f"{stats.write_sectors * SECTOR_BYTES} B written"
+
+
+def _controllers(entries: Iterable[str]) -> list[str]:
+    """The controller names among `entries`, lowest number first (nvme2 before nvme10)."""
+    numbered = [(n, e) for e in entries if (n := controller_number(e)) is not None]
+    return [e for _, e in sorted(numbered)]
 
 
 def counter_families(stats: list[DiskStats]) -> list[Metric]:
@@ -134,11 +163,10 @@ def counter_families(stats: list[DiskStats]) -> list[Metric]:
     return families
 
 
-def info_family(identities: Iterable[NvmeIdentity], present: set[str]) -> Metric:
+def info_family(identities: Iterable[NvmeIdentity]) -> Metric:
     family = info("nvme", "NVMe namespace identity, from sysfs class/nvme. Join on device.",
                   ["device", "controller", "model", "serial", "firmware"])
     for identity in identities:
-        if identity.device in present:
-            family.add_metric([identity.device, identity.controller, identity.model, identity.serial,
-                               identity.firmware], {})
+        family.add_metric([identity.device, identity.controller, identity.model, identity.serial,
+                           identity.firmware], {})
     return family

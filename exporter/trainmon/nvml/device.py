@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -106,8 +107,12 @@ class Gpu:
         self._counters = {f.field_id: fields.Unwrapped() for f in fields.FIELDS if f.wraps}
         self._sm_active_s: float | None = None  # None until the first GPM window
 
-    def attach(self, handle: Any, identity: Identity) -> None:
-        """Take a fresh handle after (re-)initialisation and read what does not change until the next."""
+    def attach(self, handle: Any, identity: Identity, now: float) -> None:
+        """Take a fresh handle after (re-)initialisation and read what does not change until the next.
+
+        A fresh GPM sample is taken at once, so a re-initialisation between two cycles costs the next
+        cycle no GPM window (at start-up the first cycle still has none: its window is under 100 ms).
+        """
         self.handle, self.identity = handle, identity
         reads = _Reads(handle)
         self._reasons = reads.get("supported clock event reasons",
@@ -119,6 +124,9 @@ class Gpu:
             if value is not None:
                 self._static[metric]["max"] = value
         self._gpm = gpm.sampler(handle)
+        if self._gpm is not None:
+            with contextlib.suppress(pynvml.NVMLError):  # unprimed, the first read takes the sample
+                self._gpm.advance(now)
         for counter in self._counters.values():
             counter.rebase()
 

@@ -22,7 +22,8 @@ Scenario (every per-GPU key is optional; an absent key answers NOT_SUPPORTED)::
                "processes": [{"pid": 4242, "used_memory": 536870912}],
                "gpm_supported": true, "gpm": {"2": 55.5},       # GPM metric id -> percent
                "xid_supported": true,
-               "errors": {"nvmlDeviceGetPowerUsage": 3, "*": 15}}],  # per C symbol, "*" = every call
+               "errors": {"nvmlDeviceGetPowerUsage": 3, "*": 15},  # per C symbol, "*" = every call
+               "hang_ms": 0}],                                   # every call on the GPU takes this long
      "xid_events": [{"id": 1, "gpu": 1, "xid": 79}]}
 
 An XID event happens when a scenario that contains its `id` is first seen; an event set only
@@ -143,6 +144,9 @@ class ScenarioLibrary:
             gpu = self._gpu_of(args[0])
             if gpu is None:
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            hang_ms = self._gpus()[gpu].get("hang_ms", 0)
+            if hang_ms:
+                time.sleep(hang_ms / 1000)
             errors = self._gpus()[gpu].get("errors", {})
             injected = errors.get(name, errors.get("*", 0))
             if injected:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 
-# "4: ACTIVE", "5: LinkUp"
-_STATE = re.compile(r"\s*(\d+)\s*:\s*(\S.*?)\s*$")
-# "100 Gb/sec (4X EDR)", "2.5 Gb/sec (1X SDR)", "0 GB/sec"
-_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec", re.IGNORECASE)
+# "4: ACTIVE", "5: LinkUp"; the kernel's ids are single digits and its longest name is
+# "PortConfigurationTraining" (the name becomes a label value, so it is bounded).
+_STATE = re.compile(r"\s*(\d{1,3})\s*:\s*(\S.{0,31}?)\s*$")
+# "100 Gb/sec (4X EDR)", "2.5 Gb/sec (1X SDR)", "0 GB/sec"; no link is faster than 99,999 Gb/s.
+_RATE = re.compile(r"\s*(\d{1,5}(?:\.\d{1,3})?)\s*Gb/sec", re.IGNORECASE)
+# sysfs counters are 64-bit: at most 20 digits (and int() refuses over 4,300 anyway).
+_COUNTER = re.compile(r"[0-9]{1,20}")
+MAX_COUNTER = (1 << 64) - 1
 BYTES_PER_GBIT = 125_000_000
 
 
@@ -24,6 +28,9 @@ def parse_rate(text: str) -> int | None:
 
 
 def parse_counter(text: str) -> int | None:
-    """A counter file's value; None for `"N/A (no PMA)"` or anything that is not a number."""
+    """A counter file's value; None for `"N/A (no PMA)"`, a value over 64 bits, or anything not a number."""
     text = text.strip()
-    return int(text) if text.isdigit() else None
+    if not _COUNTER.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value <= MAX_COUNTER else None

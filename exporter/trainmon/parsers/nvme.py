@@ -1,4 +1,4 @@
-"""Names in /sys/class/nvme: controllers, their namespaces and multipath controller paths."""
+"""Names in /sys/class/nvme and /sys/class/nvme-subsystem: controllers, namespaces, controller paths."""
 
 from __future__ import annotations
 
@@ -18,3 +18,12 @@ def namespace_of(entry: str) -> str | None:
         return entry
     match = _CONTROLLER_PATH.fullmatch(entry)
     return f"nvme{match.group(1)}n{match.group(2)}" if match else None
+
+
+_CONTROLLER = re.compile(r"nvme(\d+)")
+
+
+def controller_number(entry: str) -> int | None:
+    """`nvme3` -> 3: a controller's name, as in class/nvme and among a subsystem's links; else None."""
+    match = _CONTROLLER.fullmatch(entry)
+    return int(match.group(1)) if match else None
