@@ -8,7 +8,6 @@ removes them when the last process in it exits, whatever the test did: nothing s
 from __future__ import annotations
 
 import configparser
-import os
 import re
 import shutil
 import subprocess
@@ -104,10 +103,24 @@ def pip_referenced_files(config_texts: Iterable[str], env: Mapping[str, str]) ->
     return {word for value in values for word in value.split() if word.startswith("/")}
 
 
+def pip_certificate(config_texts: Iterable[str], env: Mapping[str, str]) -> str | None:
+    """The CA bundle pip verifies with: PIP_CERT, else the last `cert` the configuration files set."""
+    cert = None
+    for text in config_texts:
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read_string(text)
+        cert = next((parser[s]["cert"] for s in parser.sections() if "cert" in parser[s]), cert)
+    return env.get("PIP_CERT", cert)
+
+
+def host_pip_configs(env: Mapping[str, str], home: Path) -> list[Path]:
+    return [p for p in pip_config_paths(env, home, env.get("XDG_CONFIG_DIRS", "/etc/xdg")) if p.is_file()]
+
+
 def host_pip_files(env: Mapping[str, str], home: Path) -> list[Path]:
     """The pip configuration of this machine and the files it names, as far as they exist: a chroot with
     copies of them reaches the package index the way the host does (through a proxy's CA, say)."""
-    configs = [p for p in pip_config_paths(env, home, env.get("XDG_CONFIG_DIRS", "/etc/xdg")) if p.is_file()]
+    configs = host_pip_configs(env, home)
     referenced = pip_referenced_files((p.read_text() for p in configs), env)
     return configs + sorted(Path(p) for p in referenced if Path(p).is_file())
 
@@ -178,8 +191,24 @@ def git_archive_into(repo: Path, destination: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(destination)], input=archive, check=True, timeout=120)
 
 
-def chroot_environment(port: int, env: Mapping[str, str] = os.environ) -> dict[str, str]:
+# Where the host's CA bundle for pip goes in the chroot: at its own path (/etc/ssl/certs/...) the
+# ca-certificates package, which python3-venv pulls in, would replace it with Debian's own bundle.
+CHROOT_PIP_CERT = "/root/host-pip-ca.pem"
+
+
+def prepare_pip(root: Path, env: Mapping[str, str], home: Path) -> dict[str, str]:
+    """Copy the host's pip configuration into the chroot; the PIP_* variables that go with it there."""
+    copy_into(root, host_pip_files(env, home))
+    pip_env = host_pip_environment(env)
+    cert = pip_certificate((p.read_text() for p in host_pip_configs(env, home)), env)
+    if cert and Path(cert).is_file():
+        shutil.copy2(cert, root / CHROOT_PIP_CERT.lstrip("/"))
+        pip_env["PIP_CERT"] = CHROOT_PIP_CERT
+    return pip_env
+
+
+def chroot_environment(port: int, pip_env: Mapping[str, str]) -> dict[str, str]:
     """A root login's environment in the chroot, the host's pip settings, and the port to listen on."""
     return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
-            "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive", **host_pip_environment(env),
+            "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive", **pip_env,
             "TRAINMON_LISTEN": f"127.0.0.1:{port}"}

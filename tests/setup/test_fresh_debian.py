@@ -3,6 +3,7 @@ system, in a clean copy of the checkout, until `/metrics` answers; then once mor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,8 +22,8 @@ from tests.setup.debian import (
     chroot_environment,
     copy_into,
     git_archive_into,
-    host_pip_files,
     mounts_under,
+    prepare_pip,
     readme_blocks,
     remove_rootfs,
     unpack,
@@ -56,15 +57,15 @@ def metrics_or_none(port: int) -> str | None:
     return response.text if response.status_code == 200 else None
 
 
-def run_until_metrics(root: Path, script: str, port: int) -> tuple[TracedRun, float, str]:
+def run_until_metrics(root: Path, script: str, port: int, pip_env: dict[str, str]) -> tuple[TracedRun, float, str]:
     """Run `script` in the chroot until the daemon it starts answers `/metrics` on `port`, then stop it all.
 
     Returns the trace, the seconds until `/metrics` answered, and what it served.
     """
     run = TracedRun()
     started = time.monotonic()
-    process = subprocess.Popen(chroot_command(root, script), env=chroot_environment(port), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(chroot_command(root, script), env=chroot_environment(port, pip_env),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def read() -> None:
         assert process.stdout is not None
@@ -80,13 +81,20 @@ def run_until_metrics(root: Path, script: str, port: int) -> tuple[TracedRun, fl
             time.sleep(1)
         return run, time.monotonic() - started, text
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        stop_group(process)
+        reader.join(timeout=10)
+
+
+def stop_group(process: subprocess.Popen[str]) -> None:
+    """SIGTERM to everything the block started (its own session), SIGKILL what outlives 30 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):  # all of it gone already
+            os.killpg(process.pid, sig)
         try:
             process.wait(timeout=30)
+            return
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-        reader.join(timeout=10)
+            continue
 
 
 def collector_success(text: str) -> dict[str, float]:
@@ -109,12 +117,13 @@ def test_readme_first_block_serves_metrics_on_a_fresh_debian(minbase_tarball: Pa
     try:
         assert not (root / "usr/bin/python3").exists()  # really the base system
         git_archive_into(REPO, root / CHECKOUT.lstrip("/"))
-        copy_into(root, [Path("/etc/resolv.conf"), *host_pip_files(os.environ, Path.home())])
+        copy_into(root, [Path("/etc/resolv.conf")])
+        pip_env = prepare_pip(root, os.environ, Path.home())
         script = f"cd {CHECKOUT}\n{block}"
 
-        first, first_s, first_metrics = run_until_metrics(root, script, free_port())
+        first, first_s, first_metrics = run_until_metrics(root, script, free_port(), pip_env)
         print_timings("first", first, first_s)
-        second, second_s, second_metrics = run_until_metrics(root, script, free_port())
+        second, second_s, second_metrics = run_until_metrics(root, script, free_port(), pip_env)
         print_timings("second", second, second_s)
 
         for served in (first_metrics, second_metrics):
