@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,11 +34,17 @@ def directives(unit: Path) -> dict[str, list[str]]:
 def installed_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """trainmon installed the documented way, into a fresh virtual environment standing in for /opt/trainmon.
 
-    `--no-deps`: verify needs the console script to exist, not the daemon's dependencies.
+    `--no-deps`: verify needs the console script to exist, not the daemon's dependencies. It installs from a
+    copy of what the Dockerfile copies too, so that the build leaves no `build/` in the checkout.
     """
-    prefix = tmp_path_factory.mktemp("prefix") / PREFIX.lstrip("/")
+    root = tmp_path_factory.mktemp("install")
+    source = root / "trainmon"
+    shutil.copytree(REPO / "exporter", source / "exporter", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    prefix = root / PREFIX.lstrip("/")
     subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=120)
-    subprocess.run([prefix / "bin" / "pip", "install", "-q", "--no-deps", str(REPO)], check=True, timeout=300)
+    subprocess.run([prefix / "bin" / "pip", "install", "-q", "--no-deps", str(source)], check=True, timeout=300)
     return prefix / "bin" / "trainmon"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,11 +48,15 @@ def image(minbase_tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     # pip inside the build reaches the package index the way this machine's pip does (a proxy's CA, say).
     pip_volumes = [f"--volume={p}:{p}:ro" for p in host_pip_files(os.environ, Path.home())]
     try:
+        started = time.monotonic()
         run(podman, "import", minbase_tarball, minbase)
         run(buildah, "bud", "--isolation=chroot", "--pull-never", "-f", work / "Containerfile.python",
             "-t", python_base, work)
+        based = time.monotonic()
         run(buildah, "bud", "--isolation=chroot", "--pull-never", *pip_volumes,
             f"--build-arg=PYTHON_IMAGE={python_base}", "-f", context / DOCKERFILE, "-t", trainmon, context)
+        print(f"\nPython base image (import + python3-venv): {based - started:.0f} s; "
+              f"{DOCKERFILE} build: {time.monotonic() - based:.0f} s")
         yield trainmon
     finally:
         subprocess.run([podman, "rmi", "--force", trainmon, python_base, minbase], capture_output=True, timeout=300)
