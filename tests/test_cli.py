@@ -100,7 +100,8 @@ def test_without_the_daemon_extra_serve_names_it_in_one_line(tmp_path: Path) -> 
                              timeout=60)
 
     assert 1 == serve.returncode
-    assert ["trainmon: the daemon needs its dependencies: pip install 'trainmon[daemon]' "
+    assert ["trainmon: the daemon needs its dependencies, the [daemon] extra: pip install '.[daemon]' in a "
+            "trainmon checkout, not on the package index yet "
             "(missing: prometheus_client, fastapi, uvicorn, psutil, pynvml)"] == serve.stderr.strip().splitlines()
     assert 0 == version.returncode
 

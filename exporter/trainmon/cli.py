@@ -86,8 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     missing = missing_daemon_modules()
     if missing and argv[:1] != ["--help"]:
-        print(f"trainmon: the daemon needs its dependencies: pip install 'trainmon[daemon]' "
-              f"(missing: {', '.join(missing)})", file=sys.stderr)
+        print(f"trainmon: the daemon needs its dependencies, the [daemon] extra: pip install '.[daemon]' in a "
+              f"trainmon checkout, not on the package index yet (missing: {', '.join(missing)})", file=sys.stderr)
         return 1
     options = serve_options(available_collectors())
     args = build_parser(options).parse_args(argv)

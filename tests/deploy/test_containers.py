@@ -1,8 +1,8 @@
-"""deploy/docker and deploy/compose: no Docker engine here, so check what can be checked without one.
+"""deploy/docker and deploy/compose, checked without a container engine.
 
-The image build itself is not run in this suite (docs/deploy.md says so): these tests prove the
-Dockerfile's inputs exist and its final stage is unprivileged, and that the compose stack parses,
-mounts files that exist, and hands Prometheus and Alertmanager configurations their own checkers accept.
+The image is built and run in tests/setup/test_container_image.py; these tests prove the Dockerfile's
+inputs exist and its final stage is unprivileged, and that the compose stack parses, mounts files that
+exist, and hands Prometheus and Alertmanager configurations their own checkers accept.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -307,3 +308,23 @@ def test_example_training_pod_passes_its_pod_to_the_hook() -> None:
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
 
     assert ("metadata.name", "metadata.namespace") == (env["POD_NAME"], env["POD_NAMESPACE"])
+
+
+def test_base_image_is_a_placeholder_an_overlay_replaces(base: list[dict[str, Any]], tmp_path: Path) -> None:
+    """No image is published: the base names one that cannot resolve, and the overlay docs/deploy.md shows
+    (rendered from the page itself) sets the real one on every container."""
+    images = {c["image"] for c in one(base, "DaemonSet")["spec"]["template"]["spec"]["containers"]}
+    docs = (REPO / "docs" / "deploy.md").read_text()
+    [overlay_text] = [block for block in re.findall(r"```yaml\n(.*?)```", docs, re.S)
+                      if block.startswith("resources: [../deploy/kubernetes]")]
+    overlay_dir = tmp_path / "my-trainmon"
+    overlay_dir.mkdir()
+    (overlay_dir / "kustomization.yaml").write_text(
+        overlay_text.replace("../deploy/kubernetes", os.path.relpath(KUBERNETES, overlay_dir)))
+
+    rendered = one(kustomize(overlay_dir), "DaemonSet")["spec"]["template"]["spec"]
+
+    assert {"registry.invalid/trainmon:0.1.0"} == images
+    assert {"registry.example.com/ml/trainmon:0.1.0"} == {c["image"] for c in rendered["containers"]
+                                                          + rendered["initContainers"]}
+    assert "kustomize edit set image registry.invalid/trainmon=registry.example.com/ml/trainmon:0.1.0" in docs

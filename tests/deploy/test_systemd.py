@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.tools import require_tool
 
-SYSTEMD = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
+REPO = Path(__file__).resolve().parents[2]
+SYSTEMD = REPO / "deploy" / "systemd"
 UNIT = SYSTEMD / "trainmon.service"
-INSTALLED_PATH = "/usr/local/bin/trainmon"
+PREFIX = "/opt/trainmon"  # the virtual environment README and docs/deploy.md install into
+INSTALLED_PATH = f"{PREFIX}/bin/trainmon"
 MAX_EXPOSURE = 2.0  # systemd-analyze security: 0 is fully locked down, 10 is nothing set
 
 
@@ -26,14 +30,31 @@ def directives(unit: Path) -> dict[str, list[str]]:
     return found
 
 
+@pytest.fixture(scope="module")
+def installed_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """trainmon installed the documented way, into a fresh virtual environment standing in for /opt/trainmon.
+
+    `--no-deps`: verify needs the console script to exist, not the daemon's dependencies. It installs from a
+    copy of what the Dockerfile copies too, so that the build leaves no `build/` in the checkout.
+    """
+    root = tmp_path_factory.mktemp("install")
+    source = root / "trainmon"
+    shutil.copytree(REPO / "exporter", source / "exporter", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    prefix = root / PREFIX.lstrip("/")
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, timeout=120)
+    subprocess.run([prefix / "bin" / "pip", "install", "-q", "--no-deps", str(source)], check=True, timeout=300)
+    return prefix / "bin" / "trainmon"
+
+
 @pytest.fixture
-def unit_with_installed_binary(tmp_path: Path) -> Path:
-    """The unit with ExecStart pointed at this environment's `trainmon` (verify needs it to exist)."""
-    binary = require_tool("trainmon")
+def unit_with_installed_binary(tmp_path: Path, installed_binary: Path) -> Path:
+    """The unit with ExecStart pointed at the `trainmon` installed as documented (verify needs it to exist)."""
     text = UNIT.read_text()
     assert f"ExecStart={INSTALLED_PATH} serve" in text
     copy = tmp_path / UNIT.name
-    copy.write_text(text.replace(INSTALLED_PATH, binary))
+    copy.write_text(text.replace(INSTALLED_PATH, str(installed_binary)))
     return copy
 
 
@@ -67,6 +88,8 @@ def test_unit_settings() -> None:
     found = directives(UNIT)
 
     assert found["User"] == ["trainmon"]
+    assert found["ExecStart"] == [f"{INSTALLED_PATH} serve"]
+    assert found["LimitNOFILE"] == ["65536"]
     assert found["Restart"] == ["always"]
     assert found["EnvironmentFile"] == ["-/etc/default/trainmon"]
     assert found["RuntimeDirectory"] == ["trainmon"]

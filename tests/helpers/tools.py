@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
+# The virtual environment the tests run in holds tools too (kubectl, ruff, trainmon) even when it is not
+# activated (`.venv/bin/python -m pytest`). sys.executable is not resolved: a venv's python is a symlink.
+ENVIRONMENT_BIN = Path(sys.executable).parent
+
 
 def require_tool(name: str, *candidates: str) -> str:
-    """Return the path of the first of `name`, `*candidates` on PATH, or skip (fail in CI)."""
+    """Return the path of the first of `name`, `*candidates` in this Python's environment or on PATH, or skip
+    (fail in CI)."""
+    search_path = os.pathsep.join([str(ENVIRONMENT_BIN), os.environ.get("PATH", os.defpath)])
     for candidate in (name, *candidates):
-        found = shutil.which(candidate)
+        found = shutil.which(candidate, path=search_path)
         if found:
             return found
     message = f"{name} is not installed (scripts/test.sh installs it)"
