@@ -24,6 +24,7 @@ from trainmon.families import Metric, counter, gauge, info
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
 from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
+from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
 from trainmon.settings import Settings
@@ -242,6 +243,7 @@ class GpuCollector:
         for status in statuses:
             up.add_metric(_ids(status.identity), 1.0 if status.reading is not None else 0.0)
         families.append(up)
+        families.append(_peak_flops_family(s.identity for s in statuses))
         expected = self._expected()
         if expected is not None:
             family = gauge("gpus_expected", "NVIDIA display/3D controllers found on the PCI bus.")
@@ -279,6 +281,15 @@ class GpuCollector:
             i = status.identity
             state = "up" if status.reading is not None else f"DOWN ({status.error})"
             yield f"gpu {i.index}: {i.name} {i.uuid} {i.pci_bus_id}: {state}"
+
+
+def _peak_flops_family(identities: Iterable[Identity]) -> Metric:
+    family = gauge("gpu_peak_flops", "Dense peak FLOP/s of the GPU model, by dtype; absent for a model "
+                   "trainmon does not know.", (*GPU_LABELS, "dtype"))
+    for identity in identities:
+        for dtype, flops in peak_flops(identity.name).items():
+            family.add_metric([*_ids(identity), dtype], flops)
+    return family
 
 
 def _ids(identity: Identity) -> list[str]:
