@@ -53,6 +53,7 @@ def main(steps: int, out: Path) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    dist.barrier()  # before the monitor patches collectives: start-up skew is not communication wait
     mon = TrainingMonitor(job_id=os.environ.get("JOB_ID", "workload"),
                           flops_per_token=float(flops) if flops else None)
     mon.watch(model=model, optimizer=opt)
