@@ -90,7 +90,7 @@ class SimulatedJob:
                 in_phase = True
             skip = not in_phase and self._random.random() < 0.004  # an fp16 overflow, all ranks alike
             for sim in self.ranks:
-                sim.state.switch_phase("checkpoint" if in_phase else None)
+                sim.state.phase = "checkpoint" if in_phase else None
                 if not in_phase:
                     self._advance(sim, skip)
                 sim.reporter.send_now()

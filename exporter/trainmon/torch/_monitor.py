@@ -316,12 +316,11 @@ class Phase:
         self._previous: str | None = None
 
     def __enter__(self) -> Phase:
-        self._previous = self._state.phase
-        self._state.switch_phase(self._name)
+        self._previous, self._state.phase = self._state.phase, self._name
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._state.switch_phase(self._previous)
+        self._state.phase = self._previous
 
 
 def _gpu_uuid() -> str:

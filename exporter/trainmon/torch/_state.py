@@ -48,7 +48,8 @@ class RankState:
         self.bucket_counts = [0] * (len(STEP_BUCKETS) + 1)
         self.step_seconds_sum = 0.0
         self.last_step: float | None = None
-        self.phase: str | None = None
+        self._phase: str | None = None
+        self._phase_since = 0.0
         self.comm_wait = 0.0
         self.data_wait = 0.0
         self.collectives: dict[tuple[str, str], list[float]] = {}  # (op, group) -> [seconds, calls, bytes]
@@ -63,17 +64,19 @@ class RankState:
         self.first_step: float | None = None
         self.model_flops: float | None = None
         self.phase_seconds: dict[str, float] = {}
-        self._phase_since = 0.0
 
-    def switch_phase(self, name: str | None) -> None:
-        """Enter phase `name` (None: leave phases); the time so far goes to the phase being left.
+    @property
+    def phase(self) -> str | None:
+        """The open phase (the innermost one), or None."""
+        return self._phase
 
-        Time is counted once, for the innermost open phase, so phases add up to wall time.
-        """
+    @phase.setter
+    def phase(self, name: str | None) -> None:
+        """Setting it adds the time so far to the phase being left: time counts for one phase at once."""
         now = perf_counter()
-        if self.phase is not None:
-            self._add_phase_time(self.phase, now - self._phase_since)
-        self.phase, self._phase_since = name, now
+        if self._phase is not None:
+            self._add_phase_time(self._phase, now - self._phase_since)
+        self._phase, self._phase_since = name, now
 
     def _add_phase_time(self, name: str, seconds: float) -> None:
         if name not in self.phase_seconds and len(self.phase_seconds) >= MAX_PHASES:
@@ -83,8 +86,8 @@ class RankState:
     def _phase_totals(self) -> dict[str, float]:
         """Cumulative phase time, the open phase's time so far included (a long checkpoint shows as it runs)."""
         totals = dict(self.phase_seconds)
-        if self.phase is not None:
-            name = self.phase if self.phase in totals or len(totals) < MAX_PHASES else OTHER_GROUP
+        if self._phase is not None:
+            name = self._phase if self._phase in totals or len(totals) < MAX_PHASES else OTHER_GROUP
             totals[name] = totals.get(name, 0.0) + perf_counter() - self._phase_since
         return totals
 
