@@ -23,7 +23,8 @@ def imported_modules(path: Path) -> set[str]:
     return modules
 
 
-@pytest.mark.parametrize("module", ["trainmon", "trainmon.wire", "trainmon.torch", "trainmon.cli"])
+@pytest.mark.parametrize("module", ["trainmon", "trainmon.wire", "trainmon.flops", "trainmon.torch", "trainmon.cli",
+                                    "trainmon.diagnose"])
 def test_light_imports_load_nothing_heavy(module: str) -> None:
     """`import trainmon.torch` runs inside other people's training images: no web stack, no NVML."""
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith({HEAVY!r})))"

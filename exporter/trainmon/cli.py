@@ -65,6 +65,8 @@ def build_parser(options: Sequence[Option]) -> OneLineParser:
     ):
         add_options(commands.add_parser(name, help=description, description=description), options)
     commands.add_parser("version", help="print the version")
+    commands.add_parser("diagnose", help="what holds a training job back, from Prometheus (see diagnose --help)",
+                        add_help=False)
     return parser
 
 
@@ -84,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["version"]:
         print(f"trainmon {__version__}")
         return 0
+    if argv[:1] == ["diagnose"]:  # standard library only: no daemon dependencies needed
+        from trainmon.diagnose import main as diagnose
+
+        return diagnose(argv[1:])
     missing = missing_daemon_modules()
     if missing and argv[:1] != ["--help"]:
         print(f"trainmon: the daemon needs its dependencies, the [daemon] extra: pip install '.[daemon]' in a "

@@ -100,6 +100,9 @@ class Report:
     parallel: Mapping[str, int] = field(default_factory=dict)
     cuda_alloc_retries: int | None = None
     cuda_ooms: int | None = None
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    first_step: float | None = None
+    model_flops: float | None = None
 
     @property
     def incarnation(self) -> tuple[int, float]:
@@ -120,10 +123,11 @@ def encode(report: Report) -> bytes:
         "collectives": [[c.op, c.group, c.seconds, c.calls, c.bytes] for c in report.collectives],
         "group_sizes": dict(report.group_sizes), "skipped_steps": report.skipped_steps,
         "nonfinite_losses": report.nonfinite_losses, "nccl_env": dict(report.nccl_env),
-        "parallel": dict(report.parallel),
+        "parallel": dict(report.parallel), "phase_seconds": dict(report.phase_seconds),
     }
     optional = {"sent_at": report.sent_at, "last_step": report.last_step, "phase": report.phase,
-                "loss_scale": report.loss_scale, "loss": report.loss, "grad_norm": report.grad_norm}
+                "loss_scale": report.loss_scale, "loss": report.loss, "grad_norm": report.grad_norm,
+                "first_step": report.first_step, "model_flops": report.model_flops}
     msg.update((k, v) for k, v in optional.items() if v is not None)
     if report.cuda_alloc_retries is not None or report.cuda_ooms is not None:
         msg["cuda"] = {"alloc_retries": report.cuda_alloc_retries, "ooms": report.cuda_ooms}
@@ -205,6 +209,9 @@ def validate(msg: Mapping[str, object]) -> Report:
         parallel=_parallel(msg),
         cuda_alloc_retries=_count(cuda, "alloc_retries"),
         cuda_ooms=_count(cuda, "ooms"),
+        phase_seconds=_phase_seconds(msg),
+        first_step=_time(msg, "first_step"),
+        model_flops=_seconds(msg, "model_flops"),
     )
 
 
@@ -355,3 +362,12 @@ def _parallel(msg: Mapping[str, object]) -> dict[str, int]:
     if any(k not in PARALLEL_KEYS for k in raw):
         raise MessageRejected("range", "unknown parallel key")
     return {k: _int(raw, k, required=True, hi=MAX_ID) or 0 for k in raw}
+
+
+def _phase_seconds(msg: Mapping[str, object]) -> dict[str, float]:
+    raw = _mapping(msg, "phase_seconds")
+    if len(raw) > MAX_GROUPS + 1:
+        raise MessageRejected("range", f"{len(raw)} phases")
+    if any(len(k) > MAX_TEXT or not k.isprintable() for k in raw):
+        raise MessageRejected("range", "phase name too long or not printable")
+    return {k: _seconds(raw, k, required=True) or 0.0 for k in raw}

@@ -9,7 +9,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
 from .config import DashboardConfig
 from .node import JOB
-from .panels import Board, Query, Variable, graph, single
+from .panels import Board, Query, Variable, graph, rows_heatmap, single
 
 J = 'job=~"$job", job_id=~"$job_id"'  # job-level series carry no instance
 R = 'job=~"$job", job_id=~"$job_id", instance=~"$instance"'
@@ -253,6 +253,84 @@ def _gpus(b: Board) -> Board:
     )
 
 
+def _efficiency(b: Board) -> Board:
+    share = f"job_id_category:trainmon_train_time:ratio{{{J}}}"
+    return b.row(
+        "Efficiency",
+        single(
+            "Goodput",
+            "Share of the job's rank time spent computing (not waiting on communication, data, phases, stalls, "
+            "start-up, or ranks gone between restarts).",
+            "percentunit",
+            Query(f"job_id:trainmon_train_goodput:ratio{{{J}}}", "goodput"),
+        ),
+        single(
+            "MFU",
+            "Model FLOPs per second over the dense peak of the ranks' GPUs (only where the hook is given FLOPs and "
+            "the GPU model's peak is known).",
+            "percentunit",
+            Query(f"job_id:trainmon_train_mfu:ratio{{{J}}}", "MFU"),
+        ),
+        single(
+            "Model FLOP/s",
+            "Model FLOPs per second of the whole job.",
+            "flops",
+            Query(f"job_id:trainmon_train_model_flops:rate5m{{{J}}}", "FLOP/s"),
+        ),
+        single(
+            "Energy per token",
+            "GPU energy of the job's ranks per token processed.",
+            "joule",
+            Query(f"job_id:trainmon_train_joules_per_token:ratio{{{J}}}", "J/token"),
+        ),
+        single(
+            "Absent ranks",
+            "Ranks the job had in the last hour that are not reporting now (a restart under the same job id).",
+            "none",
+            Query(f"job_id:trainmon_train_ranks_absent:count{{{J}}}", "absent"),
+        ),
+        single(
+            "Badput",
+            "Share of the job's rank time not spent computing.",
+            "percentunit",
+            Query(f"job_id:trainmon_train_badput:ratio{{{J}}}", "badput"),
+        ),
+        graph(
+            "Where the time goes",
+            "The job's rank time split into compute, exposed communication wait, data-loader wait, each phase, "
+            "stalled (live, out of a phase, no steps), start-up (process start to first step) and absent ranks.",
+            "percentunit",
+            Query(share, "{{category}} {{phase}}"),
+            width=16,
+            max_value=1,
+            stacked=True,
+        ),
+        graph(
+            "MFU per rank",
+            "Model FLOPs per second of each rank over its GPU's dense peak.",
+            "percentunit",
+            Query(f"rank:trainmon_train_mfu:ratio{{{R}}}", RANK),
+            width=8,
+            max_value=1,
+        ),
+        rows_heatmap(
+            "Straggler score by rank",
+            "The job's fastest compute time over each rank's (1 = fastest, 0.5 = twice as slow); the straggler "
+            "alert fires below 0.75 while the other ranks wait.",
+            "none",
+            Query(f"rank:trainmon_train_straggler_score:relative{{{R}}}", RANK),
+        ),
+        graph(
+            "Individual straggler score",
+            "Each rank's best compute time per step over the last hour over its recent one: a rank that slowed "
+            "down against itself (thermal throttling, a noisy neighbour) reads below 1.",
+            "none",
+            Query(f"rank:trainmon_train_straggler_score:individual{{{R}}}", RANK),
+            width=24,
+        ),
+    )
+
+
 def build(config: DashboardConfig) -> DashboardModel:
     board = Board(
         config=config,
@@ -261,4 +339,4 @@ def build(config: DashboardConfig) -> DashboardModel:
         description="One training job across its nodes: throughput, step time per rank, collectives and its GPUs.",
         variables=(JOB, JOB_ID, INSTANCE),
     )
-    return _gpus(_precision(_communication(_step_time(_throughput(board))))).build()
+    return _gpus(_precision(_communication(_efficiency(_step_time(_throughput(board)))))).build()

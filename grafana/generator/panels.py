@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.builders import common, dashboard, heatmap, prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import StackingMode
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 from grafana_foundation_sdk.models.dashboard import (
     DashboardLinkType,
@@ -44,7 +45,8 @@ def _targets(queries: tuple[Query, ...]) -> list[prometheus.Dataquery]:
     ]
 
 
-_Builder = TypeVar("_Builder", timeseries.Panel, stat.Panel)
+_Builder = TypeVar("_Builder", timeseries.Panel, stat.Panel, heatmap.Panel)
+Panel = timeseries.Panel | stat.Panel | heatmap.Panel
 
 
 def _framed(panel: _Builder, title: str, description: str, unit: str, queries: tuple[Query, ...], width: int,
@@ -62,12 +64,20 @@ def _framed(panel: _Builder, title: str, description: str, unit: str, queries: t
 
 
 def graph(title: str, description: str, unit: str, *queries: Query, width: int = 12, height: int = 8,
-          max_value: float | None = None) -> timeseries.Panel:  # fmt: skip
-    """A time series panel."""
+          max_value: float | None = None, stacked: bool = False) -> timeseries.Panel:  # fmt: skip
+    """A time series panel; `stacked` stacks the series (parts of a whole)."""
     panel = _framed(timeseries.Panel(), title, description, unit, queries, width, height).fill_opacity(10)
+    if stacked:
+        panel = panel.stacking(common.StackingConfig().mode(StackingMode.NORMAL)).fill_opacity(60)
     if max_value is not None:
         panel = panel.min(0).max(max_value)
     return panel
+
+
+def rows_heatmap(title: str, description: str, unit: str, query: Query, *, width: int = 24,
+                 height: int = 8) -> heatmap.Panel:
+    """A heatmap with one row per series (e.g. per rank) over time, values as they are (no bucketing)."""
+    return _framed(heatmap.Panel(), title, description, unit, (query,), width, height).calculate(False)
 
 
 def single(title: str, description: str, unit: str, query: Query, *, width: int = 4, height: int = 4) -> stat.Panel:
@@ -120,7 +130,7 @@ class Board:
                 .all_value(".+")
             )
 
-    def row(self, title: str, *panels: timeseries.Panel | stat.Panel) -> Board:
+    def row(self, title: str, *panels: Panel) -> Board:
         self._builder = self._builder.with_row(dashboard.Row(title).id(self._take_id()))
         for panel in panels:
             self._builder = self._builder.with_panel(panel.id(self._take_id()))

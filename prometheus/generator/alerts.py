@@ -292,11 +292,9 @@ or
         ),
         Alert(
             alert="TrainmonStragglerRank",
-            # Its compute stands out from the job's median rank, while the median rank waits in collectives.
+            # Its compute is slow against the job's fastest rank, while the median rank waits in collectives.
             expr=f"""
-  rank:trainmon_train_compute_seconds:rate5m
-> on (job, job_id) group_left ()
-  {c.straggler_factor} * quantile without (instance, rank) (0.5, rank:trainmon_train_compute_seconds:rate5m)
+  rank:trainmon_train_straggler_score:relative < {c.straggler_score_threshold}
 and on (job, job_id)
   quantile without (instance, rank) (0.5, rank:trainmon_train_comm_wait_per_step_time:ratio)
   > {c.straggler_peer_wait_ratio}""",
@@ -304,8 +302,9 @@ and on (job, job_id)
             severity="warning",
             summary="One rank computes slower than the rest of its job.",
             description=(
-                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} computes "
-                '{{ printf "%.2f" $value }} s per second while the job\'s median rank waits in collectives.'
+                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} has a straggler score "
+                'of {{ printf "%.2f" $value }} (the fastest rank\'s compute time over its own) while the job\'s median '
+                "rank waits in collectives."
             ),
         ),
         Alert(

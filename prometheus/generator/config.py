@@ -19,10 +19,15 @@ class RulesConfig:
     comm_bound_ratio: float = 0.40
     # Waiting for batches above this share of step time means the input pipeline is the bottleneck.
     dataloader_bound_ratio: float = 0.20
-    # A rank whose compute time per second exceeds the job's median by this factor is a straggler...
-    straggler_factor: float = 1.25
+    # A rank whose relative straggler score (the job's fastest compute time over its own) is below
+    # this is a straggler (nvidia-resiliency-ext's default; 0.75 = a third slower than the fastest)...
+    straggler_score_threshold: float = 0.75
     # ...while the job's median rank spends at least this share of step time waiting in collectives.
     straggler_peer_wait_ratio: float = 0.15
+    # The individual score compares a rank's recent compute time per step with its best over this.
+    straggler_individual_window: str = "1h"
+    # The trainmon_gpu_peak_flops dtype MFU divides by: the precision the model trains in.
+    mfu_dtype: str = "bf16"
     # A live rank, not in a phase, with no finished step for this long is stalled. Raise it for jobs
     # whose steps take longer than a few minutes.
     stall_seconds: int = 900

@@ -7,6 +7,7 @@ GPU, `instance_device` one NVMe namespace. Ratios sum numerator and denominator 
 from __future__ import annotations
 
 from .config import RulesConfig
+from .efficiency import efficiency_group
 from .model import Group, Record
 
 # Labels of trainmon_train_rank_info that describe a rank rather than identify it.
@@ -216,4 +217,4 @@ count by (job, {owner}) (
 
 
 def recording_groups(c: RulesConfig) -> list[Group]:
-    return [gpu_group(c), training_group(c), nvme_group(c), ownership_group(c)]
+    return [gpu_group(c), training_group(c), nvme_group(c), ownership_group(c), efficiency_group(c)]

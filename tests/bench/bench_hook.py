@@ -56,7 +56,8 @@ def main() -> None:
     dist.init_process_group("gloo", rank=0, world_size=1)
     off = workloads(None, dist.all_reduce, dist.broadcast)
     with tempfile.TemporaryDirectory() as tmp:  # no daemon listens: the cost of the hook alone
-        mon = TrainingMonitor(job_id="bench", env={"TRAINMON_INGEST_SOCKET": f"{tmp}/none.sock"})
+        mon = TrainingMonitor(job_id="bench", env={"TRAINMON_INGEST_SOCKET": f"{tmp}/none.sock"},
+                              flops_per_token=1e9)  # FLOPs accounting on, as MFU needs
         on = workloads(mon, dist.all_reduce, dist.broadcast)
         results: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in off}
         for _ in range(ROUNDS):  # alternate off and on so that drift of a shared machine hits both

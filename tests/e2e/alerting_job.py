@@ -55,7 +55,7 @@ def main(out: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = torch.amp.GradScaler("cpu")
-    mon = TrainingMonitor()
+    mon = TrainingMonitor(flops_per_token=1e9)  # feeds the MFU panels
     mon.watch(model=model, optimizer=opt, scaler=scaler)
     for step, (x, y) in enumerate(mon.dataloader(batches())):
         phase = read_phase(out)

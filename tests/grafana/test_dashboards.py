@@ -26,7 +26,8 @@ from tests.grafana.dashboards import (
 from tests.helpers.tools import require_tool
 
 # Grafana unit ids used here (grafana/grafana packages/grafana-data/src/valueFormats/categories.ts).
-UNITS = {"none", "short", "percentunit", "bytes", "binBps", "Bps", "watt", "celsius", "hertz", "s", "iops", "cps"}
+UNITS = {"none", "short", "percentunit", "bytes", "binBps", "Bps", "watt", "celsius", "hertz", "s", "iops", "cps",
+         "flops", "joule"}
 BOARDS = [pytest.param(load(path), id=path.name) for path in DASHBOARD_FILES]
 
 

@@ -28,6 +28,7 @@ from trainmon.gpu_inventory import INVENTORY, InventoryGpu
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
 from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
+from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
 from trainmon.roots import Unavailable, list_directory, read_attribute
@@ -273,6 +274,7 @@ class GpuCollector:
         for status in statuses:
             up.add_metric(_ids(status.identity), 1.0 if status.reading is not None else 0.0)
         families.append(up)
+        families.append(_peak_flops_family(s.identity for s in statuses))
         expected = self._expected()
         if expected is not None:
             family = gauge("gpus_expected", "NVIDIA display/3D controllers found on the PCI bus.")
@@ -318,6 +320,15 @@ def _inventory(statuses: Sequence[GpuStatus]) -> Iterable[InventoryGpu]:
         processes = s.reading.processes if s.reading is not None else None
         pids = tuple(p.pid for p in processes) if processes is not None else None
         yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids)
+
+
+def _peak_flops_family(identities: Iterable[Identity]) -> Metric:
+    family = gauge("gpu_peak_flops", "Dense peak FLOP/s of the GPU model, by dtype; absent for a model "
+                   "trainmon does not know.", (*GPU_LABELS, "dtype"))
+    for identity in identities:
+        for dtype, flops in peak_flops(identity.name).items():
+            family.add_metric([*_ids(identity), dtype], flops)
+    return family
 
 
 def _ids(identity: Identity) -> list[str]:

@@ -54,6 +54,11 @@ SCALARS = (
            lambda r: r.nonfinite_losses),
     Scalar("train_cuda_alloc_retries_total", "CUDA caching-allocator retries (torch.cuda.memory_stats).", counter,
            lambda r: r.cuda_alloc_retries),
+    Scalar("train_process_start_timestamp_seconds", "Unix time the rank's process started.", gauge,
+           lambda r: r.start_time),
+    Scalar("train_first_step_timestamp_seconds", "Unix time the rank's first step began.", gauge,
+           lambda r: r.first_step),
+    Scalar("train_model_flops_total", "Model FLOPs of the finished steps.", counter, lambda r: r.model_flops),
     Scalar("train_cuda_ooms_total", "CUDA out-of-memory errors (torch.cuda.memory_stats).", counter,
            lambda r: r.cuda_ooms),
 )
@@ -161,6 +166,7 @@ def _collective_families(reports: Iterable[Report]) -> list[Metric]:
 
 def _label_families(reports: Iterable[Report]) -> list[Metric]:
     phase = gauge("train_phase", "1 while the rank is inside mon.phase(...).", (*RANK, "phase"))
+    phase_seconds = counter("train_phase_seconds", "Time spent inside mon.phase(...).", (*RANK, "phase"))
     env = info("train_nccl_env", "An NCCL_* or TORCH_NCCL_* variable set in the rank's environment.",
                (*RANK, "name", "value"))
     parallel = info("train_parallel", "The job's parallel layout; unknown dimensions are empty.",
@@ -168,11 +174,13 @@ def _label_families(reports: Iterable[Report]) -> list[Metric]:
     for r in reports:
         if r.phase:
             phase.add_metric([*_key(r), r.phase], 1)
+        for name, seconds in sorted(r.phase_seconds.items()):
+            phase_seconds.add_metric([*_key(r), name], seconds)
         for name, value in sorted(r.nccl_env.items()):
             env.add_metric([*_key(r), name, value], {})
         if r.parallel:
             parallel.add_metric([*_key(r), *(_opt(r.parallel.get(k)) for k in PARALLEL_KEYS)], {})
-    return [phase, env, parallel]
+    return [phase, phase_seconds, env, parallel]
 
 
 def _key(r: Report) -> list[str]:

@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("trainmon.torch needs PyTorch: pip install 'trainmon[torch]'") from exc
 
 from trainmon import wire
+from trainmon.flops import FlopsRate
 from trainmon.torch._collectives import CollectiveRecorder
 from trainmon.torch._identity import int_env, kubernetes_pod, nccl_env, resolve_job_id
 from trainmon.torch._scaler import HostCopies, Patches, watch_deepspeed, watch_grad_scaler, watch_megatron
@@ -53,6 +54,12 @@ class TrainingMonitor:
             read from Megatron's `parallel_state` when that is initialised and this is None.
         transport: where reports go; by default `TRAINMON_INGEST_UDP` or `TRAINMON_INGEST_SOCKET`.
         env: the environment to read (default `os.environ`).
+        flops_per_token, flops_per_sample, flops_per_step: the model FLOPs of a step (give one;
+            `trainmon.flops.transformer_flops_per_token` estimates a dense transformer's), so
+            `trainmon_train_model_flops_total` and MFU need no guessing. `step_end` takes the same.
+
+    Raises:
+        ValueError: more than one FLOPs keyword, or a negative or non-finite one.
     """
 
     def __init__(
@@ -62,7 +69,11 @@ class TrainingMonitor:
         parallel: Mapping[str, int] | None = None,
         transport: Transport | None = None,
         env: Mapping[str, str] | None = None,
+        flops_per_token: float | None = None,
+        flops_per_sample: float | None = None,
+        flops_per_step: float | None = None,
     ) -> None:
+        self._flops = FlopsRate(flops_per_token, flops_per_sample, flops_per_step)
         self._env = os.environ if env is None else env
         self.enabled = self._env.get("TRAINMON_DISABLE", "").lower() not in {"1", "true", "yes"}
         self.state = RankState()
@@ -150,6 +161,7 @@ class TrainingMonitor:
         try:
             if not self._stepped:
                 self._stepped = True
+                self.state.first_step = time.time()
                 self._refresh_identity()
                 self._start_reporting()
             on_gpu = torch.cuda.is_initialized()
@@ -159,13 +171,19 @@ class TrainingMonitor:
         except Exception as exc:
             self._fail(exc)
 
-    def step_end(self, samples: int = 0, tokens: int = 0, loss: Any = None, grad_norm: Any = None) -> None:
-        """Close the step; `loss` and `grad_norm` may be floats or one-element tensors (read without a sync)."""
+    def step_end(self, samples: int = 0, tokens: int = 0, loss: Any = None, grad_norm: Any = None, *,
+                 flops_per_token: float | None = None, flops_per_sample: float | None = None,
+                 flops_per_step: float | None = None) -> None:
+        """Close the step; `loss` and `grad_norm` may be floats or one-element tensors (read without a sync).
+
+        A FLOPs keyword given here counts this step instead of the one given to the monitor.
+        """
         if not self.enabled:
             return
         try:
             self._timer.end()
             self.state.finish_step(int(samples), int(tokens))
+            self._count_flops(int(samples), int(tokens), flops_per_token, flops_per_sample, flops_per_step)
             if loss is not None:
                 self._read(loss, lambda v: self.state.set_loss(v[0]))
             if grad_norm is not None:
@@ -231,6 +249,11 @@ class TrainingMonitor:
         if len(data) > wire.MAX_DATAGRAM:  # long NCCL values and group names: keep the numbers
             data = wire.encode(dataclasses.replace(report, nccl_env={}))
         return data
+
+    def _count_flops(self, samples: int, tokens: int, *step_rate: float | None) -> None:
+        rate = FlopsRate(*step_rate) if any(v is not None for v in step_rate) else self._flops
+        if rate.known:
+            self.state.add_flops(rate.of_step(samples, tokens))
 
     def _read(self, value: Any, sink: Any) -> None:
         if isinstance(value, torch.Tensor):

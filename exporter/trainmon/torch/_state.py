@@ -12,8 +12,11 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
+from time import perf_counter
 
 from trainmon.wire import MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, Report
+
+MAX_PHASES = 8  # distinct phase names per rank; the rest are added up under OTHER_GROUP
 
 
 @dataclass(kw_only=True)
@@ -47,7 +50,8 @@ class RankState:
         self.bucket_counts = [0] * (len(STEP_BUCKETS) + 1)
         self.step_seconds_sum = 0.0
         self.last_step: float | None = None
-        self.phase: str | None = None
+        self._phase: str | None = None
+        self._phase_since = 0.0
         self.comm_wait = 0.0
         self.data_wait = 0.0
         self.collectives: dict[tuple[str, str], list[float]] = {}  # (op, group) -> [seconds, calls, bytes]
@@ -59,6 +63,38 @@ class RankState:
         self.nonfinite_losses = 0
         self.cuda_alloc_retries: int | None = None
         self.cuda_ooms: int | None = None
+        self.first_step: float | None = None
+        self.model_flops: float | None = None
+        self.phase_seconds: dict[str, float] = {}
+
+    @property
+    def phase(self) -> str | None:
+        """The open phase (the innermost one), or None."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, name: str | None) -> None:
+        """Setting it adds the time so far to the phase being left: time counts for one phase at once."""
+        now = perf_counter()
+        if self._phase is not None:
+            self._add_phase_time(self._phase, now - self._phase_since)
+        self._phase, self._phase_since = name, now
+
+    def _add_phase_time(self, name: str, seconds: float) -> None:
+        if name not in self.phase_seconds and len(self.phase_seconds) >= MAX_PHASES:
+            name = OTHER_GROUP
+        self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + seconds
+
+    def _phase_totals(self) -> dict[str, float]:
+        """Cumulative phase time, the open phase's time so far included (a long checkpoint shows as it runs)."""
+        totals = dict(self.phase_seconds)
+        if self._phase is not None:
+            name = self._phase if self._phase in totals or len(totals) < MAX_PHASES else OTHER_GROUP
+            totals[name] = totals.get(name, 0.0) + perf_counter() - self._phase_since
+        return totals
+
+    def add_flops(self, flops: float) -> None:
+        self.model_flops = (self.model_flops or 0.0) + flops
 
     def finish_step(self, samples: int, tokens: int) -> None:
         self.steps += 1
@@ -117,4 +153,5 @@ class RankState:
             loss=self.loss, grad_norm=self.grad_norm, nonfinite_losses=self.nonfinite_losses,
             nccl_env=dict(identity.nccl_env), parallel=dict(identity.parallel),
             cuda_alloc_retries=self.cuda_alloc_retries, cuda_ooms=self.cuda_ooms,
+            phase_seconds=self._phase_totals(), first_step=self.first_step, model_flops=self.model_flops,
         )

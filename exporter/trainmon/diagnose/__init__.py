@@ -1,0 +1,74 @@
+"""`trainmon diagnose`: what holds a training job back, from Prometheus (SPEC §2).
+
+Standard library only. It reads raw trainmon series through the HTTP API (the recording rules need
+not be loaded), splits the job's rank time over the window into its causes, and prints them ranked
+by the share of time they cost, with MFU and goodput. Exit 0: nothing found; 1: something found;
+2: Prometheus cannot be read, or it has no series of the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+
+from trainmon.diagnose.analysis import Thresholds, diagnose
+from trainmon.diagnose.collect import Collector
+from trainmon.diagnose.prometheus import PrometheusClient, PrometheusUnreadable
+from trainmon.diagnose.report import render
+
+DURATION = re.compile(r"(\d+)([smhdw])")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a Prometheus-style duration such as `1h`, `90m` or `1h30m`.
+
+    Raises:
+        ValueError: anything else, or zero.
+    """
+    parts = DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration like 1h or 30m: {text!r}")
+    seconds = sum(int(n) * UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainmon diagnose", description="What holds a training job back, "
+                                     "ranked by the share of the job's time it costs, with MFU and goodput.")
+    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
+    parser.add_argument("--job", required=True, metavar="JOB_ID", help="the job_id label of the job")
+    parser.add_argument("--since", default="1h", metavar="DURATION", help="window to look at (default 1h)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (SPEC §2)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "tf32", "fp8"),
+                        help="the trainmon_gpu_peak_flops dtype MFU divides by (default bf16)")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        window = parse_duration(args.since)
+    except ValueError as exc:
+        parser.error(f"--since: {exc}")
+    collector = Collector(PrometheusClient(args.prometheus), time.time(), window, args.dtype)
+    try:
+        ranks = collector.ranks(args.job)
+        hardware = collector.hardware({r.instance for r in ranks}) if ranks else []
+    except PrometheusUnreadable as exc:
+        print(f"trainmon diagnose: {exc}", file=sys.stderr)
+        return 2
+    if not ranks:
+        print(f"trainmon diagnose: Prometheus at {args.prometheus} has no trainmon_train_rank_info of job_id "
+              f"{args.job!r} in the last {args.since} (check --job and --since)", file=sys.stderr)
+        return 2
+    result = diagnose(args.job, args.since, ranks, hardware, Thresholds())
+    print(json.dumps(result.as_dict()) if args.json else render(result))
+    return 1 if result.findings else 0

@@ -1,0 +1,128 @@
+"""From per-rank figures over a window to findings ranked by the share of the job's time they cost (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trainmon.diagnose.model import Diagnosis, Finding, Hardware, Rank
+
+# Which hardware signals bear on which cause (a storage slowdown shows as data wait, a fabric one as
+# communication wait: they are told apart by their own counters and signals).
+CAUSE_SIGNALS = {
+    "straggler": ("throttle", "xid", "ecc", "ib_errors", "nvme_latency"),
+    "communication": ("ib_errors", "xid"),
+    "data_loading": ("nvme_latency",),
+    "stall": ("xid", "ecc", "throttle"),
+    "hang": ("xid", "ib_errors"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    min_share: float = 0.10  # a cause costing less of the job's time is not reported
+    straggler_score: float = 0.75  # as TrainmonStragglerRank
+    stall_seconds: float = 900.0  # as TrainmonTrainingStalled
+    hang_seconds: float = 300.0  # as TrainmonCollectiveHang
+
+
+def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[Hardware],
+             thresholds: Thresholds = Thresholds()) -> Diagnosis:
+    total = sum(r.seconds for r in ranks)
+    if total <= 0:
+        return Diagnosis(job_id=job_id, since=since, findings=(), mfu=None, goodput=None, ranks=len(ranks),
+                         rank_seconds=0.0)
+    signals = _Signals(hardware, ranks)
+    stragglers = _stragglers(ranks, total, thresholds, signals)
+    findings = [*stragglers, *_phases(ranks, total), *_stalls(ranks, total, thresholds, signals),
+                *_hangs(ranks, total, thresholds, signals)]
+    explained = sum(f.share for f in stragglers)  # peers waiting for a straggler is its cost, not the network's
+    comm = sum(r.comm_wait for r in ranks) / total
+    findings.append(Finding(cause="communication", share=max(comm - explained, 0.0),
+                            detail=f"ranks blocked on communication {comm:.0%} of their time"
+                                   + (f" ({explained:.0%} of it waiting for the straggler)" if explained else ""),
+                            hardware=signals.on_job("communication")))
+    data = sum(r.data_wait for r in ranks) / total
+    findings.append(Finding(cause="data_loading", share=data,
+                            detail=f"ranks waited for their next batch {data:.0%} of their time",
+                            hardware=signals.on_job("data_loading")))
+    kept = [f for f in findings if f.share >= thresholds.min_share or f.cause in {"stall", "hang"}]
+    mfu, mfu_detail = _mfu(ranks)
+    return Diagnosis(job_id=job_id, since=since, findings=tuple(sorted(kept, key=lambda f: -f.share)), mfu=mfu,
+                     goodput=sum(r.compute for r in ranks) / total, ranks=len(ranks), rank_seconds=total,
+                     mfu_detail=mfu_detail)
+
+
+class _Signals:
+    def __init__(self, hardware: Sequence[Hardware], ranks: Sequence[Rank]) -> None:
+        self._hardware = hardware
+        self._instances = {r.instance for r in ranks}
+
+    def on_node(self, cause: str, instance: str) -> tuple[Hardware, ...]:
+        return tuple(h for h in self._hardware if h.instance == instance and h.signal in CAUSE_SIGNALS[cause])
+
+    def on_job(self, cause: str) -> tuple[Hardware, ...]:
+        return tuple(h for h in self._hardware if h.instance in self._instances and h.signal in CAUSE_SIGNALS[cause])
+
+
+def _stragglers(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Signals) -> list[Finding]:
+    """Ranks whose compute per step is slow against the fastest rank's; the cost is the others' wait for them."""
+    stepping = [r for r in ranks if r.steps > 0]
+    if len(stepping) < 2:
+        return []
+    per_step = {r.rank: r.compute / r.steps for r in stepping}
+    fastest = min(per_step.values())
+    findings = []
+    for r in stepping:
+        slow = per_step[r.rank]
+        score = fastest / slow if slow > 0 else 1.0
+        if score >= t.straggler_score:
+            continue
+        cost = sum(max(slow - per_step[o.rank], 0.0) * o.steps for o in stepping if o is not r)
+        findings.append(Finding(
+            cause="straggler", share=cost / total, rank=r.rank, instance=r.instance, uuid=r.uuid or None,
+            detail=f"rank {r.rank} computes {slow * 1000:.0f} ms per step against the fastest rank's "
+                   f"{fastest * 1000:.0f} ms (score {score:.2f}); the other ranks wait for it",
+            hardware=signals.on_node("straggler", r.instance)))
+    return findings
+
+
+def _phases(ranks: Sequence[Rank], total: float) -> list[Finding]:
+    seconds: dict[str, float] = {}
+    for r in ranks:
+        for name, s in r.phases.items():
+            seconds[name] = seconds.get(name, 0.0) + s
+    return [Finding(cause="phase", share=s / total, phase=name,
+                    detail=f"{s:.0f} rank-seconds inside mon.phase({name!r})") for name, s in seconds.items()]
+
+
+def _stalls(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Signals) -> list[Finding]:
+    return [Finding(cause="stall", share=min(r.since_last_step, r.seconds) / total, rank=r.rank,
+                    instance=r.instance, uuid=r.uuid or None,
+                    detail=f"rank {r.rank} is live, in no phase, and finished no step for {r.since_last_step:.0f} s",
+                    hardware=signals.on_node("stall", r.instance))
+            for r in ranks
+            if r.live and not r.in_phase and r.since_last_step is not None and r.since_last_step > t.stall_seconds]
+
+
+def _hangs(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Signals) -> list[Finding]:
+    stuck = [r for r in ranks if r.live and r.inflight > t.hang_seconds]
+    if not stuck:
+        return []
+    oldest = max(stuck, key=lambda r: r.inflight)
+    return [Finding(cause="hang", share=sum(min(r.inflight, r.seconds) for r in stuck) / total,
+                    instance=oldest.instance,
+                    detail=f"{len(stuck)} rank(s) inside a collective for up to {oldest.inflight:.0f} s",
+                    hardware=signals.on_node("hang", oldest.instance))]
+
+
+def _mfu(ranks: Sequence[Rank]) -> tuple[float | None, str]:
+    """Model FLOPs over peak FLOPs, over the ranks whose FLOPs and GPU peak are both known."""
+    known = [r for r in ranks if r.model_flops is not None and r.peak_flops]
+    if not known:
+        return None, "no rank reports model FLOPs on a GPU of known peak"
+    flops = sum(r.model_flops or 0.0 for r in known)
+    peak = sum((r.peak_flops or 0.0) * r.seconds for r in known)
+    rate = flops / sum(r.seconds for r in known)
+    return flops / peak, f"{rate / 1e12:.3g} TFLOP/s per rank against a dense peak of " \
+                         f"{peak / sum(r.seconds for r in known) / 1e12:.4g} over {len(known)} rank(s)"

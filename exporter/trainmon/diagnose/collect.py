@@ -1,0 +1,132 @@
+"""The PromQL `trainmon diagnose` asks, over raw series only (it works without the recording rules)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from trainmon.diagnose.model import Hardware, Rank
+from trainmon.diagnose.prometheus import PrometheusClient, Sample
+
+BY_RANK = "instance, rank"
+NVME_LATENCY_SECONDS = 0.05  # as TrainmonNVMeLatencyHigh
+RANK_COUNTERS = {
+    "steps": "trainmon_train_steps_total",
+    "step_seconds": "trainmon_train_step_duration_seconds_sum",
+    "comm_wait": "trainmon_train_comm_wait_seconds_total",
+    "data_wait": "trainmon_train_dataloader_wait_seconds_total",
+    "model_flops": "trainmon_train_model_flops_total",
+}
+
+
+def quote(value: str) -> str:
+    """A PromQL string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def any_of(values: set[str]) -> str:
+    """A PromQL regex literal matching exactly one of `values`."""
+    return quote("|".join(re.escape(v) for v in sorted(values)))
+
+
+class Collector:
+    """Reads one job's ranks and its nodes' hardware signals at `now` over the last `window` seconds."""
+
+    def __init__(self, client: PrometheusClient, now: float, window: int, dtype: str = "bf16") -> None:
+        self._client = client
+        self._now = now
+        self._range = f"[{window}s]"
+        self._window = window
+        self._dtype = dtype
+
+    def _by_rank(self, query: str) -> dict[tuple[str, int], float]:
+        found = {}
+        for sample in self._client.vector(query, self._now):
+            key = _rank_key(sample)
+            if key is not None:
+                found[key] = sample.value
+        return found
+
+    def ranks(self, job_id: str) -> list[Rank]:
+        sel = f"{{job_id={quote(job_id)}}}"
+        seen = {(s.labels.get("instance", ""), int(s.labels.get("rank", "0"))): s.labels.get("uuid", "")
+                for s in self._client.vector(
+                    f"max by ({BY_RANK}, uuid) (last_over_time(trainmon_train_rank_info{sel}{self._range}))",
+                    self._now)}
+        if not seen:
+            return []
+        live = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_rank_info{sel})")
+        started = self._by_rank(f"max by ({BY_RANK}) "
+                                f"(last_over_time(trainmon_train_process_start_timestamp_seconds{sel}{self._range}))")
+        counters = {field: self._by_rank(f"sum by ({BY_RANK}) (increase({metric}{sel}{self._range}))")
+                    for field, metric in RANK_COUNTERS.items()}
+        phases: dict[tuple[str, int], dict[str, float]] = {}
+        for s in self._client.vector(f"sum by ({BY_RANK}, phase) "
+                                     f"(increase(trainmon_train_phase_seconds_total{sel}{self._range}))", self._now):
+            key = _rank_key(s)
+            if key is not None and s.value > 0:
+                phases.setdefault(key, {})[s.labels.get("phase", "")] = s.value
+        in_phase = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_phase{sel})")
+        last_step = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_last_step_timestamp_seconds{sel})")
+        inflight = self._by_rank(f"max by ({BY_RANK}) (trainmon_nccl_inflight_oldest_seconds{sel})")
+        peaks = self._peaks({instance for instance, _ in seen})
+        out = []
+        for key, uuid in sorted(seen.items()):
+            start = started.get(key)
+            present = self._window if start is None else min(self._window, max(self._now - start, 0.0))
+            out.append(Rank(
+                rank=key[1], instance=key[0], uuid=uuid, seconds=present,
+                steps=counters["steps"].get(key, 0.0), step_seconds=counters["step_seconds"].get(key, 0.0),
+                comm_wait=counters["comm_wait"].get(key, 0.0), data_wait=counters["data_wait"].get(key, 0.0),
+                phases=phases.get(key, {}), model_flops=counters["model_flops"].get(key),
+                peak_flops=peaks.get((key[0], uuid)), live=key in live, in_phase=key in in_phase,
+                since_last_step=self._now - last_step[key] if key in last_step else None,
+                inflight=inflight.get(key, 0.0)))
+        return out
+
+    def _peaks(self, instances: set[str]) -> dict[tuple[str, str], float]:
+        query = f"max by (instance, uuid) (trainmon_gpu_peak_flops{{instance=~{any_of(instances)}, " \
+                f"dtype={quote(self._dtype)}}})"
+        return {(s.labels.get("instance", ""), s.labels.get("uuid", "")): s.value
+                for s in self._client.vector(query, self._now)}
+
+    def hardware(self, instances: set[str]) -> list[Hardware]:
+        """The signals on these nodes within the window."""
+        on = f"instance=~{any_of(instances)}"
+        r = self._range
+        queries: dict[str, tuple[str, Callable[[Sample], str]]] = {
+            "throttle": (f'max by (instance, uuid) (max_over_time(trainmon_gpu_clocks_event_active{{{on}, '
+                         f'reason=~".*slowdown"}}{r})) == 1 or sum by (instance, uuid) (increase('
+                         f'trainmon_gpu_throttle_seconds_total{{{on}, reason=~".*thermal.*"}}{r})) > 0', _uuid),
+            "xid": (f"max by (instance, uuid) (trainmon_gpu_xid_last_timestamp_seconds{{{on}}}) "
+                    f"> {self._now - self._window:.3f}", _uuid),
+            "ecc": (f"sum by (instance, uuid) (increase(trainmon_gpu_ecc_errors_total{{{on}}}{r})) > 0", _uuid),
+            "ib_errors": (f'sum by (instance, device, port) (increase({{__name__=~"trainmon_infiniband_'
+                          f'(symbol_error|link_downed|port_errors_received)_total", {on}}}{r})) > 0', _port),
+            "nvme_latency": (
+                f"(sum by (instance, device) (increase(trainmon_nvme_read_time_seconds_total{{{on}}}{r})"
+                f" + increase(trainmon_nvme_write_time_seconds_total{{{on}}}{r})))"
+                f" / (sum by (instance, device) (increase(trainmon_nvme_reads_completed_total{{{on}}}{r})"
+                f" + increase(trainmon_nvme_writes_completed_total{{{on}}}{r}))) > {NVME_LATENCY_SECONDS}",
+                lambda s: s.labels.get("device", "")),
+        }
+        found = []
+        for signal, (query, device) in queries.items():
+            found += [Hardware(signal=signal, instance=s.labels.get("instance", ""), device=device(s))
+                      for s in self._client.vector(query, self._now)]
+        return sorted(set(found), key=lambda h: (h.instance, h.signal, h.device))
+
+
+def _rank_key(sample: Sample) -> tuple[str, int] | None:
+    try:
+        return sample.labels.get("instance", ""), int(sample.labels["rank"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _uuid(sample: Sample) -> str:
+    return sample.labels.get("uuid", "")
+
+
+def _port(sample: Sample) -> str:
+    return f"{sample.labels.get('device', '')}/{sample.labels.get('port', '')}"

@@ -1,0 +1,96 @@
+"""What `trainmon diagnose` finds: per-rank figures in, findings out (SPEC §2's JSON object)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CAUSES = ("communication", "data_loading", "phase", "stall", "straggler", "hang")
+SIGNALS = ("throttle", "xid", "ecc", "ib_errors", "nvme_latency")
+RUNBOOK = "https://github.com/trainmon/trainmon/blob/main/docs/runbook.md"
+RUNBOOK_ANCHORS = {
+    "communication": "trainmoncommunicationbound", "data_loading": "trainmondataloaderbound",
+    "phase": "time-in-phases", "stall": "trainmontrainingstalled", "straggler": "trainmonstragglerrank",
+    "hang": "trainmoncollectivehang", "mfu": "mfu", "goodput": "goodput",
+}
+
+
+def runbook_url(topic: str) -> str:
+    return f"{RUNBOOK}#{RUNBOOK_ANCHORS[topic]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    signal: str
+    instance: str
+    device: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"signal": self.signal, "instance": self.instance, "device": self.device}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rank:
+    """One rank over the window: seconds (cumulative counters' increase) and where it runs."""
+
+    rank: int
+    instance: str
+    uuid: str = ""
+    seconds: float  # wall time the rank was there in the window
+    steps: float = 0.0
+    step_seconds: float = 0.0
+    comm_wait: float = 0.0
+    data_wait: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    model_flops: float | None = None
+    peak_flops: float | None = None
+    live: bool = True
+    in_phase: bool = False
+    since_last_step: float | None = None  # seconds since its last step finished (None: no step yet)
+    inflight: float = 0.0  # age of its oldest in-flight collective
+
+    @property
+    def compute(self) -> float:
+        """Step time less exposed communication and data wait (SPEC §4)."""
+        return max(self.step_seconds - self.comm_wait - self.data_wait, 0.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    cause: str
+    share: float
+    detail: str  # the numbers behind it, for a person
+    rank: int | None = None
+    instance: str | None = None
+    uuid: str | None = None
+    phase: str | None = None
+    hardware: tuple[Hardware, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"cause": self.cause, "share": round(self.share, 4)}
+        for key in ("rank", "instance", "uuid", "phase"):
+            value = getattr(self, key)
+            if value is not None and value != "":
+                out[key] = value
+        if self.cause in {"straggler", "communication", "data_loading"}:
+            out["hardware"] = [h.as_dict() for h in self.hardware]
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    job_id: str
+    since: str
+    findings: tuple[Finding, ...]
+    mfu: float | None
+    goodput: float | None
+    ranks: int
+    rank_seconds: float
+    mfu_detail: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"job_id": self.job_id, "since": self.since, "findings": [f.as_dict() for f in self.findings],
+                "mfu": _ratio(self.mfu), "goodput": _ratio(self.goodput)}
+
+
+def _ratio(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

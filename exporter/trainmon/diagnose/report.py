@@ -1,0 +1,30 @@
+"""The human form of a diagnosis."""
+
+from __future__ import annotations
+
+from trainmon.diagnose.model import Diagnosis, Finding, runbook_url
+
+
+def _where(f: Finding) -> str:
+    parts = [f"rank {f.rank}" if f.rank is not None else "", f"on {f.instance}" if f.instance else "",
+             f"GPU {f.uuid}" if f.uuid else "", f"phase {f.phase}" if f.phase else ""]
+    return " ".join(p for p in parts if p)
+
+
+def render(d: Diagnosis) -> str:
+    lines = [f"trainmon diagnose: job {d.job_id}, last {d.since}: {d.ranks} rank(s), "
+             f"{d.rank_seconds:.0f} rank-seconds"]
+    if not d.findings:
+        lines.append("nothing holds the job back above the reporting threshold")
+    for i, f in enumerate(d.findings, 1):
+        where = _where(f)
+        lines.append(f"{i}. {f.cause} costs {f.share:.0%} of the job's time" + (f": {where}" if where else ""))
+        lines.append(f"   {f.detail}")
+        for h in f.hardware:
+            lines.append(f"   hardware on {h.instance}: {h.signal} {h.device}")
+        lines.append(f"   runbook: {runbook_url(f.cause)}")
+    mfu = "unknown" if d.mfu is None else f"{d.mfu:.1%}"
+    lines.append(f"MFU {mfu} ({d.mfu_detail}); runbook: {runbook_url('mfu')}")
+    goodput = "unknown" if d.goodput is None else f"{d.goodput:.0%}"
+    lines.append(f"goodput {goodput} (compute time over the job's rank time); runbook: {runbook_url('goodput')}")
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""trainmon.diagnose.analysis: findings ranked by the share of the job's time they cost (pure)."""
+
+from __future__ import annotations
+
+import json
+
+from trainmon.diagnose.analysis import Thresholds, diagnose
+from trainmon.diagnose.model import Hardware, Rank
+
+NODE_A, NODE_B = "a:9842", "b:9842"
+
+
+def rank(r: int, instance: str = NODE_A, **values: object) -> Rank:
+    """A rank over 100 s: 100 steps of 0.9 s compute, nothing else, unless `values` say otherwise."""
+    base: dict[str, object] = {"seconds": 100.0, "steps": 100.0, "step_seconds": 90.0, "uuid": f"GPU-{r}"}
+    return Rank(rank=r, instance=instance, **{**base, **values})  # type: ignore[arg-type]
+
+
+def test_a_healthy_job_has_no_findings_and_its_goodput() -> None:
+    result = diagnose("j", "1h", [rank(0), rank(1)], [])
+
+    assert ((), 0.9, None) == (result.findings, result.goodput, result.mfu)
+    assert {"job_id": "j", "since": "1h", "findings": [], "mfu": None, "goodput": 0.9} == result.as_dict()
+
+
+def test_a_straggler_costs_its_peers_wait_and_that_wait_is_not_called_communication() -> None:
+    """Rank 1 computes 0.9 s per step, rank 0 0.3 s and waits 0.6 s for it in the all-reduce."""
+    ranks = [rank(0, step_seconds=90.0, comm_wait=60.0), rank(1, NODE_B)]
+    throttle = Hardware("throttle", NODE_B, "GPU-1")
+    result = diagnose("j", "1h", ranks, [throttle, Hardware("nvme_latency", NODE_B, "nvme0n1"),
+                                         Hardware("xid", NODE_A, "GPU-0")])
+
+    assert ["straggler"] == [f.cause for f in result.findings]
+    straggler = result.findings[0]
+    assert (1, NODE_B, "GPU-1", 0.3) == (straggler.rank, straggler.instance, straggler.uuid, round(straggler.share, 6))
+    assert (throttle, Hardware("nvme_latency", NODE_B, "nvme0n1")) == straggler.hardware  # its node only
+    assert "score 0.33" in straggler.detail
+
+
+def test_ranks_within_the_threshold_are_not_stragglers() -> None:
+    ranks = [rank(0, step_seconds=70.0, comm_wait=0.0), rank(1)]  # score 0.78
+
+    assert [] == [f for f in diagnose("j", "1h", ranks, []).findings if f.cause == "straggler"]
+
+
+def test_causes_are_ordered_by_share_and_small_ones_left_out() -> None:
+    ranks = [rank(0, step_seconds=60.0, comm_wait=20.0, data_wait=5.0, phases={"checkpoint": 30.0, "eval": 4.0}),
+             rank(1, step_seconds=60.0, comm_wait=20.0, data_wait=5.0, phases={"checkpoint": 30.0, "eval": 4.0})]
+
+    result = diagnose("j", "1h", ranks, [Hardware("ib_errors", NODE_A, "mlx5_0/1")])
+
+    assert [("phase", 0.3), ("communication", 0.2)] == [(f.cause, round(f.share, 3)) for f in result.findings]
+    assert "checkpoint" == result.findings[0].phase
+    assert [{"signal": "ib_errors", "instance": NODE_A, "device": "mlx5_0/1"}] == \
+        result.as_dict()["findings"][1]["hardware"]  # type: ignore[index]
+
+
+def test_a_stalled_rank_out_of_a_phase_is_found_however_small_and_one_in_a_phase_is_not() -> None:
+    ranks = [rank(0, since_last_step=1000.0, seconds=3600.0), rank(1, since_last_step=1000.0, in_phase=True,
+                                                                   seconds=3600.0)]
+
+    stalls = [f for f in diagnose("j", "1h", ranks, []).findings if f.cause == "stall"]
+
+    assert [(0, round(1000 / 7200, 4))] == [(f.rank, round(f.share, 4)) for f in stalls]
+
+
+def test_a_collective_in_flight_past_the_threshold_is_a_hang() -> None:
+    ranks = [rank(0, inflight=400.0, seconds=1000.0), rank(1, seconds=1000.0)]
+
+    result = diagnose("j", "1h", ranks, [], Thresholds(hang_seconds=300))
+
+    assert [("hang", 0.2)] == [(f.cause, f.share) for f in result.findings if f.cause == "hang"]
+
+
+def test_mfu_counts_only_ranks_with_flops_and_a_known_peak() -> None:
+    ranks = [rank(0, model_flops=100 * 400e12, peak_flops=1000e12), rank(1, model_flops=100 * 900e12),
+             rank(2, peak_flops=1000e12)]
+
+    result = diagnose("j", "1h", ranks, [])
+
+    assert 0.4 == result.mfu
+    assert 0.4 == json.loads(json.dumps(result.as_dict()))["mfu"]
+
+
+def test_no_time_at_all_is_nothing_found() -> None:
+    result = diagnose("j", "1h", [rank(0, seconds=0.0)], [])
+
+    assert ((), None, None) == (result.findings, result.goodput, result.mfu)

@@ -1,0 +1,179 @@
+"""`trainmon diagnose` against a real Prometheus 2.42 scraping real daemons fed by real gloo jobs.
+
+One Prometheus, two daemons ("nodes"), five 2-rank jobs running at once, each with one planted cause:
+communication-bound (ranks late in turn), data-loader-bound, a straggler rank on a node whose GPU
+throttles (fake NVML, an H100 so MFU is known), a job in checkpoints, and a healthy one. No recording
+rules are loaded: diagnose works from raw series.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from tests.e2e.alerting_stack import Prometheus, prometheus
+from tests.fake_nvml import scenario as scenarios
+from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.net import free_port, wait_until
+from tests.helpers.tools import require_tool
+from tests.torch.jobs import REPO, start_job
+
+WINDOW = "15s"  # the steady part of each job: start-up is behind it when diagnose runs
+THROTTLED = scenarios.changed(scenarios.node(1), 0, clocks_event_reasons=pynvml.nvmlClocksEventReasonHwThermalSlowdown)
+GPU_UUID = THROTTLED["gpus"][0]["uuid"]
+# job id: (node, ranks, env of every rank, env of one rank). Causes that need no peer run one rank (CI has 2 cores).
+JOBS: dict[str, tuple[str, int, dict[str, str], dict[int, dict[str, str]]]] = {
+    "healthy": ("a", 1, {"JOB_COMPUTE_SECONDS": "0.05"}, {}),
+    "comm": ("a", 2, {"JOB_COMPUTE_SECONDS": "0.02", "JOB_ROTATING_SECONDS": "0.1"}, {}),
+    "data": ("a", 1, {"JOB_COMPUTE_SECONDS": "0.02", "JOB_BATCH_SECONDS": "0.1"}, {}),
+    "ckpt": ("a", 1, {"JOB_COMPUTE_SECONDS": "0.02", "JOB_PHASE": "checkpoint", "JOB_PHASE_SECONDS": "0.5",
+                      "JOB_PHASE_EVERY": "3"}, {}),
+    "straggler": ("b", 2, {"JOB_COMPUTE_SECONDS": "0.02", "TRAINMON_GPU_UUID": GPU_UUID,
+                           "JOB_FLOPS_PER_TOKEN": "1e9"}, {1: {"JOB_COMPUTE_SECONDS": "0.15"}}),
+}
+
+
+@dataclass(frozen=True)
+class Stack:
+    prometheus: Prometheus
+    daemons: dict[str, Daemon]
+
+
+def diagnose(url: str, job: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainmon", "diagnose", "--prometheus", url, "--job", job,
+                           "--since", WINDOW, *extra], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: Path) -> Iterator[Stack]:  # noqa: F811
+    binary = require_tool("prometheus")
+    work = tmp_path_factory.mktemp("diagnose")
+    with ExitStack() as stack:
+        (work / "a").mkdir()
+        (work / "b").mkdir()
+        nodes = {
+            "a": start_daemon(work / "a", ["--collectors", "training", "--interval", "0.5"]),
+            "b": start_daemon(work / "b", ["--collectors", "gpu,training", "--interval", "0.5", "--sysfs",
+                                           str(work / "b")],
+                              env={"LD_LIBRARY_PATH": str(fake_nvml_dir),
+                                   "FAKE_NVML_SCENARIO": str(scenarios.write(work / "b" / "nvml.json", THROTTLED))}),
+        }
+        for daemon in nodes.values():
+            stack.callback(daemon.stop)
+        targets = [f"127.0.0.1:{d.port}" for d in nodes.values()]
+        prom = stack.enter_context(prometheus(binary, work, targets, [], f"http://127.0.0.1:{free_port()}", "1s"))
+        procs = []
+        for job, (node, ranks, env, rank_env) in JOBS.items():
+            out = work / f"job-{job}"
+            socket = str(nodes[node].log_path.parent / "ingest.sock")
+            procs.append((out, start_job("", 0, out, env={"JOB_ID": job, "TRAINMON_INGEST_SOCKET": socket,
+                                                          "TRAINMON_GPU_UUID": "GPU-cpu", **env},
+                                         ranks=ranks, rank_env=rank_env, module="tests.torch.workload_job")))
+        try:
+            wait_until(lambda: len(prom.query("count by (job_id) (trainmon_train_steps_total > 10)")) == len(JOBS),
+                       timeout=300)  # seven processes importing torch on two shared cores
+            time.sleep(int(WINDOW[:-1]) + 3)  # a whole window of steady running
+            yield Stack(prom, nodes)
+        finally:
+            for out, _ in procs:
+                (out / "stop").touch()
+            for _, ranks in procs:
+                for proc in ranks:
+                    try:
+                        proc.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def results(stack: Stack) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Every job diagnosed at once (the jobs are still running)."""
+    out = {}
+    for job in JOBS:
+        done = diagnose(stack.prometheus.url, job, "--json")
+        assert done.returncode in {0, 1}, done.stderr
+        out[job] = (done.returncode, json.loads(done.stdout))
+    return out
+
+
+def causes(result: dict[str, Any]) -> list[str]:
+    return [f["cause"] for f in result["findings"]]
+
+
+def test_the_healthy_job_is_clean(results: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    code, result = results["healthy"]
+
+    assert (0, []) == (code, result["findings"]), result
+    assert {"job_id", "since", "findings", "mfu", "goodput"} == result.keys()
+    assert result["mfu"] is None and 0.5 < result["goodput"] <= 1
+
+
+def test_a_communication_bound_job_is_named_communication_not_data_loading(
+        results: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    code, result = results["comm"]
+
+    assert (1, "communication") == (code, causes(result)[0]), result
+    assert {"data_loading", "straggler"}.isdisjoint(causes(result))
+
+
+def test_a_data_loader_bound_job_is_named_data_loading_not_communication(
+        results: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    code, result = results["data"]
+
+    assert (1, "data_loading") == (code, causes(result)[0]), result
+    assert "communication" not in causes(result)
+    assert result["findings"][0]["share"] > 0.5
+
+
+def test_a_job_in_checkpoints_is_named_by_its_phase(results: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    code, result = results["ckpt"]
+    first = result["findings"][0]
+
+    assert (1, "phase", "checkpoint") == (code, first["cause"], first.get("phase")), result
+    assert "stall" not in causes(result)
+
+
+def test_the_straggler_rank_is_named_with_its_node_gpu_and_the_throttling(
+        stack: Stack, results: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    code, result = results["straggler"]
+    first = result["findings"][0]
+    node_b = f"127.0.0.1:{stack.daemons['b'].port}"
+
+    assert (1, "straggler", 1, node_b, GPU_UUID) == (code, first["cause"], first["rank"], first["instance"],
+                                                      first["uuid"]), result
+    assert {"signal": "throttle", "instance": node_b, "device": GPU_UUID} in first["hardware"]
+    assert "communication" not in causes(result)  # rank 0's wait is the straggler's cost, not the network's
+    assert 0 < result["mfu"] < 0.01  # ~0.8 TFLOP/s per rank against an H100's 989
+
+
+def test_the_human_report_ranks_causes_with_numbers_and_runbooks(stack: Stack) -> None:
+    done = diagnose(stack.prometheus.url, "straggler")
+
+    assert 1 == done.returncode
+    assert "1. straggler costs" in done.stdout and "rank 1" in done.stdout and "throttle" in done.stdout
+    assert "runbook.md#trainmonstragglerrank" in done.stdout and "MFU " in done.stdout
+
+
+def test_an_unknown_job_is_an_error_of_one_line(stack: Stack) -> None:
+    done = diagnose(stack.prometheus.url, "no-such-job")
+
+    assert (2, "") == (done.returncode, done.stdout)
+    assert 1 == len(done.stderr.strip().splitlines()) and "no-such-job" in done.stderr
+
+
+def test_prometheus_down_exits_2_with_one_line() -> None:
+    done = diagnose(f"http://127.0.0.1:{free_port()}", "any")
+
+    assert (2, "") == (done.returncode, done.stdout)
+    assert ["cannot reach Prometheus"] == [line[19:42] for line in done.stderr.strip().splitlines()]

@@ -1,0 +1,85 @@
+"""A small gloo training job with planted causes of lost time, one process per rank.
+
+    python -m tests.torch.workload_job STEPS OUT_DIR      (STEPS 0: run until OUT_DIR/stop exists)
+
+Started through `tests.torch.jobs.start_job(..., module="tests.torch.workload_job")`; knobs come from the
+environment (per rank through `rank_env`):
+JOB_ID; JOB_FLOPS_PER_TOKEN (given to `TrainingMonitor`); JOB_COMPUTE_SECONDS (compute per step, a
+sleep: a larger one on one rank makes it a straggler); JOB_ROTATING_SECONDS (on step i, rank
+i % world sleeps this long before the all-reduce, so every rank waits in communication in turn: a
+communication-bound job without a straggler); JOB_BATCH_SECONDS (the loader's time per batch);
+JOB_PHASE, JOB_PHASE_SECONDS, JOB_PHASE_EVERY (enter that phase for that long every N steps); JOB_HOLD
+(keep the monitor open after the last step until OUT_DIR/release exists).
+The last report is written to OUT_DIR/report-<rank>.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from trainmon.torch import TrainingMonitor
+
+TOKENS_PER_SAMPLE = 16
+
+
+def env_float(name: str) -> float:
+    return float(os.environ.get(name, "0"))
+
+
+def batches(batch_seconds: float) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(1)
+    while True:
+        time.sleep(batch_seconds)
+        yield torch.randn(8, 16, generator=gen), torch.randn(8, 1, generator=gen)
+
+
+def main(steps: int, out: Path) -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    compute, rotating = env_float("JOB_COMPUTE_SECONDS"), env_float("JOB_ROTATING_SECONDS")
+    phase, phase_seconds = os.environ.get("JOB_PHASE", ""), env_float("JOB_PHASE_SECONDS")
+    phase_every = int(os.environ.get("JOB_PHASE_EVERY", "0"))
+    flops = os.environ.get("JOB_FLOPS_PER_TOKEN")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    dist.barrier()  # before the monitor patches collectives: start-up skew is not communication wait
+    mon = TrainingMonitor(job_id=os.environ.get("JOB_ID", "workload"),
+                          flops_per_token=float(flops) if flops else None)
+    mon.watch(model=model, optimizer=opt)
+    counter = range(steps) if steps else itertools.count()
+    for i, (x, y) in zip(counter, mon.dataloader(batches(env_float("JOB_BATCH_SECONDS"))), strict=False):
+        if steps == 0 and (out / "stop").exists():
+            break
+        if phase and phase_every and i and i % phase_every == 0:
+            with mon.phase(phase):
+                time.sleep(phase_seconds)
+        with mon.step(samples=len(x), tokens=len(x) * TOKENS_PER_SAMPLE):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            time.sleep(compute + (rotating if i % world == rank else 0.0))
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= world
+            opt.step()
+    while os.environ.get("JOB_HOLD") and not (out / "release").exists():
+        time.sleep(0.05)
+    dist.barrier()
+    mon.close()
+    (out / f"report-{rank}.json").write_text(json.dumps(dataclasses.asdict(mon.report())))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), Path(sys.argv[2]))
