@@ -56,6 +56,8 @@ class Settings:
     rank_ttl: float = 600.0
     max_ranks: int = 1024
     web_config: Path | None = None
+    web_max_requests: int = 40
+    web_header_timeout: float = 10.0
     log_level: str = "info"
     # Set by `trainmon demo`: the GPU collector reads a simulated node and every surface says so.
     simulated: bool = False
@@ -199,6 +201,10 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("rank-ttl", parse_seconds, "600", "seconds of silence after which a training rank is dropped"),
         Option("max-ranks", parse_positive_int, "1024", "cap on live (job_id, rank) pairs"),
         Option("web-config", parse_optional_path, "", "TLS and basic auth file (exporter-toolkit format)"),
+        Option("web-max-requests", parse_positive_int, "40", "HTTP requests served at once; beyond it 503 at once"),
+        Option("web-header-timeout", parse_seconds, "10",
+               "seconds a connection has to send its request headers (from connecting, or its first byte "
+               "after a keep-alive pause) before it is closed"),
         Option("log-level", parse_log_level, "info", "debug, info, warning or error"),
     )
 
