@@ -45,6 +45,7 @@ TLS_VERSIONS = {
     "TLS12": ssl.TLSVersion.TLSv1_2,
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
+VERSION_NAMES = {version: name for name, version in TLS_VERSIONS.items()}
 # client_auth_type -> what the server asks of the client; the two missing Go modes cannot be built.
 CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
@@ -225,8 +226,9 @@ def ssl_context(path: Path, tls: TlsServerConfig) -> ssl.SSLContext:
     context.verify_mode = CLIENT_AUTH[tls.client_auth_type]
     for key, version in (("min_version", tls.min_version), ("max_version", tls.max_version)):
         if version is not None and not negotiates(tls, version):
-            raise ConfigError(FLAG, str(path), f"tls_server_config: {key}: {version.name} cannot be honoured: "
-                              f"this machine's {ssl.OPENSSL_VERSION} refuses to negotiate it; use TLS12 or TLS13")
+            raise ConfigError(FLAG, str(path), f"tls_server_config: {key}: {VERSION_NAMES[version]} cannot be "
+                              "honoured: "
+                              f"this machine's {ssl.OPENSSL_VERSION} will not negotiate it; use TLS12 or TLS13")
     return context
 
 
