@@ -209,9 +209,6 @@ def ssl_context(path: Path, tls: TlsServerConfig) -> ssl.SSLContext:
         ConfigError: a certificate, key or CA file does not load.
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = tls.min_version
-    if tls.max_version is not None:
-        context.maximum_version = tls.max_version
     try:
         context.load_cert_chain(tls.cert_file, tls.key_file)
     except (OSError, ssl.SSLError) as exc:
@@ -227,9 +224,18 @@ def ssl_context(path: Path, tls: TlsServerConfig) -> ssl.SSLContext:
     for key, version in (("min_version", tls.min_version), ("max_version", tls.max_version)):
         if version is not None and not negotiates(tls, version):
             raise ConfigError(FLAG, str(path), f"tls_server_config: {key}: {VERSION_NAMES[version]} cannot be "
-                              "honoured: "
-                              f"this machine's {ssl.OPENSSL_VERSION} will not negotiate it; use TLS12 or TLS13")
+                              f"honoured: this machine's {ssl.OPENSSL_VERSION} will not negotiate it; "
+                              "use TLS12 or TLS13")
+    limit_versions(context, tls.min_version, tls.max_version)
     return context
+
+
+def limit_versions(context: ssl.SSLContext, minimum: ssl.TLSVersion, maximum: ssl.TLSVersion | None) -> None:
+    with warnings.catch_warnings():  # Python deprecates TLSv1 and TLSv1_1; a machine that negotiates them may ask
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version = minimum
+        if maximum is not None:
+            context.maximum_version = maximum
 
 
 def negotiates(tls: TlsServerConfig, version: ssl.TLSVersion) -> bool:
@@ -242,10 +248,8 @@ def negotiates(tls: TlsServerConfig, version: ssl.TLSVersion) -> bool:
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname = False
     client.verify_mode = ssl.CERT_NONE
-    with warnings.catch_warnings():  # setting TLSv1 or TLSv1_1 is deprecated: that is what is probed
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for context in (server, client):
-            context.minimum_version = context.maximum_version = version
+    for context in (server, client):
+        limit_versions(context, version, version)
     server.load_cert_chain(tls.cert_file, tls.key_file)
     to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
     sides = [client.wrap_bio(to_client, to_server), server.wrap_bio(to_server, to_client, server_side=True)]
