@@ -11,15 +11,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from trainmon import __version__
-from trainmon.exposition import render
+from trainmon.exposition import already_rendered, render
 from trainmon.snapshot import SnapshotStore
 
 
 def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
     app = FastAPI(title="trainmon", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     # Every endpoint is a coroutine, so no request takes a thread of FastAPI's pool (which grows to
-    # 40 under a flood and keeps them); /metrics renders, or finds its snapshot's cached bytes, on
-    # this one thread, so the event loop never waits for a render.
+    # 40 under a flood and keeps them). /metrics answers from the snapshot's cached bytes on the
+    # event loop, and renders a new snapshot's on this one thread, so the loop never waits for a render.
     renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainmon-render")
 
     @app.get("/", response_class=HTMLResponse)
@@ -39,8 +39,11 @@ def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
         if snapshot is None:
             return PlainTextResponse("no collection has finished yet\n", status_code=503,
                                      headers={"Retry-After": "1"})
-        rendered = await asyncio.get_running_loop().run_in_executor(
-            renderer, render, snapshot, request.headers.get("accept", ""), request.headers.get("accept-encoding", ""))
+        accept, accept_encoding = request.headers.get("accept", ""), request.headers.get("accept-encoding", "")
+        rendered = already_rendered(snapshot, accept, accept_encoding)
+        if rendered is None:
+            rendered = await asyncio.get_running_loop().run_in_executor(
+                renderer, render, snapshot, accept, accept_encoding)
         headers = {"Vary": "Accept, Accept-Encoding"}
         if rendered.content_encoding:
             headers["Content-Encoding"] = rendered.content_encoding

@@ -5,7 +5,8 @@ a file descriptor for as long as it likes under plain uvicorn; a thousand of the
 `nofile` limit, and then scrapes and the collectors' own file reads fail with EMFILE. Here every
 connection must finish its request headers within `header_timeout` of connecting (or of its first
 byte after a keep-alive pause), as Go's `ReadHeaderTimeout` does, and at most `max_connections`
-are open: one more closes the oldest connection that has no request in progress.
+are open: one more closes the connection, among those with no request in progress, that has been
+quiet longest (so a scraper's kept-alive connection goes after the attacker's silent ones).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ log = logging.getLogger(__name__)
 # Connections beyond Prometheus' one or two per target only ever come from a flood.
 CONNECTION_CAP = 1024
 # asyncio accepts up to `backlog` sockets per wake-up before any of them is seen (and maybe evicted),
-# so the descriptors in flight are the open connections plus a few bursts of this many.
-ACCEPT_BURST = 64
+# so the descriptors in flight are the open connections plus a few bursts of this many. Small, so
+# that during a flood each turn of the event loop serves the open connections (a scraper's) before
+# taking more new ones off the kernel's queue.
+ACCEPT_BURST = 16
 # The kernel's queue of connections not accepted yet: deep, so a flood does not drop a scraper's SYN.
 LISTEN_BACKLOG = 4096
 ACCEPT_FAILED = "socket.accept() out of system resource"
@@ -58,25 +61,36 @@ def connection_limits(nofile: int, header_timeout: float) -> ConnectionLimits:
 
 
 class ConnectionGuard:
-    """The open connections, oldest first, and which one a new connection beyond the cap displaces."""
+    """The open connections and which one a new connection beyond the cap displaces.
+
+    Connections that have not completed a request yet go first, then those that have (a scraper's
+    kept-alive one); within each, the one heard from least recently.
+    """
 
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
-        self._open: dict[GuardedH11Protocol, None] = {}  # insertion order is age
-        self.evicted = 0
-
-    def __len__(self) -> int:
-        return len(self._open)
+        # Dicts as ordered sets, least recently heard from first.
+        self._unproven: dict[GuardedH11Protocol, None] = {}
+        self._proven: dict[GuardedH11Protocol, None] = {}
 
     def opened(self, connection: GuardedH11Protocol) -> None:
-        self._open[connection] = None
-        if len(self._open) > self.limits.max_connections:
-            victim = next((c for c in self._open if c.idle and c is not connection), connection)
-            self.evicted += 1
-            victim.drop()
+        self._unproven[connection] = None
+        if len(self._unproven) + len(self._proven) > self.limits.max_connections:
+            idle = (c for tier in (self._unproven, self._proven) for c in tier if c.idle and c is not connection)
+            next(idle, connection).drop()
+
+    def heard_from(self, connection: GuardedH11Protocol) -> None:
+        for tier in (self._unproven, self._proven):
+            if tier.pop(connection, False) is None:
+                tier[connection] = None
+
+    def served(self, connection: GuardedH11Protocol) -> None:
+        if self._unproven.pop(connection, False) is None:
+            self._proven[connection] = None
 
     def closed(self, connection: GuardedH11Protocol) -> None:
-        self._open.pop(connection, None)
+        self._unproven.pop(connection, None)
+        self._proven.pop(connection, None)
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -104,8 +118,13 @@ class GuardedH11Protocol(H11Protocol):
         self.guard.opened(self)
 
     def data_received(self, data: bytes) -> None:
+        self.guard.heard_from(self)
         super().data_received(data)
         self._watch_headers()
+
+    def on_response_complete(self) -> None:
+        self.guard.served(self)
+        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_deadline()
