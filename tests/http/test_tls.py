@@ -9,7 +9,7 @@ import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,10 +111,10 @@ def write_web_config(path: Path, pki: Pki, *, client_auth: str = "NoClientCert",
 
 
 def https_daemon(tmp_path: Path, web_config: Path, pki: Pki, with_cert: bool = False,
-                 auth: tuple[str, str] | None = None) -> Daemon:
+                 auth: tuple[str, str] | None = None, args: Sequence[str] = ()) -> Daemon:
     """Start a daemon behind `web_config`, probed for readiness over TLS with these credentials."""
     client = {"verify": client_context(pki, with_cert=with_cert), "auth": auth}
-    return start_daemon(tmp_path, ["--collectors", "nvme", "--web-config", str(web_config)], scheme="https",
+    return start_daemon(tmp_path, ["--collectors", "nvme", "--web-config", str(web_config), *args], scheme="https",
                         wait_ready=False, client=client)
 
 
@@ -180,6 +180,23 @@ def test_client_capped_below_min_version_fails_the_handshake(tmp_path: Path, pki
         assert httpx.get(daemon.url + "/healthz", verify=client_context(pki), timeout=10).status_code == 200
     finally:
         daemon.stop()
+
+
+def test_a_tls_handshake_that_never_starts_is_closed_after_the_header_timeout(tmp_path: Path, pki: Pki) -> None:
+    """asyncio gives a TLS handshake 60 s; a silent client now holds its descriptor only --web-header-timeout."""
+    config = write_web_config(tmp_path / "web.yml", pki)
+    for path in (pki.server_cert, pki.server_key):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    daemon = https_daemon(tmp_path, config, pki, args=["--web-header-timeout", "1"])
+    try:
+        with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as silent:
+            answer = silent.recv(1)
+        served = httpx.get(daemon.url + "/healthz", verify=client_context(pki), timeout=10)
+    finally:
+        daemon.stop()
+
+    assert b"" == answer
+    assert 200 == served.status_code
 
 
 def test_mutual_tls_refuses_a_client_without_certificate(tmp_path: Path, pki: Pki) -> None:

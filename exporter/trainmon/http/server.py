@@ -42,10 +42,11 @@ class Server(uvicorn.Server):
     _exit_requested: asyncio.Event | None = None
     _loop: asyncio.AbstractEventLoop | None = None
 
-    def __init__(self, config: uvicorn.Config, *, nofile: int, web_config: Path | None = None,
-                 auth: BasicAuthMiddleware | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, *, nofile: int, handshake_timeout: float,
+                 web_config: Path | None = None, auth: BasicAuthMiddleware | None = None) -> None:
         super().__init__(config)
         self._nofile = nofile
+        self._handshake_timeout = handshake_timeout
         self._web_config = web_config
         self._auth = auth
         self._reloading: asyncio.Task[None] | None = None
@@ -55,8 +56,12 @@ class Server(uvicorn.Server):
         self._loop.set_exception_handler(AcceptErrorLog(self._nofile))
         await super().startup(sockets)
         signal.signal(signal.SIGHUP, self._hangup)
-        for server in self.servers:
-            deepen_backlog(server)
+        if self.config.ssl is not None:
+            # uvicorn's listener leaves a TLS handshake asyncio's 60 s: ours gives it the header timeout.
+            await self._listen_with(self.config.ssl)
+        else:
+            for server in self.servers:
+                deepen_backlog(server)
 
     async def main_loop(self) -> None:
         self._exit_requested = asyncio.Event()
@@ -101,7 +106,8 @@ class Server(uvicorn.Server):
             new = [await loop.create_server(
                 lambda: protocol(config=self.config, server_state=self.server_state,  # type: ignore[call-arg]
                                  app_state=self.lifespan.state),
-                sock=sock, ssl=context, backlog=ACCEPT_BURST) for sock in listeners]
+                sock=sock, ssl=context, backlog=ACCEPT_BURST,
+                ssl_handshake_timeout=self._handshake_timeout if context else None) for sock in listeners]
             old.close()
             for server in new:
                 deepen_backlog(server)
@@ -153,4 +159,5 @@ def run_server(app: FastAPI, settings: Settings, web: WebConfig | None = None) -
         signal.signal(signum, lambda *_: None)
     log.info("HTTP limits: open files %d, connections %d, requests at once %d, header timeout %ss",
              nofile, guard.limits.max_connections, settings.web_max_requests, settings.web_header_timeout)
-    Server(config, nofile=nofile, web_config=settings.web_config, auth=auth).run()
+    Server(config, nofile=nofile, handshake_timeout=settings.web_header_timeout, web_config=settings.web_config,
+           auth=auth).run()
