@@ -9,11 +9,12 @@ connection, reconnecting once when the daemon closed it (as Go's HTTP client ret
 request). The attacker is a separate process, so it does not take the scraper's GIL. Threads and
 RSS are read before the attack and after it has stopped.
 
-    python -m tests.bench.bench_flood [--seconds 20] [--idle 1100] [--flood 2000]
+    python -m tests.bench.bench_flood [--seconds 20] [--idle 1100] [--flood 2000] [--settle 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import http.client
 import multiprocessing
@@ -26,8 +27,6 @@ from multiprocessing.synchronize import Event
 from tests.bench.common import SCRAPE_HEADERS, arguments, machine, ms, percentile, started_node, table
 from tests.helpers.daemon import Daemon
 from tests.helpers.siege import PARTIAL_HEADER, allow_open_files, connect, flood
-
-SETTLE_S = 3.0
 
 
 class Scraper:
@@ -85,7 +84,8 @@ def keep_flooding(port: int, stop: Event, results: multiprocessing.Queue[Counter
     results.put(outcomes)
 
 
-def measure(daemon: Daemon, seconds: float, attack: Attack | None, outcomes: Counter[str]) -> list[object]:
+def measure(daemon: Daemon, seconds: float, settle: float, attack: Attack | None,
+            outcomes: Counter[str]) -> list[object]:
     for _ in range(5):  # warm: the first scrape of a snapshot renders it
         Scraper(daemon.port).scrape()
     threads_before, rss_before = daemon.proc_status("Threads"), daemon.proc_status("VmRSS")
@@ -108,32 +108,32 @@ def measure(daemon: Daemon, seconds: float, attack: Attack | None, outcomes: Cou
     if attacker:
         outcomes.update(results.get(timeout=60))
         attacker.join()
-    time.sleep(SETTLE_S)
+    time.sleep(settle)
     return [len(times), statuses[200], sum(n for s, n in statuses.items() if s != 200),
             ms(percentile(times, 0.5)), ms(percentile(times, 0.99)), ms(max(times)),
             f"{rss_before / 1024:.0f} -> {daemon.proc_status('VmRSS') / 1024:.0f}",
             f"{threads_before} -> {daemon.proc_status('Threads')}"]
 
 
-def run(name: str, seconds: float, wrapper: Sequence[str], attack: Attack | None,
+def run(name: str, args: argparse.Namespace, wrapper: Sequence[str], attack: Attack | None,
         outcomes: Counter[str]) -> list[object]:
     with started_node(with_node_exporter=False, wrapper=wrapper) as node:
-        return [name, *measure(node.trainmon, seconds, attack, outcomes)]
+        return [name, *measure(node.trainmon, args.seconds, args.settle, attack, outcomes)]
 
 
 def main() -> None:
-    args = arguments(__doc__ or "", seconds=20.0, idle=1100, flood=2000)
+    args = arguments(__doc__ or "", seconds=20.0, idle=1100, flood=2000, settle=3.0)
     flood_outcomes: Counter[str] = Counter()
     rows = [
-        run("quiet", args.seconds, (), None, Counter()),
-        run(f"{args.idle} idle, nofile 1024", args.seconds, ("prlimit", "--nofile=1024:1024"),
+        run("quiet", args, (), None, Counter()),
+        run(f"{args.idle} idle, nofile 1024", args, ("prlimit", "--nofile=1024:1024"),
             functools.partial(hold_idle, count=args.idle), Counter()),
-        run(f"{args.flood}-connection flood", args.seconds, (),
+        run(f"{args.flood}-connection flood", args, (),
             functools.partial(keep_flooding, count=args.flood), flood_outcomes),
     ]
     print(f"machine: {machine()}")
     print(f"one scrape every 0.1 s for {args.seconds:g} s per run (Prometheus' Accept, gzip); RSS in MiB, "
-          f"read before the attack and {SETTLE_S:g} s after it stopped")
+          f"read before the attack and {args.settle:g} s after it stopped")
     print(table(["run", "scrapes", "200", "failed", "p50 ms", "p99 ms", "max ms", "RSS MiB", "threads"], rows))
     print(f"flood answers: {dict(flood_outcomes)}")
 

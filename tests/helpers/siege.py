@@ -70,20 +70,20 @@ def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
     deadline = time.monotonic() + timeout
     while answers and time.monotonic() < deadline:
         for key, _ in selector.select(timeout=0.5):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
+            ready = key.fileobj
+            assert isinstance(ready, socket.socket)
             try:
-                chunk = sock.recv(65536)
+                chunk = ready.recv(65536)
             except BlockingIOError:
                 continue
             except OSError:
                 chunk = b""
             if chunk:
-                answers[sock] += chunk
+                answers[ready] += chunk
                 continue
-            outcomes[_status(answers.pop(sock))] += 1
-            selector.unregister(sock)
-            sock.close()
+            outcomes[_status(answers.pop(ready))] += 1
+            selector.unregister(ready)
+            ready.close()
     outcomes["waiting"] += len(answers)
     for sock in answers:
         sock.close()
@@ -91,7 +91,7 @@ def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
     return outcomes
 
 
-def _status(answer: bytes) -> str:
+def _status(answer: bytearray) -> str:
     if not answer.startswith(b"HTTP/1.1 "):
         return "closed"
     return answer[9:12].decode()
