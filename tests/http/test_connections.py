@@ -17,7 +17,7 @@ from tests.helpers.net import wait_until
 from tests.helpers.siege import PARTIAL_HEADER, flood, idle_connections
 from tests.helpers.tools import require_tool
 from tests.http.test_server import node_tree, tree_args
-from trainmon.http.connections import ACCEPT_FAILED, AcceptErrorLog, connection_limits
+from trainmon.http.connections import ACCEPT_FAILED, AcceptErrorLog, OncePerInterval, connection_limits
 
 
 def test_scrapes_and_collectors_survive_1100_idle_connections_at_nofile_1024(
@@ -111,23 +111,42 @@ def test_a_connection_beyond_the_cap_closes_the_oldest_idle_one(tmp_path: Path, 
     assert b"" == oldest_answer
 
 
-def test_failed_accepts_are_logged_once_a_minute_with_a_count(caplog: pytest.LogCaptureFixture) -> None:
-    """asyncio reports every EMFILE on accept; the handler turns that into one line per interval."""
+def test_failed_accepts_are_one_line_a_minute_with_a_count(caplog: pytest.LogCaptureFixture) -> None:
+    """asyncio reports every EMFILE on accept with a traceback; now one line per minute says how many."""
     now = [0.0]
-    handler = AcceptErrorLog(nofile=1024, interval=60.0, clock=lambda: now[0])
+    logger = logging.getLogger(AcceptErrorLog.logger)
+    once = OncePerInterval(interval=60.0, clock=lambda: now[0])
+    logger.addFilter(once)
+    handler = AcceptErrorLog(nofile=1024)
     loop = asyncio.new_event_loop()
     error = {"message": ACCEPT_FAILED, "exception": OSError(24, "Too many open files")}
     try:
-        with caplog.at_level(logging.WARNING, logger="trainmon.http.connections"):
-            for second in range(0, 120, 1):
+        with caplog.at_level(logging.WARNING):
+            for second in range(121):
                 now[0] = float(second)
                 handler(loop, error)
             handler(loop, {"message": "something else"})
     finally:
+        logger.removeFilter(once)
         loop.close()
 
     accept_lines = [r.getMessage() for r in caplog.records if "cannot accept" in r.getMessage()]
-    assert 2 == len(accept_lines)
-    assert "60 times since the last report" in accept_lines[1]
-    assert "open-file limit 1024" in accept_lines[0]
+    assert 3 == len(accept_lines)
+    assert "[Errno 24] Too many open files (open-file limit 1024)" in accept_lines[0]
+    assert accept_lines[1].endswith("[59 more like this in the last 60 s]")
+    assert all(r.exc_info is None for r in caplog.records if "cannot accept" in r.getMessage())
     assert any(r.getMessage() == "something else" for r in caplog.records)
+
+
+def test_garbage_requests_do_not_grow_the_log(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+    """uvicorn warns once per malformed request; a client sending 100 of them gets one line."""
+    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "nvme"]))
+    lines_before = len(daemon.log().splitlines())
+
+    for _ in range(100):
+        with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as garbage:
+            garbage.sendall(b"\x00\x01 not http\r\n\r\n")
+            garbage.recv(4096)
+
+    assert 200 == daemon.get("/healthz").status_code
+    assert len(daemon.log().splitlines()) - lines_before <= 2, daemon.log()[-2000:]

@@ -155,28 +155,52 @@ class GuardedH11Protocol(H11Protocol):
             self._header_deadline = None
 
 
-class AcceptErrorLog:
-    """An event-loop exception handler that logs failed accepts (EMFILE) once per `interval`, with a count.
+class OncePerInterval(logging.Filter):
+    """A logging filter that passes each distinct message at most once per `interval`.
 
-    asyncio reports every failed accept with a traceback and retries a second later, for as long as
-    the descriptors stay exhausted; everything else goes to the loop's default handler.
+    The next one to pass says how many were held back, so nothing is lost but the repetition. A
+    network client chooses how often uvicorn warns ("Invalid HTTP request received.") and, with
+    descriptors exhausted, how often asyncio reports a failed accept.
     """
 
-    def __init__(self, nofile: int, interval: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._nofile = nofile
+    def __init__(self, interval: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
         self._interval = interval
         self._clock = clock
-        self._last: float | None = None
-        self._since_last = 0
+        self._last: dict[object, float] = {}
+        self._held: dict[object, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self._clock()
+        last = self._last.get(record.msg)
+        if last is not None and now - last < self._interval:
+            self._held[record.msg] = self._held.get(record.msg, 0) + 1
+            return False
+        if len(self._last) > 256:  # messages are a handful of templates; bound it anyway
+            self._last.clear()
+        self._last[record.msg] = now
+        held = self._held.pop(record.msg, 0)
+        if held:
+            record.msg = f"{record.msg} [{held} more like this in the last {now - last:.0f} s]"
+        return True
+
+
+class AcceptErrorLog:
+    """An event-loop exception handler: a failed accept (EMFILE) is one warning without a traceback.
+
+    asyncio reports every failed accept with a traceback and retries a second later, for as long as
+    the descriptors stay exhausted; `log`'s `OncePerInterval` filter thins those out. Everything
+    else goes to the loop's default handler.
+    """
+
+    logger = log.name
+
+    def __init__(self, nofile: int) -> None:
+        self._nofile = nofile
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if context.get("message") != ACCEPT_FAILED:
             loop.default_exception_handler(context)
             return
-        self._since_last += 1
-        now = self._clock()
-        if self._last is not None and now - self._last < self._interval:
-            return
-        log.warning("cannot accept HTTP connections: %s (%d times since the last report; open-file limit %d)",
-                    context.get("exception"), self._since_last, self._nofile)
-        self._last, self._since_last = now, 0
+        log.warning("cannot accept HTTP connections: %s (open-file limit %d)", context.get("exception"),
+                    self._nofile)

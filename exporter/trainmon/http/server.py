@@ -22,6 +22,7 @@ from trainmon.http.connections import (
     AcceptErrorLog,
     ConnectionGuard,
     GuardedH11Protocol,
+    OncePerInterval,
     connection_limits,
     raise_nofile_limit,
 )
@@ -49,7 +50,8 @@ class Server(uvicorn.Server):
         self._handshake_timeout = handshake_timeout
         self._web_config = web_config
         self._auth = auth
-        self._reloading: asyncio.Task[None] | None = None
+        self._relisten = asyncio.Lock()
+        self._reloading: asyncio.Task[None] | None = None  # a reference, so the task is not collected
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -97,22 +99,23 @@ class Server(uvicorn.Server):
                  "TLS" if web.ssl_context else "plain HTTP", len(web.basic_auth_users))
 
     async def _listen_with(self, context: ssl.SSLContext | None) -> None:
-        """Serve new connections with `context` (None: plain HTTP); open connections keep theirs."""
+        """Serve new connections with `context` (None: plain HTTP) on the same sockets; open connections
+        keep theirs. Two SIGHUPs in quick succession take turns."""
         loop = asyncio.get_running_loop()
         protocol = self.config.http_protocol_class
-        replaced = []
-        for old in self.servers:
-            listeners = [socket.socket(fileno=os.dup(s.fileno())) for s in old.sockets]
-            new = [await loop.create_server(
-                lambda: protocol(config=self.config, server_state=self.server_state,  # type: ignore[call-arg]
-                                 app_state=self.lifespan.state),
-                sock=sock, ssl=context, backlog=ACCEPT_BURST,
-                ssl_handshake_timeout=self._handshake_timeout if context else None) for sock in listeners]
-            old.close()
-            for server in new:
-                deepen_backlog(server)
-            replaced += new
-        self.servers = replaced
+        async with self._relisten:
+            replaced = []
+            for old in self.servers:
+                for listener in old.sockets:
+                    server = await loop.create_server(
+                        lambda: protocol(config=self.config, server_state=self.server_state,  # type: ignore[call-arg]
+                                         app_state=self.lifespan.state),
+                        sock=socket.socket(fileno=os.dup(listener.fileno())), ssl=context, backlog=ACCEPT_BURST,
+                        ssl_handshake_timeout=self._handshake_timeout if context else None)
+                    deepen_backlog(server)
+                    replaced.append(server)
+                old.close()
+            self.servers = replaced
 
 
 def deepen_backlog(server: asyncio.base_events.Server) -> None:
@@ -135,6 +138,8 @@ def run_server(app: FastAPI, settings: Settings, web: WebConfig | None = None) -
     nofile = raise_nofile_limit()
     auth = BasicAuthMiddleware(app, web.basic_auth_users) if settings.web_config or web.basic_auth_users else None
     guard = ConnectionGuard(connection_limits(nofile, settings.web_header_timeout))
+    for noisy in (AcceptErrorLog.logger, "uvicorn.error"):  # a client decides how often these would log
+        logging.getLogger(noisy).addFilter(OncePerInterval())
     config = uvicorn.Config(
         RequestLimit(auth or app, settings.web_max_requests),
         host=settings.listen.host,
