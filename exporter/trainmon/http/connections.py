@@ -180,7 +180,7 @@ class OncePerInterval(logging.Filter):
             self._last.clear()
         self._last[record.msg] = now
         held = self._held.pop(record.msg, 0)
-        if held:
+        if held and last is not None:
             record.msg = f"{record.msg} [{held} more like this in the last {now - last:.0f} s]"
         return True
 
