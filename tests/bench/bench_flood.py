@@ -60,6 +60,8 @@ def hold_idle(port: int, stop: Event, results: multiprocessing.Queue[Counter[str
     held: list[socket.socket | None] = [None] * count
     while not stop.is_set():
         for i, sock in enumerate(held):
+            if stop.is_set():
+                break
             if sock is not None:
                 try:
                     if sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK):
