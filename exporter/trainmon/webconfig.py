@@ -96,7 +96,6 @@ class WebConfig:
     ssl_context: ssl.SSLContext | None = None
 
 
-
 def load_web_config(path: Path) -> WebConfig:
     """Read and validate a web-config file and build its TLS context, so a bad file fails start-up.
 
@@ -206,7 +205,7 @@ def ssl_context(path: Path, tls: TlsServerConfig) -> ssl.SSLContext:
     """Build the server's `SSLContext` (uvicorn's own has no minimum-version option).
 
     Raises:
-        ConfigError: a certificate, key or CA file does not load.
+        ConfigError: a certificate, key or CA file does not load, or a TLS version will not negotiate.
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
