@@ -42,6 +42,18 @@ def test_scrapes_and_collectors_survive_1100_idle_connections_at_nofile_1024(
     assert len(daemon.log().splitlines()) - log_lines_before < 10, daemon.log()[-3000:]
 
 
+def test_the_soft_open_file_limit_is_raised_to_the_hard_one(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+    """Started with 1024 soft and 4096 hard (systemd's and most shells' default soft limit), it serves with 4096."""
+    prlimit = require_tool("prlimit")
+    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "nvme"],
+                                          wrapper=[prlimit, "--nofile=1024:4096"]))
+
+    limits = Path(f"/proc/{daemon.process.pid}/limits").read_text()
+
+    assert ["4096", "4096"] == next(line.split()[3:5] for line in limits.splitlines()
+                                    if line.startswith("Max open files"))
+
+
 def test_threads_come_back_after_a_2000_connection_flood(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
     """A flood of /metrics requests leaves no extra threads behind, and the excess got 503, not a hang."""
     daemons.append(daemon := start_daemon(tmp_path, tree_args(*node_tree(tmp_path))))
