@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import ssl
 import subprocess
+import sys
+import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,7 +17,7 @@ import pytest
 from tests.helpers.tools import require_tool
 from tests.http.test_tls import Pki, make_pki
 from trainmon.errors import ConfigError
-from trainmon.webconfig import load_web_config
+from trainmon.webconfig import BasicAuthMiddleware, decoy_hash, load_web_config
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "deploy" / "web-config.yml"
@@ -101,6 +105,10 @@ def test_relative_paths_resolve_against_the_file(tmp_path: Path, pki: Pki) -> No
     ("http_server_config:\n  http2: false\n", "http_server_config is not supported"),
     ("basic_auth_users:\n  prometheus: plaintext\n", "expected a bcrypt hash"),
     ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", "cannot load cert_file"),
+    ("tls_server_config: {}\n", "tls_server_config is empty"),
+    ("tls_server_config:\n", "tls_server_config is empty"),
+    (f"basic_auth_users:\n  prometheus: '{HASH.replace('$04$', '$03$')}'\n", "bcrypt cost 03 is outside 4-31"),
+    (f"basic_auth_users:\n  prometheus: '{HASH.replace('$04$', '$99$')}'\n", "bcrypt cost 99 is outside 4-31"),
 ])
 def test_bad_config_is_one_clear_config_error(tmp_path: Path, text: str, message: str) -> None:
     """Every mistake raises ConfigError naming --web-config, the file and the problem, on one line."""
@@ -129,6 +137,90 @@ def test_bcrypt_users_are_kept_as_hashes(tmp_path: Path, pki: Pki) -> None:
     config = load_web_config(write(tmp_path, tls_block(pki) + f"basic_auth_users:\n  alice: '{HASH}'\n"))
 
     assert dict(config.basic_auth_users) == {"alice": HASH.encode()}
+
+
+def test_the_decoy_for_unknown_users_has_the_highest_cost_and_costs_nothing_to_build(tmp_path: Path) -> None:
+    """At cost 31 hashing a decoy would take days (start-up hung); the decoy is built, at the top cost."""
+    users = {"fast": HASH.encode(), "slow": HASH.replace("$04$", "$31$").encode(),
+             "mid": HASH.replace("$04$", "$12$").encode()}
+
+    decoy = decoy_hash(users)
+    BasicAuthMiddleware(lambda *_: None, users)  # type: ignore[arg-type, return-value]
+
+    assert decoy.startswith(b"$2b$31$")
+    assert decoy_hash({"fast": HASH.encode()}).startswith(b"$2b$04$")
+    assert not bcrypt_checks(b"pw", decoy_hash({"fast": HASH.encode()}))
+
+
+def bcrypt_checks(password: bytes, hashed: bytes) -> bool:
+    import bcrypt
+
+    return bool(bcrypt.checkpw(password, hashed))
+
+
+def handshake_over_loopback(pki: Pki, version: ssl.TLSVersion) -> bool:
+    """An independent check of what this machine's OpenSSL negotiates: a real socket pair at `version`."""
+    server_context, client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for context in (server_context, client_context):
+            context.minimum_version = context.maximum_version = version
+    server_context.load_cert_chain(pki.server_cert, pki.server_key)
+    client_context.check_hostname, client_context.verify_mode = False, ssl.CERT_NONE
+    left, right = socket.socketpair()
+    outcome: list[bool] = []
+
+    def serve() -> None:
+        try:
+            with server_context.wrap_socket(right, server_side=True):
+                outcome.append(True)
+        except (ssl.SSLError, OSError):
+            outcome.append(False)
+
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        with client_context.wrap_socket(left):
+            client_ok = True
+    except (ssl.SSLError, OSError):
+        client_ok = False
+    finally:
+        left.close()
+    server.join(10)
+    right.close()
+    return client_ok and outcome == [True]
+
+
+@pytest.mark.parametrize(("key", "name", "version"), [
+    ("min_version", "TLS10", ssl.TLSVersion.TLSv1), ("min_version", "TLS11", ssl.TLSVersion.TLSv1_1),
+    ("max_version", "TLS12", ssl.TLSVersion.TLSv1_2), ("min_version", "TLS13", ssl.TLSVersion.TLSv1_3),
+])
+def test_a_tls_version_is_accepted_only_if_this_machine_negotiates_it(tmp_path: Path, pki: Pki, key: str,
+                                                                      name: str, version: ssl.TLSVersion) -> None:
+    """min_version TLS10 used to load and then mean TLS 1.2 (OpenSSL 3 refuses 1.0); now it is refused."""
+    path = write(tmp_path, tls_block(pki, f"  {key}: {name}\n"))
+    negotiable = handshake_over_loopback(pki, version)
+
+    if negotiable:
+        assert load_web_config(path).tls is not None
+    else:
+        with pytest.raises(ConfigError, match=f"{key}: {name} cannot be honoured"):
+            load_web_config(path)
+    if ssl.OPENSSL_VERSION_INFO >= (3,) and version < ssl.TLSVersion.TLSv1_2:
+        assert not negotiable  # what the finding was about, on this machine
+
+
+def test_an_out_of_range_bcrypt_cost_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    """Cost 03 used to crash start-up with a traceback and exit 1."""
+    config = write(tmp_path, f"basic_auth_users:\n  prometheus: '{HASH.replace('$04$', '$03$')}'\n")
+
+    result = subprocess.run([sys.executable, "-m", "trainmon", "serve", "--listen", "127.0.0.1:1",
+                             "--ingest-socket", "", "--web-config", str(config)],
+                            capture_output=True, text=True, timeout=30)
+
+    assert 2 == result.returncode, result.stderr
+    assert [f"trainmon: error: --web-config='{config}': basic_auth_users: prometheus: bcrypt cost 03 is "
+            "outside 4-31"] == result.stderr.strip().splitlines()
 
 
 def test_daemon_extra_brings_what_web_config_needs() -> None:

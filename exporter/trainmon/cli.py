@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -111,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level)
     if args.command == "check":
         return check(settings)
+    # SIGHUP re-reads --web-config once the server runs; until then it must not kill the daemon either.
+    signal.signal(signal.SIGHUP, lambda *_: None)
     if args.command == "demo":
         return demo(settings, web)
     from trainmon.daemon import serve

@@ -57,3 +57,11 @@ def render(snapshot: Snapshot, accept: str, accept_encoding: str) -> Rendered:
     # mtime=0 keeps the gzip bytes a pure function of the text.
     compressed = snapshot.rendered.get((content_type, "gzip"), lambda: gzip.compress(plain, 6, mtime=0))
     return Rendered(compressed, content_type, "gzip")
+
+
+def already_rendered(snapshot: Snapshot, accept: str, accept_encoding: str) -> Rendered | None:
+    """What `render` returns, if this snapshot was rendered in that format before; None if it would render."""
+    _, content_type = choose_encoder(accept)
+    encoding = "gzip" if gzip_accepted(accept_encoding) else None
+    body = snapshot.rendered.peek((content_type, encoding or "identity"))
+    return None if body is None else Rendered(body, content_type, encoding)

@@ -61,6 +61,8 @@ class Settings:
     web_config: Path | None = None
     kubelet_pod_resources_socket: Path | None = None
     hpc_job_mapping_dir: Path | None = None
+    web_max_requests: int = 40
+    web_header_timeout: float = 10.0
     log_level: str = "info"
     # Set by `trainmon demo`: the GPU collector reads a simulated node and every surface says so.
     simulated: bool = False
@@ -210,6 +212,10 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("hpc-job-mapping-dir", parse_optional_path, "",
                "GPU-to-job mapping directory (DCGM format, written by Slurm prolog/epilog); "
                'enables trainmon_gpu_job_info{scheduler="slurm"}'),
+        Option("web-max-requests", parse_positive_int, "40", "HTTP requests served at once; beyond it 503 at once"),
+        Option("web-header-timeout", parse_seconds, "10",
+               "seconds a connection has to send its request headers (from connecting, or its first byte "
+               "after a keep-alive pause) before it is closed"),
         Option("log-level", parse_log_level, "info", "debug, info, warning or error"),
     )
 

@@ -37,6 +37,10 @@ class RenderCache:
         self._lock = threading.Lock()
         self._bodies: dict[tuple[str, str], bytes] = {}
 
+    def peek(self, key: tuple[str, str]) -> bytes | None:
+        """The bytes if they are rendered already, else None (never renders)."""
+        return self._bodies.get(key)
+
     def get(self, key: tuple[str, str], render: Callable[[], bytes]) -> bytes:
         with self._lock:
             body = self._bodies.get(key)

@@ -11,10 +11,12 @@ The file is the one node_exporter and dcgm-exporter read (`promtool check web-co
     basic_auth_users:
       prometheus: $2y$10$...           # bcrypt hash, e.g. `htpasswd -nBC 10 "" | tr -d ':\\n'`
 
-It is read once at start-up (restart to apply a change). Keys of the format that trainmon does not
-implement (cipher suites, curves, HTTP headers, rate limits) are refused rather than ignored, as
-are `RequestClientCert` and `RequireAnyClientCert`: Python's `ssl` cannot ask for a client
-certificate without verifying it.
+It is read at start-up, where a bad file stops the daemon, and again on SIGHUP, where a bad file
+is logged and the running one kept. Keys of the format that trainmon does not implement (cipher
+suites, curves, HTTP headers, rate limits) are refused rather than ignored, as are
+`RequestClientCert` and `RequireAnyClientCert` (Python's `ssl` cannot ask for a client certificate
+without verifying it), bcrypt costs outside 4-31, an empty `tls_server_config`, and TLS versions
+this machine's OpenSSL will not negotiate.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import hashlib
 import hmac
 import re
 import ssl
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,7 @@ TLS_VERSIONS = {
     "TLS12": ssl.TLSVersion.TLSv1_2,
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
+VERSION_NAMES = {version: name for name, version in TLS_VERSIONS.items()}
 # client_auth_type -> what the server asks of the client; the two missing Go modes cannot be built.
 CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
@@ -58,7 +62,10 @@ UNSUPPORTED_KEYS = {
 }
 TOP_KEYS = {"tls_server_config", "basic_auth_users"}
 
-BCRYPT_HASH = re.compile(r"\$2[abxy]\$\d{2}\$[./A-Za-z0-9]{53}")
+BCRYPT_HASH = re.compile(r"\$2[abxy]\$(\d{2})\$[./A-Za-z0-9]{53}")
+BCRYPT_COSTS = range(4, 32)
+# bcrypt reads at most 72 bytes of a password; bcrypt 5 raises ValueError for more.
+BCRYPT_MAX_PASSWORD = 72
 REALM_CHALLENGE = b'Basic realm="trainmon"'
 SUCCESS_CACHE_SIZE = 1024
 
@@ -88,10 +95,6 @@ class WebConfig:
     # Built from `tls` by `load_web_config`; None serves plain HTTP.
     ssl_context: ssl.SSLContext | None = None
 
-    def wrap(self, app: ASGIApp) -> ASGIApp:
-        """`app` behind basic auth when users are configured, else `app` itself."""
-        return BasicAuthMiddleware(app, self.basic_auth_users) if self.basic_auth_users else app
-
 
 def load_web_config(path: Path) -> WebConfig:
     """Read and validate a web-config file and build its TLS context, so a bad file fails start-up.
@@ -120,16 +123,23 @@ def load_web_config(path: Path) -> WebConfig:
 def parse_web_config(path: Path, document: object) -> WebConfig:
     """Turn a loaded YAML document into a `WebConfig`; relative file names resolve against `path`'s folder."""
     top = _mapping(path, "the file", document, TOP_KEYS)
-    tls_doc = top.get("tls_server_config")
-    tls = _parse_tls(path, tls_doc) if tls_doc else None
+    if "tls_server_config" in top and not top["tls_server_config"]:
+        # exporter-toolkit serves plain HTTP here: someone who wrote the key meant TLS.
+        raise ConfigError(FLAG, str(path), "tls_server_config is empty; give cert_file and key_file, "
+                          "or remove the key to serve plain HTTP")
+    tls = _parse_tls(path, top["tls_server_config"]) if "tls_server_config" in top else None
     users_doc = _mapping(path, "basic_auth_users", top.get("basic_auth_users") or {}, None)
     users: dict[str, bytes] = {}
     for user, hashed in users_doc.items():
         if not isinstance(user, str) or not user or ":" in user:
             raise ConfigError(FLAG, str(path), f"basic_auth_users: bad user name {user!r}")
-        if not isinstance(hashed, str) or not BCRYPT_HASH.fullmatch(hashed):
+        match = BCRYPT_HASH.fullmatch(hashed) if isinstance(hashed, str) else None
+        if match is None:
             raise ConfigError(FLAG, str(path), f"basic_auth_users: {user}: expected a bcrypt hash ($2y$...)")
-        users[user] = hashed.encode()
+        if int(match[1]) not in BCRYPT_COSTS:
+            raise ConfigError(FLAG, str(path), f"basic_auth_users: {user}: bcrypt cost {match[1]} is outside "
+                              f"{BCRYPT_COSTS.start}-{BCRYPT_COSTS.stop - 1}")
+        users[user] = match[0].encode()
     return WebConfig(tls=tls, basic_auth_users=users)
 
 
@@ -195,12 +205,9 @@ def ssl_context(path: Path, tls: TlsServerConfig) -> ssl.SSLContext:
     """Build the server's `SSLContext` (uvicorn's own has no minimum-version option).
 
     Raises:
-        ConfigError: a certificate, key or CA file does not load.
+        ConfigError: a certificate, key or CA file does not load, or a TLS version will not negotiate.
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = tls.min_version
-    if tls.max_version is not None:
-        context.maximum_version = tls.max_version
     try:
         context.load_cert_chain(tls.cert_file, tls.key_file)
     except (OSError, ssl.SSLError) as exc:
@@ -213,31 +220,85 @@ def ssl_context(path: Path, tls: TlsServerConfig) -> ssl.SSLContext:
             raise ConfigError(FLAG, str(path), f"tls_server_config: cannot load client_ca_file "
                               f"{tls.client_ca_file}: {exc}") from None
     context.verify_mode = CLIENT_AUTH[tls.client_auth_type]
+    for key, version in (("min_version", tls.min_version), ("max_version", tls.max_version)):
+        if version is not None and not negotiates(tls, version):
+            raise ConfigError(FLAG, str(path), f"tls_server_config: {key}: {VERSION_NAMES[version]} cannot be "
+                              f"honoured: this machine's {ssl.OPENSSL_VERSION} will not negotiate it; "
+                              "use TLS12 or TLS13")
+    limit_versions(context, tls.min_version, tls.max_version)
     return context
 
 
-class BasicAuthMiddleware:
-    """ASGI middleware: every HTTP request needs one of `users`' credentials, else 401.
+def limit_versions(context: ssl.SSLContext, minimum: ssl.TLSVersion, maximum: ssl.TLSVersion | None) -> None:
+    with warnings.catch_warnings():  # Python deprecates TLSv1 and TLSv1_1; a machine that negotiates them may ask
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version = minimum
+        if maximum is not None:
+            context.maximum_version = maximum
 
-    A missing header, an unknown user and a wrong password get the same answer, and an unknown
-    user still costs one bcrypt check, so neither the body nor the timing says which part was
-    wrong. Successful checks are cached (keyed by a digest, never the password) because bcrypt
-    costs tens of milliseconds and Prometheus sends the same credentials every scrape.
+
+def negotiates(tls: TlsServerConfig, version: ssl.TLSVersion) -> bool:
+    """Whether a handshake at exactly `version` succeeds with this certificate, in memory.
+
+    OpenSSL 3 at its default security level will not do TLS 1.0 or 1.1 even when asked to, so a
+    `min_version: TLS10` would silently mean TLS 1.2; only a real handshake tells.
+    """
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    for context in (server, client):
+        limit_versions(context, version, version)
+    server.load_cert_chain(tls.cert_file, tls.key_file)
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    sides = [client.wrap_bio(to_client, to_server), server.wrap_bio(to_server, to_client, server_side=True)]
+    for _ in range(8):  # TLS 1.2 needs two round trips, 1.3 one and a half
+        for side in list(sides):
+            try:
+                side.do_handshake()
+                sides.remove(side)
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLError:
+                return False
+        if not sides:
+            return True
+    return False
+
+
+def decoy_hash(users: Mapping[str, bytes]) -> bytes:
+    """A bcrypt hash no password matches, at the highest cost among `users`, so checking an unknown
+    user costs as long as checking the slowest known one. Built, not hashed: at cost 31 hashing
+    would take days.
+    """
+    cost = max((int(hashed[4:6]) for hashed in users.values()), default=BCRYPT_COSTS.start)
+    return b"$2b$%02d$" % cost + b"." * 53
+
+
+class BasicAuthMiddleware:
+    """ASGI middleware: with users configured, every HTTP request needs one of their credentials, else 401.
+
+    A missing header, an unknown user, a wrong password and one too long for bcrypt get the same
+    answer, and an unknown user still costs one bcrypt check, so neither the body nor the timing
+    says which part was wrong. Successful checks are cached (keyed by a digest, never the
+    password) because bcrypt costs tens of milliseconds and Prometheus sends the same credentials
+    every scrape. Without users every request passes; `replace_users` changes them in place (SIGHUP).
     """
 
     def __init__(self, app: ASGIApp, users: Mapping[str, bytes]) -> None:
         import bcrypt
 
         self._app = app
-        self._users = dict(users)
         self._checkpw = bcrypt.checkpw
-        # Checked when the user is unknown, so that a miss costs as long as a hit.
-        cost = max((int(hashed[4:6]) for hashed in self._users.values()), default=10)
-        self._decoy = bcrypt.hashpw(b"decoy", bcrypt.gensalt(cost))
+        self.replace_users(users)
+
+    def replace_users(self, users: Mapping[str, bytes]) -> None:
+        self._users = dict(users)
+        self._decoy = decoy_hash(self._users)
         self._verified: set[bytes] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan" or await self._authorized(scope):
+        if scope["type"] == "lifespan" or not self._users or await self._authorized(scope):
             await self._app(scope, receive, send)
             return
         if scope["type"] == "websocket":
@@ -252,6 +313,8 @@ class BasicAuthMiddleware:
         if credentials is None:
             return False
         user, password = credentials
+        if len(password) > BCRYPT_MAX_PASSWORD:
+            return False
         hashed = self._decoy
         known = False
         for name, candidate in self._users.items():  # compare every name, in constant time each

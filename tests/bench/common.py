@@ -45,7 +45,7 @@ def machine() -> str:
 
 @contextmanager
 def started_node(gpus: int = 8, namespaces: int = 16, ports: int = 8, ranks: int = 8, interval: float = 5.0,
-                 with_node_exporter: bool = True) -> Iterator[Node]:
+                 with_node_exporter: bool = True, wrapper: Sequence[str] = ()) -> Iterator[Node]:
     with tempfile.TemporaryDirectory(prefix="trainmon-bench-") as tmp:
         root = Path(tmp)
         node = SyntheticNode(root, gpus=gpus, nvme_namespaces=namespaces, ib_ports=ports)
@@ -54,7 +54,8 @@ def started_node(gpus: int = 8, namespaces: int = 16, ports: int = 8, ranks: int
             raise SystemExit("the benchmarks need gcc for the fake libnvidia-ml.so.1")
         nvml_dir = build_fake_nvml(compiler, root / "nvml")
         socket_path = root / "ingest.sock"
-        daemon = start_daemon(root, node.daemon_args(socket_path, interval), env=node.daemon_env(nvml_dir))
+        daemon = start_daemon(root, node.daemon_args(socket_path, interval), env=node.daemon_env(nvml_dir),
+                              wrapper=wrapper)
         feeder = RankFeeder(socket_path, ranks)
         try:
             if ranks:

@@ -38,6 +38,14 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def proc_status(self, field: str) -> int:
+        """A number from /proc/<pid>/status: `Threads`, or `VmRSS` in kB."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == field:
+                return int(value.split()[0])
+        raise KeyError(field)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
         if self._stopped:
             return self.process.returncode
@@ -61,14 +69,16 @@ def start_daemon(
     port: int | None = None,
     scheme: str = "http",
     client: Mapping[str, object] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> Daemon:
     """Start `python -m trainmon <command> --listen 127.0.0.1:<port> *args` and wait until it serves.
 
     The ingest socket defaults to one under `tmp_path` so tests never touch /run. `client` holds the
-    httpx options (`verify`, `auth`) the readiness probe needs behind TLS or basic auth.
+    httpx options (`verify`, `auth`) the readiness probe needs behind TLS or basic auth. `wrapper` is
+    a command that execs the daemon, such as `prlimit --nofile=1024:1024`.
     """
     port = port or free_port()
-    argv = [sys.executable, "-m", "trainmon", command, "--listen", f"127.0.0.1:{port}"]
+    argv = [*wrapper, sys.executable, "-m", "trainmon", command, "--listen", f"127.0.0.1:{port}"]
     if command == "serve" and not any(a.startswith("--ingest-socket") for a in args):
         argv += ["--ingest-socket", str(tmp_path / "ingest.sock")]
     argv += list(args)

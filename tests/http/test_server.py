@@ -183,3 +183,17 @@ def test_sigint_stops_cleanly(tmp_path: Path, daemons) -> None:  # type: ignore[
 
     assert 0 == daemon.stop(signal.SIGINT)
     assert "Traceback" not in daemon.log()
+
+
+def test_sighup_without_web_config_is_a_logged_no_op(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+    """SIGHUP used to kill the daemon; without --web-config there is nothing to re-read."""
+    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "nvme"]))
+
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "SIGHUP" in daemon.log())
+    answer = daemon.get("/healthz")
+
+    assert daemon.process.poll() is None
+    assert 200 == answer.status_code
+    assert "no --web-config to re-read" in daemon.log()
+    assert 0 == daemon.stop()

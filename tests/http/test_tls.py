@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import signal
 import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.helpers.daemon import Daemon, start_daemon
-from tests.helpers.net import free_port
+from tests.helpers.net import free_port, wait_until
 
 PASSWORD = "s3cret pass"
 
@@ -110,10 +111,10 @@ def write_web_config(path: Path, pki: Pki, *, client_auth: str = "NoClientCert",
 
 
 def https_daemon(tmp_path: Path, web_config: Path, pki: Pki, with_cert: bool = False,
-                 auth: tuple[str, str] | None = None) -> Daemon:
+                 auth: tuple[str, str] | None = None, args: Sequence[str] = ()) -> Daemon:
     """Start a daemon behind `web_config`, probed for readiness over TLS with these credentials."""
     client = {"verify": client_context(pki, with_cert=with_cert), "auth": auth}
-    return start_daemon(tmp_path, ["--collectors", "nvme", "--web-config", str(web_config)], scheme="https",
+    return start_daemon(tmp_path, ["--collectors", "nvme", "--web-config", str(web_config), *args], scheme="https",
                         wait_ready=False, client=client)
 
 
@@ -143,11 +144,14 @@ def test_right_credentials_over_tls_get_200(basic_auth_daemon: Daemon, pki: Pki)
     assert "trainmon_build_info" in response.text
 
 
-@pytest.mark.parametrize("auth", [None, ("prometheus", "wrong"), ("nobody", PASSWORD), ("", "")],
-                         ids=["none", "wrong-password", "unknown-user", "empty"])
+@pytest.mark.parametrize("auth", [None, ("prometheus", "wrong"), ("nobody", PASSWORD), ("", ""),
+                                  ("prometheus", PASSWORD + "x" * 73), ("nobody", "x" * 73)],
+                         ids=["none", "wrong-password", "unknown-user", "empty", "73-byte-password",
+                              "73-byte-password-unknown-user"])
 def test_wrong_or_missing_credentials_get_the_same_401(basic_auth_daemon: Daemon, pki: Pki,
                                                        auth: tuple[str, str] | None) -> None:
-    """Whatever part is wrong, the answer is one 401 with a Basic challenge."""
+    """Whatever part is wrong, the answer is one 401 with a Basic challenge (a password over bcrypt's
+    72 bytes used to get a 500 and a traceback)."""
     response = httpx.get(basic_auth_daemon.url + "/metrics", verify=client_context(pki), auth=auth,
                          timeout=10)
 
@@ -176,6 +180,23 @@ def test_client_capped_below_min_version_fails_the_handshake(tmp_path: Path, pki
         assert httpx.get(daemon.url + "/healthz", verify=client_context(pki), timeout=10).status_code == 200
     finally:
         daemon.stop()
+
+
+def test_a_tls_handshake_that_never_starts_is_closed_after_the_header_timeout(tmp_path: Path, pki: Pki) -> None:
+    """asyncio gives a TLS handshake 60 s; a silent client now holds its descriptor only --web-header-timeout."""
+    config = write_web_config(tmp_path / "web.yml", pki)
+    for path in (pki.server_cert, pki.server_key):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    daemon = https_daemon(tmp_path, config, pki, args=["--web-header-timeout", "1"])
+    try:
+        with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as silent:
+            answer = silent.recv(1)
+        served = httpx.get(daemon.url + "/healthz", verify=client_context(pki), timeout=10)
+    finally:
+        daemon.stop()
+
+    assert b"" == answer
+    assert 200 == served.status_code
 
 
 def test_mutual_tls_refuses_a_client_without_certificate(tmp_path: Path, pki: Pki) -> None:
@@ -215,3 +236,36 @@ def test_bad_web_config_stops_start_up_with_one_line(tmp_path: Path) -> None:
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"trainmon: error: --web-config='{config}': tls_server_config: client_auth_type "
                            "RequireAnyClientCert is not supported"), result.stderr
+
+
+def test_sighup_re_reads_the_web_config_and_keeps_the_running_one_when_the_new_is_bad(
+        tmp_path: Path, pki: Pki) -> None:
+    """Plain HTTP with alice, then SIGHUP onto TLS with bob, then SIGHUP onto a broken file: bob stays."""
+    for path in (pki.server_cert, pki.server_key):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    config = tmp_path / "web.yml"
+    alice, bob = (bcrypt.hashpw(b"pw-" + name, bcrypt.gensalt(4)).decode() for name in (b"alice", b"bob"))
+    config.write_text(f"basic_auth_users:\n  alice: '{alice}'\n")
+    daemon = start_daemon(tmp_path, ["--collectors", "nvme", "--web-config", str(config)], wait_ready=False,
+                          client={"auth": ("alice", "pw-alice")})
+    https = f"https://127.0.0.1:{daemon.port}/healthz"
+    try:
+        write_web_config(config, pki, users={"bob": bob})
+        daemon.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: httpx.get(https, verify=client_context(pki), auth=("bob", "pw-bob"), timeout=5)
+                   .status_code == 200)
+        alice_after = httpx.get(https, verify=client_context(pki), auth=("alice", "pw-alice"), timeout=5)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(daemon.url + "/healthz", auth=("bob", "pw-bob"), timeout=5)
+
+        config.write_text(f"basic_auth_users:\n  bob: '{bob.replace('$04$', '$03$')}'\n")
+        daemon.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: "kept the running web config" in daemon.log())
+        bob_after_bad_file = httpx.get(https, verify=client_context(pki), auth=("bob", "pw-bob"), timeout=5)
+    finally:
+        exit_code = daemon.stop()
+
+    assert 401 == alice_after.status_code
+    assert 200 == bob_after_bad_file.status_code
+    assert 0 == exit_code
+    assert "Traceback" not in daemon.log()

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from trainmon import __version__
-from trainmon.exposition import render
+from trainmon.exposition import already_rendered, render
 from trainmon.snapshot import SnapshotStore
 
 
 def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
     app = FastAPI(title="trainmon", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    # Every endpoint is a coroutine, so no request takes a thread of FastAPI's pool (which grows to
+    # 40 under a flood and keeps them). /metrics answers from the snapshot's cached bytes on the
+    # event loop, and renders a new snapshot's on this one thread, so the loop never waits for a render.
+    renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainmon-render")
 
     @app.get("/", response_class=HTMLResponse)
-    def landing() -> str:
+    async def landing() -> str:
         banner = ("<p><strong>SIMULATED node</strong>: every GPU and training metric here comes from "
                   "<code>trainmon demo</code>, not from hardware.</p>") if simulated else ""
         return (f"<!doctype html><html><head><title>trainmon</title></head><body>"
@@ -27,31 +33,34 @@ def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
                 '<li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li>'
                 "</ul></body></html>")
 
-    # A plain `def`: FastAPI runs it in its thread pool, so rendering never blocks the event loop.
     @app.get("/metrics")
-    def metrics(request: Request) -> Response:
+    async def metrics(request: Request) -> Response:
         snapshot = store.latest()
         if snapshot is None:
             return PlainTextResponse("no collection has finished yet\n", status_code=503,
                                      headers={"Retry-After": "1"})
-        rendered = render(snapshot, request.headers.get("accept", ""), request.headers.get("accept-encoding", ""))
+        accept, accept_encoding = request.headers.get("accept", ""), request.headers.get("accept-encoding", "")
+        rendered = already_rendered(snapshot, accept, accept_encoding)
+        if rendered is None:
+            rendered = await asyncio.get_running_loop().run_in_executor(
+                renderer, render, snapshot, accept, accept_encoding)
         headers = {"Vary": "Accept, Accept-Encoding"}
         if rendered.content_encoding:
             headers["Content-Encoding"] = rendered.content_encoding
         return Response(rendered.body, media_type=rendered.content_type, headers=headers)
 
     @app.get("/healthz")
-    def healthz() -> PlainTextResponse:
+    async def healthz() -> PlainTextResponse:
         return PlainTextResponse("ok\n")
 
     @app.get("/readyz")
-    def readyz() -> PlainTextResponse:
+    async def readyz() -> PlainTextResponse:
         if store.latest() is None:
             return PlainTextResponse("waiting for the first collection\n", status_code=503)
         return PlainTextResponse("ready\n")
 
     @app.get("/api/v1/status")
-    def status() -> JSONResponse:
+    async def status() -> JSONResponse:
         snapshot = store.latest()
         body: dict[str, object] = {"version": __version__, "simulated": simulated, "ready": snapshot is not None}
         if snapshot is not None:

@@ -1,0 +1,97 @@
+"""Many loopback TCP connections at once, as an attacker holds them: idle, half a header, or a full request."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import selectors
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+PARTIAL_HEADER = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # no blank line: the headers never end
+FULL_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
+
+
+def allow_open_files(count: int) -> None:
+    """Raise this process's soft open-file limit so that it can hold `count` more sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = count + 256
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+
+
+def connect(port: int, first_bytes: bytes = b"") -> socket.socket | None:
+    """One connection that sends `first_bytes`; None when the server's queue or the client side is full."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except OSError:
+        return None
+    try:
+        if first_bytes:
+            sock.sendall(first_bytes)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+@contextlib.contextmanager
+def idle_connections(port: int, count: int) -> Iterator[list[socket.socket]]:
+    """Hold `count` connections open: half send nothing, half send a header that never ends."""
+    allow_open_files(count)
+    held = [s for i in range(count) if (s := connect(port, PARTIAL_HEADER if i % 2 else b"")) is not None]
+    try:
+        yield held
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
+    """Open `count` connections that each send a whole /metrics request, then read every answer.
+
+    Returns how many got each status line ("200", "503"), were closed without an answer
+    ("closed") or were still waiting at `timeout` ("waiting").
+    """
+    allow_open_files(count)
+    outcomes: Counter[str] = Counter()
+    selector = selectors.DefaultSelector()
+    answers: dict[socket.socket, bytearray] = {}
+    for _ in range(count):
+        sock = connect(port, FULL_REQUEST)
+        if sock is None:
+            outcomes["refused"] += 1
+            continue
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ)
+        answers[sock] = bytearray()
+    deadline = time.monotonic() + timeout
+    while answers and time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=0.5):
+            ready = key.fileobj
+            assert isinstance(ready, socket.socket)
+            try:
+                chunk = ready.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if chunk:
+                answers[ready] += chunk
+                continue
+            outcomes[_status(answers.pop(ready))] += 1
+            selector.unregister(ready)
+            ready.close()
+    outcomes["waiting"] += len(answers)
+    for sock in answers:
+        sock.close()
+    selector.close()
+    return outcomes
+
+
+def _status(answer: bytearray) -> str:
+    if not answer.startswith(b"HTTP/1.1 "):
+        return "closed"
+    return answer[9:12].decode()
