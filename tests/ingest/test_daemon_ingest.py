@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from tests.helpers.net import free_port
 from tests.torch.jobs import metrics_when, samples
 from trainmon import wire
 
-VALID = wire.Report(job_id="ok", rank=0, pid=1, start_time=1_767_000_000.0, seq=1, steps=7)
+VALID = wire.Report(job_id="ok", rank=0, pid=os.getpid(), start_time=1_767_000_000.0, seq=1, steps=7)
 
 
 def total(text: str, name: str, **match: str) -> float:

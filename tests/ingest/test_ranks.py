@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from trainmon import wire
+from trainmon.collectors.training import rank_series
 from trainmon.ingest.ranks import RankTable, TableView
 
 
@@ -14,6 +15,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def make_table(*, max_ranks: int = 8, ttl: float = 60, clock: Clock | None = None, **kwargs: object) -> RankTable:
+    """A table as the daemon builds it, with its default caps unless the test names one."""
+    options: dict[str, object] = {"series_of": rank_series, "max_series": 8000, "exit_retention": 3600.0, **kwargs}
+    if clock is not None:
+        options["clock"] = clock
+    return RankTable(max_ranks=max_ranks, ttl=ttl, **options)  # type: ignore[arg-type]
 
 
 BASE = wire.Report(job_id="job", rank=0, pid=100, start_time=1_767_000_000.0, seq=1, steps=10)
@@ -29,7 +38,7 @@ def steps(view: TableView) -> dict[tuple[str, int], int]:
 
 def test_restarted_process_replaces_the_old_one_as_a_counter_reset() -> None:
     """A new pid with a later start time starts from its own (lower) totals."""
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     send(table, steps=50)
     send(table, pid=200, start_time=BASE.start_time + 100, seq=1, steps=3)
 
@@ -38,7 +47,7 @@ def test_restarted_process_replaces_the_old_one_as_a_counter_reset() -> None:
 
 def test_late_duplicate_and_old_incarnation_datagrams_are_stale() -> None:
     """Nothing makes a counter go backwards within one process."""
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     send(table, seq=5, steps=50)
     send(table, seq=4, steps=40)
     send(table, seq=5, steps=50)
@@ -50,7 +59,7 @@ def test_late_duplicate_and_old_incarnation_datagrams_are_stale() -> None:
 
 def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
     clock = Clock()
-    table = RankTable(max_ranks=8, ttl=60, clock=clock)
+    table = make_table(max_ranks=8, ttl=60, clock=clock)
     send(table, rank=0)
     send(table, rank=1)
     send(table, rank=0, seq=2, kind="bye")
@@ -65,7 +74,7 @@ def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
 def test_live_ranks_are_capped_and_refusals_counted() -> None:
     """A flood of distinct job ids never holds more than max_ranks ranks, or job ids in the exit counter."""
     clock = Clock()
-    table = RankTable(max_ranks=4, ttl=60, clock=clock)
+    table = make_table(max_ranks=4, ttl=60, clock=clock)
     for i in range(100):
         send(table, job_id=f"job-{i}")
     full = table.view()
@@ -81,7 +90,7 @@ def test_live_ranks_are_capped_and_refusals_counted() -> None:
 
 
 def test_bad_datagrams_are_counted_by_reason() -> None:
-    table = RankTable(max_ranks=4, ttl=60)
+    table = make_table(max_ranks=4, ttl=60)
     for data in (b"", b"{", b"[]", b'{"v": 9}', b"x" * 20000):
         table.receive(data)
 
@@ -89,12 +98,12 @@ def test_bad_datagrams_are_counted_by_reason() -> None:
 
 
 def burst(table: RankTable, *reports: wire.Report) -> None:
-    table.receive_burst([wire.encode(r) for r in reports])
+    table.receive_burst([(wire.encode(r), None) for r in reports])
 
 
 def test_a_burst_applies_each_process_newest_report_and_counts_the_rest_coalesced() -> None:
     """A receiver that fell behind: rank 0's three reports in one burst, rank 1's one."""
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     rank0 = [dataclasses.replace(BASE, seq=seq, steps=seq * 10) for seq in (1, 2, 3)]
     rank1 = dataclasses.replace(BASE, rank=1, seq=1, steps=7)
 
@@ -106,12 +115,13 @@ def test_a_burst_applies_each_process_newest_report_and_counts_the_rest_coalesce
 
 
 def test_a_burst_never_coalesces_goodbyes_restarts_or_bad_datagrams() -> None:
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     old = dataclasses.replace(BASE, seq=5, steps=50)
     bye = dataclasses.replace(old, seq=6, kind="bye")
     restarted = dataclasses.replace(BASE, pid=BASE.pid + 1, start_time=BASE.start_time + 100, seq=1, steps=1)
 
-    table.receive_burst([wire.encode(old), wire.encode(bye), b"{not json", wire.encode(restarted)])
+    table.receive_burst([(wire.encode(old), None), (wire.encode(bye), None), (b"{not json", None),
+                         (wire.encode(restarted), None)])
     view = table.view()
 
     assert {("job", 0): 1} == steps(view)
@@ -122,11 +132,11 @@ def test_a_burst_never_coalesces_goodbyes_restarts_or_bad_datagrams() -> None:
 
 def test_a_burst_of_one_validates_every_datagram() -> None:
     """When the receiver keeps up, a type-confused report is rejected, not coalesced away."""
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     good = wire.encode(dataclasses.replace(BASE, seq=1))
     confused = wire.encode(dataclasses.replace(BASE, seq=2)).replace(b'"steps":', b'"steps":"x","was":')
 
-    table.receive_burst([good])
-    table.receive_burst([confused])
+    table.receive_burst([(good, None)])
+    table.receive_burst([(confused, None)])
 
     assert {"schema": 1} == dict(table.view().rejected)
