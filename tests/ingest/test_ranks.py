@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from trainmon import wire
 from trainmon.collectors.training import rank_series
 from trainmon.ingest.ranks import RankTable, TableView
@@ -140,3 +142,123 @@ def test_a_burst_of_one_validates_every_datagram() -> None:
     table.receive_burst([(confused, None)])
 
     assert {"schema": 1} == dict(table.view().rejected)
+
+
+def kernel_send(table: RankTable, sender_pid: int, **changes: object) -> None:
+    """A datagram from the Unix socket, where the kernel says who sent it."""
+    table.receive(wire.encode(dataclasses.replace(BASE, **changes)), sender_pid)  # type: ignore[arg-type]
+
+
+def test_a_report_whose_pid_is_not_the_senders_is_an_identity_rejection() -> None:
+    table = make_table()
+    kernel_send(table, 555, pid=100)
+    kernel_send(table, 100, pid=100, steps=4)
+
+    view = table.view()
+    assert ({("job", 0): 4}, {"identity": 1}) == (steps(view), view.rejected)
+
+
+def test_a_live_proven_holder_keeps_its_slot_and_its_goodbye() -> None:
+    """Another pid can neither take over a running process's slot with a later start time nor say its bye."""
+    running = {100, 200}
+    table = make_table(alive=lambda pid: pid in running)
+    kernel_send(table, 100, pid=100, steps=10)
+    kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=1, steps=1)
+    kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=2, kind="bye")
+    held = table.view()
+    running.discard(100)  # the holder died without a goodbye: its restart may take the slot at once
+    kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=3, steps=2)
+
+    assert ({("job", 0): 10}, {"identity": 2}) == (steps(held), held.rejected)
+    assert {("job", 0): 2} == steps(table.view())
+
+
+def test_a_goodbye_from_another_pid_is_refused_even_over_udp() -> None:
+    table = make_table()
+    send(table, steps=10)
+    send(table, pid=BASE.pid + 1, seq=2, kind="bye")
+
+    view = table.view()
+    assert ({("job", 0): 10}, {"identity": 1}, {}) == (steps(view), view.rejected, view.exits)
+
+
+def test_a_seq_leap_is_refused_so_it_cannot_freeze_the_rank() -> None:
+    table = make_table()
+    send(table, seq=1, steps=1)
+    send(table, seq=2**62 - 1, steps=2)  # accepted before, every later report was then stale
+    send(table, seq=1 << 30, steps=3)
+    send(table, seq=2, steps=4)
+
+    view = table.view()
+    assert ({("job", 0): 4}, {"range": 2}) == (steps(view), view.rejected)
+
+
+@pytest.mark.parametrize("backwards", [
+    {"steps": 5},
+    {"comm_wait": 0.5},
+    {"step_buckets": (0,) * 14},
+    {"collectives": (wire.Collective(op="all_reduce", group="g", seconds=1.0, calls=1, bytes=1),)},
+    {"hook_errors": {"send_drops": 0}},
+    {"group_seqs": (wire.GroupSeq("g", 1, 1),)},
+])
+def test_a_counter_going_backwards_within_one_process_is_refused(backwards: dict[str, object]) -> None:
+    first = {"steps": 10, "comm_wait": 1.0, "step_buckets": (0,) * 13 + (1,), "hook_errors": {"send_drops": 3},
+             "collectives": (wire.Collective(op="all_reduce", group="g", seconds=2.0, calls=3, bytes=4),),
+             "group_seqs": (wire.GroupSeq("g", 5, 4),)}
+    table = make_table()
+    send(table, seq=1, **first)
+    send(table, seq=2, **{**first, **backwards})
+    send(table, seq=3, **first)
+
+    assert {"range": 1} == table.view().rejected
+
+
+def test_a_new_rank_that_would_pass_the_series_budget_is_refused() -> None:
+    one = rank_series(BASE)
+    table = make_table(max_series=3 * one)
+    for rank in range(5):
+        send(table, rank=rank)
+    view = table.view()
+    send(table, rank=0, seq=2, kind="bye")
+    send(table, rank=4, seq=2)
+
+    assert (3, 3 * one, {"series_budget": 2}) == (len(view.ranks), view.series, view.rejected)
+    assert {("job", 1), ("job", 2), ("job", 4)} == set(steps(table.view()))
+
+
+def test_a_jobs_exit_series_are_dropped_after_the_retention() -> None:
+    clock = Clock()
+    table = make_table(clock=clock, ttl=1000, exit_retention=100)
+    send(table, job_id="a", rank=0)
+    send(table, job_id="a", rank=1)
+    send(table, job_id="a", rank=0, seq=2, kind="bye", exit_reason="error")
+    clock.now += 90
+    send(table, job_id="a", rank=1, seq=2)  # a rank still runs: the clock has not started
+    clock.now += 50
+    kept = table.view()
+    send(table, job_id="a", rank=1, seq=3, kind="bye")
+    clock.now += 99
+    before = table.view()
+    clock.now += 2
+
+    assert {("a", "error"): 1} == kept.exits
+    assert {("a", "error"): 1, ("a", "clean"): 1} == before.exits
+    assert ({}, {"exit_retention": 1}) == (table.view().exits, table.view().evicted)
+
+
+def test_whatever_fails_while_applying_is_a_rejection_not_an_escape() -> None:
+    """A table whose series count fails (as a bug would) still counts the datagram and takes the next."""
+    calls = []
+
+    def flaky(report: wire.Report) -> int:
+        calls.append(report.seq)
+        if len(calls) == 1:
+            raise OverflowError("a bug")
+        return rank_series(report)
+
+    table = make_table(series_of=flaky)
+    send(table, seq=1)
+    send(table, seq=2, steps=11)
+
+    view = table.view()
+    assert ({("job", 0): 11}, {"malformed": 1}) == (steps(view), view.rejected)
