@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.metrics import registry_of
+from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon import wire
 from trainmon.collectors.base import Collection
-from trainmon.collectors.training import TrainingCollector
+from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
 from trainmon.daemon import build_ingest
 from trainmon.errors import CollectorError, NoData
+from trainmon.ingest.ranks import RankState, TableView
 from trainmon.ingest.server import IngestServer
 from trainmon.settings import Settings
 
@@ -91,7 +92,7 @@ def test_a_missing_socket_directory_fails_naming_the_flag_is_not_made_and_is_ret
     directory = tmp_path / "run"
     collector = Collector(Settings(ingest_socket=str(directory / "ingest.sock")))
     try:
-        with pytest.raises(CollectorError, match="--ingest-socket=.*the directory .* cannot be used"):
+        with pytest.raises(CollectorError, match=r"--ingest-socket=.*the directory .* cannot be used"):
             collector.collect()
         assert not directory.exists()  # a typo in the flag does not become a directory made as root
         directory.mkdir()
@@ -134,3 +135,53 @@ def test_socket_group_is_applied_and_an_unknown_group_is_reported(tmp_path: Path
     finally:
         good.close()
         bad.close()
+
+
+NEW_FIELDS = dataclasses.replace(
+    REPORT, pod="trainer-0", namespace="ml", first_step=1_767_000_010.0, model_flops=3e15,
+    group_seqs=(wire.GroupSeq("default_pg", 12, 11),), inflight=(wire.Inflight("default_pg", "all_reduce", 100.0),),
+    phase_seconds={"checkpoint": 4.5}, hook_errors={"send_drops": 2},
+)
+
+
+def test_the_new_wire_fields_become_their_families() -> None:
+    state = RankState(NEW_FIELDS, received_at=0.0, received_wall=0.0, verified=True, series=0)
+    reg = registry_of(rank_families([state], now=160.0))
+    rank = {"job_id": "llama", "rank": "1"}
+
+    assert 12 == reg.get_sample_value("trainmon_nccl_issued_total", {**rank, "group": "default_pg"})
+    assert 11 == reg.get_sample_value("trainmon_nccl_completed_total", {**rank, "group": "default_pg"})
+    assert 60 == reg.get_sample_value("trainmon_nccl_inflight_oldest_seconds",
+                                      {**rank, "group": "default_pg", "op": "all_reduce"})
+    assert 4.5 == reg.get_sample_value("trainmon_train_phase_seconds_total", {**rank, "phase": "checkpoint"})
+    assert 2 == reg.get_sample_value("trainmon_train_hook_errors_total", {**rank, "kind": "send_drops"})
+    assert 3e15 == reg.get_sample_value("trainmon_train_model_flops_total", rank)
+    assert REPORT.start_time == reg.get_sample_value("trainmon_train_process_start_timestamp_seconds", rank)
+    assert 1_767_000_010.0 == reg.get_sample_value("trainmon_train_first_step_timestamp_seconds", rank)
+    info = next(s for f in reg.collect() for s in f.samples if s.name == "trainmon_train_rank_info")
+    assert ("trainer-0", "ml") == (info.labels["pod"], info.labels["namespace"])
+
+
+def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() -> None:
+    state = RankState(NEW_FIELDS, received_at=0.0, received_wall=0.0, verified=True, series=0)
+    reg = registry_of(rank_families([state], now=50.0))
+
+    assert 0 == reg.get_sample_value("trainmon_nccl_inflight_oldest_seconds",
+                                     {"job_id": "llama", "rank": "1", "group": "default_pg", "op": "all_reduce"})
+
+
+@pytest.mark.parametrize("report", [REPORT, NEW_FIELDS, wire.Report(job_id="j", rank=0, pid=1, start_time=1.0, seq=1)])
+def test_rank_series_counts_exactly_the_samples_served(report: wire.Report) -> None:
+    state = RankState(report, received_at=0.0, received_wall=0.0, verified=True, series=0)
+
+    assert rank_series(report) == len(samples_of(rank_families([state], now=0.0)))
+
+
+def test_exits_by_reason_and_socket_rebinds_are_served() -> None:
+    view = TableView(ranks=(), messages=0, coalesced=0, rejected={}, evicted={}, series=0,
+                     exits={("j", "clean"): 3, ("j", "error"): 1, ("j", "lost"): 2})
+    reg = registry_of(ingest_families(view, rebinds=2))
+
+    assert [3, 1, 2] == [reg.get_sample_value("trainmon_train_rank_exits_total", {"job_id": "j", "reason": r})
+                         for r in ("clean", "error", "lost")]
+    assert 2 == reg.get_sample_value("trainmon_ingest_socket_rebinds_total")
