@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("bench_gpu_cycle", [], "steady cycle: 120 calls (15.0 per GPU)"),
     ("bench_hook", [], "all_reduce (async + wait)"),
     ("bench_ingest", [], "offered/s"),
+    ("bench_soak", ["--minutes", "0.1", "--ranks", "16"], "live ranks"),
 ])
 def test_benchmark_prints_its_table(bench: str, args: list[str], expected: str) -> None:
     require_tool("gcc")

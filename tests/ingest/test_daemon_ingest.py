@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.bench_cardinality import widest_report
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import free_port, wait_until
 from tests.torch.jobs import metrics_when, samples
@@ -183,22 +184,6 @@ def test_a_seq_leap_and_a_counter_going_backwards_are_refused(tmp_path: Path, da
     assert 2 == total(text, "trainmon_ingest_rejected_total", reason="range")
 
 
-def worst_case(rank: int) -> dict[str, object]:
-    """The largest report the schema allows: every op on every group, every env var, every map full."""
-    groups = [f"group-{g}" for g in range(wire.MAX_GROUPS + 1)]
-    return report(
-        rank=rank, job_id="wide",
-        collectives=[[op, g, 1.0, 1, 1] for op in wire.OPS for g in groups],
-        group_sizes={g: 8 for g in groups}, groups=[[g, 2, 1] for g in groups],
-        inflight=[[g, "all_reduce", 1_767_000_000.0] for g in groups],
-        nccl_env={f"NCCL_VAR_{i}": "x" * 40 for i in range(wire.MAX_ENV)},
-        phase_seconds={f"phase{i}": 1.0 for i in range(wire.MAX_PHASES + 1)},
-        hook_errors={f"kind{i}": 1 for i in range(wire.MAX_HOOK_ERROR_KINDS)},
-        parallel={"tp": 8}, phase="eval", loss=1.0, grad_norm=1.0, loss_scale=1.0, last_step=1.0, first_step=1.0,
-        model_flops=1.0, cuda={"alloc_retries": 0, "ooms": 0},
-    )
-
-
 def test_a_flood_of_wide_ranks_stays_within_the_series_budget(tmp_path: Path, daemons: list[Daemon]) -> None:
     """With default caps: ~24 worst-case ranks fit in 8,000 series, the rest are refused and counted."""
     daemon = training_daemon(tmp_path, daemons)
@@ -206,7 +191,7 @@ def test_a_flood_of_wide_ranks_stays_within_the_series_budget(tmp_path: Path, da
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
         sock.setblocking(True)
         for rank in range(200):
-            sock.sendto(json.dumps(worst_case(rank)).encode(), str(tmp_path / "ingest.sock"))
+            sock.sendto(wire.encode(widest_report("wide", rank)), str(tmp_path / "ingest.sock"))
     text = metrics_when(daemon, lambda t: total(t, "trainmon_ingest_rejected_total") + total(t, "trainmon_ingest_ranks")
                         >= 200)
     training = [line for line in text.splitlines()
