@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from trainmon.collectors import build_collector
 from trainmon.collectors.base import Collection, Collector
 from trainmon.errors import CollectorError
-from trainmon.ingest.ranks import RankTable
+from trainmon.ingest.ranks import Procfs, RankTable
 from trainmon.ingest.server import IngestServer
 from trainmon.scheduler import Scheduler, describe
 from trainmon.settings import Settings
@@ -41,7 +41,8 @@ def build_ingest(settings: Settings) -> IngestServer:
     from trainmon.collectors.training import rank_series
 
     table = RankTable(max_ranks=settings.max_ranks, ttl=settings.rank_ttl, series_of=rank_series,
-                      max_series=settings.max_training_series, exit_retention=settings.exit_retention)
+                      max_series=settings.max_training_series, exit_retention=settings.exit_retention,
+                      procfs=Procfs(settings.procfs))
     return IngestServer(table, socket_path=settings.ingest_socket, mode=settings.ingest_socket_mode,
                         group=settings.ingest_socket_group, udp=settings.ingest_udp,
                         inherited_fd=settings.ingest_socket_fd)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 
 from trainmon import wire
 from trainmon.collectors.training import rank_series
-from trainmon.ingest.ranks import RankTable, TableView
+from trainmon.ingest.ranks import Procfs, RankTable, TableView
 
 
 class Clock:
@@ -149,8 +151,16 @@ def kernel_send(table: RankTable, sender_pid: int, **changes: object) -> None:
     table.receive(wire.encode(dataclasses.replace(BASE, **changes)), sender_pid)  # type: ignore[arg-type]
 
 
-def test_a_report_whose_pid_is_not_the_senders_is_an_identity_rejection() -> None:
-    table = make_table()
+def procfs(root: Path, *processes: tuple[int, ...]) -> Procfs:
+    """A synthetic procfs holding `processes`, each given by its NSpid numbers, outermost first."""
+    for pids in processes:
+        (root / str(pids[0])).mkdir(parents=True, exist_ok=True)
+        (root / str(pids[0]) / "status").write_text(f"Name:\tpython\nNSpid:\t{chr(9).join(map(str, pids))}\n")
+    return Procfs(root)
+
+
+def test_a_report_whose_pid_is_not_the_senders_is_an_identity_rejection(tmp_path: Path) -> None:
+    table = make_table(procfs=procfs(tmp_path, (100,)))
     kernel_send(table, 555, pid=100)
     kernel_send(table, 100, pid=100, steps=4)
 
@@ -158,15 +168,32 @@ def test_a_report_whose_pid_is_not_the_senders_is_an_identity_rejection() -> Non
     assert ({("job", 0): 4}, {"identity": 1}) == (steps(view), view.rejected)
 
 
-def test_a_live_proven_holder_keeps_its_slot_and_its_goodbye() -> None:
+def test_a_sender_in_a_nested_pid_namespace_reports_its_own_pid(tmp_path: Path) -> None:
+    """A containerised rank sees itself as pid 7; the kernel gives the daemon 4242 (`NSpid: 4242 7`)."""
+    table = make_table(procfs=procfs(tmp_path, (4242, 7)))
+    kernel_send(table, 4242, pid=8)
+    kernel_send(table, 4242, pid=7, steps=3)
+
+    view = table.view()
+    assert ({("job", 0): 3}, {"identity": 1}) == (steps(view), view.rejected)
+
+
+def test_without_a_kernel_pid_the_report_is_taken_at_its_word(tmp_path: Path) -> None:
+    """pid 0: the sender is outside the daemon's pid namespace, so there is nothing to check against."""
+    table = make_table(procfs=procfs(tmp_path))
+    kernel_send(table, 0, pid=100, steps=2)
+
+    assert [False] == [s.verified for s in table.view().ranks]
+
+
+def test_a_live_proven_holder_keeps_its_slot_and_its_goodbye(tmp_path: Path) -> None:
     """Another pid can neither take over a running process's slot with a later start time nor say its bye."""
-    running = {100, 200}
-    table = make_table(alive=lambda pid: pid in running)
+    table = make_table(procfs=procfs(tmp_path, (100,), (200,)))
     kernel_send(table, 100, pid=100, steps=10)
     kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=1, steps=1)
     kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=2, kind="bye")
     held = table.view()
-    running.discard(100)  # the holder died without a goodbye: its restart may take the slot at once
+    shutil.rmtree(tmp_path / "100")  # the holder died without a goodbye: its restart may take the slot at once
     kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=3, steps=2)
 
     assert ({("job", 0): 10}, {"identity": 2}) == (steps(held), held.rejected)

@@ -12,9 +12,12 @@ Whatever fails while one datagram is decoded or applied is a rejection with a re
 when it is not one of ours), never an exception out of `receive_burst`.
 
 Trust (SPEC §5): a datagram from the Unix socket carries the sender's pid from the kernel
-(SCM_CREDENTIALS); a report whose `pid` is another is rejected (`identity`). A slot whose holder's
-pid was proved that way and is still running is not taken over by another pid, and only its own
-process can say its goodbye. UDP carries no proof: a UDP report is trusted for what it says.
+(SCM_CREDENTIALS), in the daemon's pid namespace; the report's `pid` is the one the process sees in
+its own namespace, so it must be one of the sender's `NSpid` entries in `<procfs>/<pid>/status` (the
+same number when both share a namespace), or the report is rejected (`identity`). A slot whose
+holder was proved that way and still runs is not taken over by another process, and only its own
+process can say its goodbye. UDP carries no proof, and neither does a sender outside the daemon's pid
+namespace (the kernel gives pid 0): such a report is trusted for what it says.
 
 A report from a new incarnation of a rank (another pid or start time, its predecessor gone) replaces
 the old state: its cumulative values start again from zero, which Prometheus reads as a counter
@@ -25,12 +28,12 @@ reset. Late datagrams of an older incarnation, duplicates and reordered ones are
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from trainmon.errors import MessageRejected
 from trainmon.wire import Report, parse, validate, went_backwards
@@ -43,15 +46,29 @@ Sender = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one pr
 MAX_SEQ_STEP = 1 << 24  # seq advances one per report: a larger leap within one process is a forgery
 
 
-def process_alive(pid: int) -> bool:
-    """Whether `pid` runs, in this daemon's pid namespace (the kernel translated the sender's pid into it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    return True
+def parse_nspid(status: str) -> tuple[int, ...]:
+    """The `NSpid:` line of /proc/<pid>/status: the pid in each nested namespace, outermost first."""
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return tuple(int(v) for v in line.split()[1:])
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Procfs:
+    """What the table asks the kernel about senders, under a procfs root."""
+
+    root: Path
+
+    def alive(self, pid: int) -> bool:
+        return (self.root / str(pid)).is_dir()
+
+    def pids_of(self, pid: int) -> tuple[int, ...]:
+        """`pid`'s numbers in its nested pid namespaces; just (pid,) when its status cannot be read."""
+        try:
+            return parse_nspid((self.root / str(pid) / "status").read_text()) or (pid,)
+        except OSError:
+            return (pid,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +76,8 @@ class RankState:
     report: Report
     received_at: float  # the table's clock (monotonic)
     received_wall: float  # Unix time, for /api/v1/status
-    verified: bool  # the report's pid is the kernel's sender pid
+    process: int  # the kernel's sender pid (Unix socket), else the report's pid
+    verified: bool  # `process` came from the kernel
     series: int  # what the collector serves for this rank
 
 
@@ -89,21 +107,20 @@ class RankTable:
             (`rejected{reason="series_budget"}`).
         exit_retention: seconds a job's exit counts are kept after its last rank is gone
             (`evicted{reason="exit_retention"}`).
-        alive: whether a pid runs; tests pass their own.
+        procfs: where sender pids are looked up; tests pass their own.
         clock: monotonic seconds; tests pass their own.
     """
 
     def __init__(
         self, *, max_ranks: int, ttl: float, series_of: Callable[[Report], int], max_series: int,
-        exit_retention: float, alive: Callable[[int], bool] = process_alive,
-        clock: Callable[[], float] = time.monotonic,
+        exit_retention: float, procfs: Procfs | None = None, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._max_ranks = max_ranks
         self._ttl = ttl
         self._series_of = series_of
         self._max_series = max_series
         self._exit_retention = exit_retention
-        self._alive = alive
+        self._procfs = procfs or Procfs(Path("/proc"))
         self._clock = clock
         self._lock = threading.Lock()
         self._ranks: dict[RankKey, RankState] = {}
@@ -181,8 +198,10 @@ class RankTable:
             )
 
     def _apply(self, report: Report, sender_pid: int | None) -> None:
-        if sender_pid is not None and report.pid != sender_pid:
+        verified = bool(sender_pid)  # 0: the sender is outside our pid namespace, no proof
+        if verified and report.pid != sender_pid and report.pid not in self._procfs.pids_of(sender_pid):  # type: ignore[arg-type]
             raise MessageRejected("identity", f"pid {report.pid} sent by pid {sender_pid}")
+        process = sender_pid if verified else report.pid
         key = (report.job_id, report.rank)
         now = self._clock()
         with self._lock:
@@ -191,7 +210,7 @@ class RankTable:
                 self._expire(key, now)
                 old = None
             if old is not None:
-                self._check_successor(report, old)
+                self._check_successor(report, process, old)
             elif len(self._ranks) >= self._max_ranks and report.kind == "report":
                 raise MessageRejected("max_ranks", f"{len(self._ranks)} live ranks")
             if report.kind == "bye":
@@ -205,14 +224,14 @@ class RankTable:
             if self._series - held + series > self._max_series:
                 raise MessageRejected("series_budget", f"{self._series} + {series} series")
             self._messages += 1
-            self._ranks[key] = RankState(report, now, time.time(), sender_pid is not None, series)
+            self._ranks[key] = RankState(report, now, time.time(), process, verified, series)  # type: ignore[arg-type]
             self._series += series - held
             self._job_gone_at.pop(report.job_id, None)
 
-    def _check_successor(self, new: Report, old: RankState) -> None:
-        """Raise unless `new` may replace `old`, the slot's live state."""
+    def _check_successor(self, new: Report, process: int, old: RankState) -> None:
+        """Raise unless `new`, sent by `process`, may replace `old`, the slot's live state."""
         held = old.report
-        if new.incarnation == held.incarnation:
+        if process == old.process and new.start_time == held.start_time:
             if new.seq <= held.seq:
                 raise MessageRejected("stale", f"seq {new.seq} after {held.seq}")
             if new.seq - held.seq > MAX_SEQ_STEP:
@@ -220,8 +239,8 @@ class RankTable:
             if (field := went_backwards(new, held)) is not None:
                 raise MessageRejected("range", f"{field} went backwards")
             return
-        if new.pid != held.pid and (new.kind == "bye" or (old.verified and self._alive(held.pid))):
-            raise MessageRejected("identity", f"slot held by pid {held.pid}")
+        if process != old.process and (new.kind == "bye" or (old.verified and self._procfs.alive(old.process))):
+            raise MessageRejected("identity", f"slot held by pid {old.process}")
         if new.start_time < held.start_time:
             raise MessageRejected("stale", "an older incarnation")
 
