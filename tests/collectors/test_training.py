@@ -6,6 +6,7 @@ import dataclasses
 import grp
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def send(path: Path, report: wire.Report) -> None:
 
 
 @pytest.fixture
-def collector(tmp_path: Path) -> Collector:
+def collector(tmp_path: Path) -> Iterator[Collector]:
     (tmp_path / "run").mkdir()
     c = Collector(Settings(ingest_socket=str(tmp_path / "run" / "ingest.sock"), ingest_socket_mode=0o600))
     yield c

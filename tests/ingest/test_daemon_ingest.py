@@ -176,8 +176,11 @@ def test_a_seq_leap_and_a_counter_going_backwards_are_refused(tmp_path: Path, da
     # One at a time: reports of one process in one burst are coalesced to the newest.
     for msg, rejected in ((report(steps=5), 0), (report(seq=2**62 - 1, steps=6), 1), (report(seq=3, steps=4), 2)):
         send_json(path, msg)
-        metrics_when(daemon, lambda t, n=rejected: total(t, "trainmon_ingest_rejected_total") == n
-                     and total(t, "trainmon_train_steps_total") == 5)
+
+        def settled(text: str, n: int = rejected) -> bool:
+            return total(text, "trainmon_ingest_rejected_total") == n and total(text, "trainmon_train_steps_total") == 5
+
+        metrics_when(daemon, settled)
     send_json(path, report(seq=4, steps=8))
     text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 8)
 

@@ -34,12 +34,14 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from trainmon.errors import MessageRejected
 from trainmon.wire import Report, parse, validate, went_backwards
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 RankKey = tuple[str, int]
 Datagram = tuple[bytes, int | None]  # the bytes and the kernel's sender pid (None: UDP, no proof)
 Sender = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one process's reports
@@ -162,7 +164,7 @@ class RankTable:
                 self._messages += coalesced
                 self._coalesced += coalesced
 
-    def _rejecting(self, step: Callable[..., object], *args: object) -> object:
+    def _rejecting(self, step: Callable[..., T], *args: object) -> T | None:
         """`step(*args)`, or None with the rejection counted: whatever it raises (an Exception) is one."""
         try:
             return step(*args)
@@ -198,10 +200,12 @@ class RankTable:
             )
 
     def _apply(self, report: Report, sender_pid: int | None) -> None:
-        verified = bool(sender_pid)  # 0: the sender is outside our pid namespace, no proof
-        if verified and report.pid != sender_pid and report.pid not in self._procfs.pids_of(sender_pid):  # type: ignore[arg-type]
-            raise MessageRejected("identity", f"pid {report.pid} sent by pid {sender_pid}")
-        process = sender_pid if verified else report.pid
+        if sender_pid:  # None over UDP, 0 from outside our pid namespace: no proof
+            if report.pid != sender_pid and report.pid not in self._procfs.pids_of(sender_pid):
+                raise MessageRejected("identity", f"pid {report.pid} sent by pid {sender_pid}")
+            process, verified = sender_pid, True
+        else:
+            process, verified = report.pid, False
         key = (report.job_id, report.rank)
         now = self._clock()
         with self._lock:
@@ -224,7 +228,7 @@ class RankTable:
             if self._series - held + series > self._max_series:
                 raise MessageRejected("series_budget", f"{self._series} + {series} series")
             self._messages += 1
-            self._ranks[key] = RankState(report, now, time.time(), process, verified, series)  # type: ignore[arg-type]
+            self._ranks[key] = RankState(report, now, time.time(), process, verified, series)
             self._series += series - held
             self._job_gone_at.pop(report.job_id, None)
 
