@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -20,7 +21,9 @@ FULL = wire.Report(
     collectives=(wire.Collective(op="all_reduce", group="default_pg", seconds=2.0, calls=40, bytes=1 << 30),),
     group_sizes={"default_pg": 8}, loss_scale=65536.0, skipped_steps=1, loss=2.31, grad_norm=0.9,
     nonfinite_losses=0, nccl_env={"NCCL_ALGO": "Ring"}, parallel={"tp": 2, "dp": 4},
-    cuda_alloc_retries=0, cuda_ooms=0,
+    cuda_alloc_retries=0, cuda_ooms=0, pod="trainer-3", namespace="ml", first_step=1_767_000_001.0,
+    model_flops=1.5e15, phase_seconds={"checkpoint": 3.0}, hook_errors={"send_drops": 2},
+    group_seqs=(wire.GroupSeq("default_pg", 40, 39),), inflight=(wire.Inflight("default_pg", "all_reduce", 1.7e9),),
 )
 MINIMAL = {"v": 1, "type": "report", "job_id": "j", "rank": 0, "pid": 1, "start_time": 1.0, "seq": 0}
 
@@ -83,6 +86,25 @@ def bad(**changes: object) -> bytes:
     (bad(nccl_env={f"NCCL_{i}": "1" for i in range(33)}), "range"),
     (bad(parallel={"zz": 1}), "range"),
     (bad(info={"loss_scaler": "apex"}), "range"),
+    (bad(loss=10**400), "range"),  # float() of it raises OverflowError
+    (bad(comm_wait=10**400), "range"),
+    (bad(start_time=10**400), "range"),
+    (bad(collectives=[["all_reduce", "g", 10**400, 1, 1]]), "range"),
+    (bad(seq=1 << 40), "range"),
+    (bad(nccl_env={"NCCL_\ud800": "1"}), "range"),
+    (bad(nccl_env={"NCCL_A\u2028": "1"}), "range"),
+    (bad(nccl_env={"NCCL_A": "x\x00"}), "range"),
+    (bad(group_sizes={"g\x1b": 1}), "range"),
+    (bad(info={"pod": "a\rb"}), "range"),
+    (bad(phase_seconds={"\ud800": 1.0}), "range"),
+    (bad(hook_errors={"not an identifier": 1}), "range"),
+    (bad(hook_errors={f"k{i}": 1 for i in range(9)}), "range"),
+    (bad(collectives=[["all_reduce", "g", 1.0, 1, 1], ["all_reduce", "g", 2.0, 2, 2]]), "schema"),
+    (bad(groups=[["g", 1, 1], ["g", 2, 2]]), "schema"),
+    (bad(inflight=[["g", "all_reduce", 1.0], ["g", "barrier", 2.0]]), "schema"),
+    (bad(inflight=[["g", "allreduce", 1.0]]), "range"),
+    (bad(exit_reason="crashed"), "range"),
+    (bad(info={"pod": 1}), "schema"),
 ])
 def test_bad_datagrams_are_rejected_with_a_reason(data: bytes, reason: str) -> None:
     with pytest.raises(MessageRejected) as caught:
@@ -108,3 +130,18 @@ def test_any_bytes_either_decode_or_are_rejected(data: bytes) -> None:
         wire.decode(data)
     except MessageRejected as exc:
         assert exc.reason in wire.REJECT_REASONS
+
+
+def test_a_counter_lower_than_in_the_previous_report_is_named() -> None:
+    later = dataclasses.replace(FULL, seq=18, steps=11)
+
+    assert None is wire.went_backwards(later, FULL)
+    assert "steps" == wire.went_backwards(dataclasses.replace(later, steps=9), FULL)
+    assert "groups" == wire.went_backwards(dataclasses.replace(later, group_seqs=(wire.GroupSeq("default_pg", 40, 1),)),
+                                           FULL)
+    assert "phase_seconds" == wire.went_backwards(dataclasses.replace(later, phase_seconds={"checkpoint": 1.0}), FULL)
+
+
+def test_every_report_attribute_is_in_the_schema_table() -> None:
+    """One table: a Report attribute without a FIELDS row would never reach the wire."""
+    assert {f.name for f in dataclasses.fields(wire.Report)} == {f.attr for f in wire.FIELDS}

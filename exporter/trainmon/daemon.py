@@ -1,4 +1,4 @@
-"""Assembles the daemon: collectors, scheduler, snapshot store and HTTP server."""
+"""Assembles the daemon: the ingest server, collectors, scheduler, snapshot store and HTTP server."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from trainmon.collectors import build_collector
 from trainmon.collectors.base import Collection, Collector
 from trainmon.errors import CollectorError
+from trainmon.ingest.ranks import Procfs, RankTable
+from trainmon.ingest.server import IngestServer
 from trainmon.scheduler import Scheduler, describe
 from trainmon.settings import Settings
 from trainmon.snapshot import Snapshot, SnapshotStore
@@ -34,11 +36,29 @@ class UnbuildableCollector:
         pass
 
 
-def build_collectors(settings: Settings) -> list[Collector]:
+def build_ingest(settings: Settings) -> IngestServer:
+    """The ingest server and its rank table; the training collector reads the table, the daemon closes it."""
+    from trainmon.collectors.training import rank_series
+
+    table = RankTable(max_ranks=settings.max_ranks, ttl=settings.rank_ttl, series_of=rank_series,
+                      max_series=settings.max_training_series, exit_retention=settings.exit_retention,
+                      procfs=Procfs(settings.procfs))
+    return IngestServer(table, socket_path=settings.ingest_socket, mode=settings.ingest_socket_mode,
+                        group=settings.ingest_socket_group, udp=settings.ingest_udp,
+                        inherited_fd=settings.ingest_socket_fd)
+
+
+def build_collectors(settings: Settings, ingest: IngestServer | None) -> list[Collector]:
+    """The enabled collectors; `training` reads `ingest`'s table (there is one whenever it is enabled)."""
     collectors: list[Collector] = []
     for name in settings.collectors:
         try:
-            collectors.append(build_collector(name, settings))
+            if name == "training" and ingest is not None:
+                from trainmon.collectors.training import TrainingCollector
+
+                collectors.append(TrainingCollector(settings, ingest))
+            else:
+                collectors.append(build_collector(name, settings))
         except Exception as exc:
             log.warning("collector could not start collector=%s error=%s", name, describe(exc))
             collectors.append(UnbuildableCollector(name, describe(exc)))
@@ -51,12 +71,14 @@ def make_scheduler(settings: Settings, collectors: Sequence[Collector], store: S
 
 def collect_once(settings: Settings) -> Snapshot:
     """One cycle of every enabled collector, for `trainmon check`."""
-    collectors = build_collectors(settings)
-    scheduler = make_scheduler(settings, collectors, SnapshotStore())
+    ingest = build_ingest(settings) if "training" in settings.collectors else None
+    scheduler = make_scheduler(settings, build_collectors(settings, ingest), SnapshotStore())
     try:
         return scheduler.run_cycle()
     finally:
         scheduler.stop()
+        if ingest is not None:
+            ingest.close()
 
 
 def serve(settings: Settings, web: WebConfig | None = None) -> int:
@@ -65,7 +87,8 @@ def serve(settings: Settings, web: WebConfig | None = None) -> int:
     from trainmon.http.server import run_server
 
     store = SnapshotStore()
-    scheduler = make_scheduler(settings, build_collectors(settings), store)
+    ingest = build_ingest(settings) if "training" in settings.collectors else None
+    scheduler = make_scheduler(settings, build_collectors(settings, ingest), store)
     scheduler.start()
     log.info("serving listen=%s collectors=%s interval=%ss%s", settings.listen, ",".join(settings.collectors),
              settings.interval, " SIMULATED node (trainmon demo)" if settings.simulated else "")
@@ -73,5 +96,7 @@ def serve(settings: Settings, web: WebConfig | None = None) -> int:
         run_server(create_app(store, simulated=settings.simulated), settings, web)
     finally:
         scheduler.stop()
+        if ingest is not None:
+            ingest.close()
     log.info("stopped")
     return 0

@@ -57,7 +57,9 @@ class Settings:
     ingest_udp: Address | None = None
     ingest_udp_allow_remote: bool = False
     rank_ttl: float = 600.0
-    max_ranks: int = 1024
+    max_ranks: int = 128
+    max_training_series: int = 8000
+    exit_retention: float = 3600.0
     web_config: Path | None = None
     kubelet_pod_resources_socket: Path | None = None
     hpc_job_mapping_dir: Path | None = None
@@ -204,7 +206,11 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("ingest-udp-allow-remote", parse_bool, "false", "allow a non-loopback --ingest-udp host",
                is_switch=True),
         Option("rank-ttl", parse_seconds, "600", "seconds of silence after which a training rank is dropped"),
-        Option("max-ranks", parse_positive_int, "1024", "cap on live (job_id, rank) pairs"),
+        Option("max-ranks", parse_positive_int, "128", "cap on live (job_id, rank) pairs"),
+        Option("max-training-series", parse_positive_int, "8000",
+               "cap on the series the training collector serves; a new rank that would pass it is refused"),
+        Option("exit-retention", parse_seconds, "3600",
+               "seconds a job's rank-exit series stay after its last rank is gone"),
         Option("web-config", parse_optional_path, "", "TLS and basic auth file (exporter-toolkit format)"),
         Option("kubelet-pod-resources-socket", parse_optional_path, "",
                "kubelet PodResources gRPC socket (usually /var/lib/kubelet/pod-resources/kubelet.sock); "

@@ -1,29 +1,37 @@
-"""The hook <-> daemon message, wire format v1 (SPEC §5): encode, decode, validate.
+"""The hook <-> daemon message, wire format v1 (SPEC §5): one schema table drives encode and validate.
 
 Standard library only: the training hook imports this module inside other people's images.
 
 One JSON object per datagram, at most `MAX_DATAGRAM` bytes. Every value is cumulative since the
 reporting process started (`pid`, `start_time`), so a lost datagram loses nothing and the daemon
-needs no history. A `bye` carries the same fields as a report and says the process exits cleanly.
+needs no history. A `bye` carries the same fields as a report and says the process exits
+(`exit_reason` "clean" or "error").
 
     {"v": 1, "type": "report" | "bye", "job_id": "llama-8b", "rank": 0, "pid": 4242,
      "start_time": 1767000000.0, "seq": 17, "sent_at": 1767000042.0,
      "info": {"local_rank": 0, "world_size": 8, "uuid": "GPU-...", "backend": "nccl",
-              "framework": "ddp", "loss_scaler": "torch_amp"},
+              "framework": "ddp", "loss_scaler": "torch_amp", "pod": "", "namespace": ""},
      "steps": 10, "samples": 320, "tokens": 655360,
      "step_hist": {"buckets": [cumulative count per bound of STEP_BUCKETS, then +Inf], "sum": 12.5},
-     "last_step": 1767000041.5, "phase": "checkpoint",
-     "comm_wait": 1.5, "data_wait": 0.2,
+     "last_step": 1767000041.5, "first_step": 1767000001.0, "phase": "checkpoint",
+     "comm_wait": 1.5, "data_wait": 0.2, "model_flops": 1.2e15,
      "collectives": [["all_reduce", "default_pg", seconds, calls, bytes], ...],
-     "group_sizes": {"default_pg": 8},
+     "groups": [["default_pg", issued, completed], ...], "inflight": [["default_pg", "all_reduce", since], ...],
+     "group_sizes": {"default_pg": 8}, "phase_seconds": {"checkpoint": 12.0}, "hook_errors": {"send_drops": 3},
      "loss_scale": 65536.0, "skipped_steps": 1, "loss": 2.31, "grad_norm": 0.9, "nonfinite_losses": 0,
      "nccl_env": {"NCCL_ALGO": "Ring"}, "parallel": {"tp": 2, "dp": 4},
      "cuda": {"alloc_retries": 0, "ooms": 0}}
 
+`FIELDS` is the whole schema: each row names the wire key, the `Report` attribute and its `Kind`,
+which both checks a received value and writes a sent one, so a new field is one row (and one
+`Report` attribute) and gets the same checks as every other: numbers finite and in range (an
+integer of any size is rejected, never converted), strings printable (no control characters, no
+surrogates) and short, lists and maps bounded and their entries unique by the labels they become.
+
 Only `v`, `type`, `job_id`, `rank`, `pid`, `start_time` and `seq` are required; a value that is
-absent is unknown (and its series absent), and unknown fields are ignored so that a newer hook can
-talk to an older daemon. Anything else raises `trainmon.errors.MessageRejected` with one of `REJECT_REASONS`
-(`trainmon.errors` is standard library only too).
+absent (or null) is unknown (and its series absent), and unknown fields are ignored so that a newer
+hook can talk to an older daemon. Anything else raises `trainmon.errors.MessageRejected` with one of
+`REJECT_REASONS` (`trainmon.errors` is standard library only too).
 """
 
 from __future__ import annotations
@@ -31,8 +39,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from trainmon.errors import MessageRejected
 
@@ -43,15 +52,22 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", 
 LOSS_SCALERS = ("none", "torch_amp", "megatron", "deepspeed")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch")
 KINDS = ("report", "bye")
+EXIT_REASONS = ("clean", "error")
 MAX_GROUPS = 8  # distinct process-group labels per rank; the rest are folded into OTHER_GROUP
 OTHER_GROUP = "other"
+MAX_PHASES = 8  # distinct phase names in phase_seconds; the rest are folded into OTHER_PHASE
+OTHER_PHASE = "other"
+MAX_HOOK_ERROR_KINDS = 8
 MAX_ENV = 32
 MAX_TEXT = 128  # characters in any string value
 MAX_ID = 1 << 31  # ranks, world sizes, pids
 MAX_COUNT = 1 << 62
+MAX_SEQ = 1 << 40  # a report a millisecond for 34 years
 MAX_UNIX_TIME = 1e11  # a Unix time, not a year-5000 typo
+MAX_AMOUNT = 1e300  # seconds, FLOPs, loss scales: finite and far from overflowing a sum
 
-REJECT_REASONS = ("oversized", "malformed", "version", "schema", "range")
+REJECT_REASONS = ("oversized", "malformed", "version", "schema", "range", "stale", "identity", "max_ranks",
+                  "series_budget")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +77,24 @@ class Collective:
     seconds: float
     calls: int
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSeq:
+    """Collectives this rank has issued on, and completed on, one process group."""
+
+    group: str
+    issued: int
+    completed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Inflight:
+    """The oldest issued-but-not-completed collective of one group; `since` is when it was issued (Unix time)."""
+
+    group: str
+    op: str
+    since: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,22 +108,30 @@ class Report:
     start_time: float
     seq: int
     sent_at: float | None = None
+    exit_reason: str = "clean"
     local_rank: int | None = None
     world_size: int | None = None
     uuid: str = ""
     backend: str = ""
     framework: str = ""
     loss_scaler: str = "none"
+    pod: str = ""
+    namespace: str = ""
     steps: int = 0
     samples: int = 0
     tokens: int = 0
     step_buckets: tuple[int, ...] = (0,) * (len(STEP_BUCKETS) + 1)
     step_seconds_sum: float = 0.0
     last_step: float | None = None
+    first_step: float | None = None
     phase: str | None = None
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
     comm_wait: float = 0.0
     data_wait: float = 0.0
+    model_flops: float | None = None
     collectives: tuple[Collective, ...] = ()
+    group_seqs: tuple[GroupSeq, ...] = ()
+    inflight: tuple[Inflight, ...] = ()
     group_sizes: Mapping[str, int] = field(default_factory=dict)
     loss_scale: float | None = None
     skipped_steps: int = 0
@@ -100,9 +142,7 @@ class Report:
     parallel: Mapping[str, int] = field(default_factory=dict)
     cuda_alloc_retries: int | None = None
     cuda_ooms: int | None = None
-    phase_seconds: Mapping[str, float] = field(default_factory=dict)
-    first_step: float | None = None
-    model_flops: float | None = None
+    hook_errors: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def incarnation(self) -> tuple[int, float]:
@@ -110,27 +150,298 @@ class Report:
         return (self.pid, self.start_time)
 
 
+class Kind(Protocol):
+    """How one field is checked on the way in and written on the way out."""
+
+    def decode(self, name: str, raw: object) -> object:
+        """The value for `Report`, or MessageRejected."""
+        ...
+
+    def encode(self, value: object) -> object:
+        """The JSON value for the datagram."""
+        ...
+
+    def decreased(self, new: object, old: object) -> bool:
+        """Whether a cumulative value went backwards (only asked of fields marked cumulative)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Int:
+    """An integer in [0, hi); bool is not an integer here."""
+
+    hi: int
+
+    def decode(self, name: str, raw: object) -> int:
+        if type(raw) is not int:  # json.loads makes exact builtin types
+            raise MessageRejected("schema", f"{name} is {type(raw).__name__}")
+        if not 0 <= raw < self.hi:
+            raise MessageRejected("range", f"{name} out of range")
+        return raw
+
+    def encode(self, value: object) -> object:
+        return value
+
+    def decreased(self, new: object, old: object) -> bool:
+        return new < old  # type: ignore[operator]
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    """A float in [lo, hi]; an int of any size is converted only if it fits. `nan_ok` lets NaN and ±inf through."""
+
+    lo: float = 0.0
+    hi: float = MAX_AMOUNT
+    nan_ok: bool = False
+
+    def decode(self, name: str, raw: object) -> float:
+        if type(raw) not in (int, float):
+            raise MessageRejected("schema", f"{name} is {type(raw).__name__}")
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except OverflowError:  # a 400-digit integer
+            raise MessageRejected("range", f"{name} does not fit a float") from None
+        if self.nan_ok and not math.isfinite(value):
+            return value
+        if not (math.isfinite(value) and self.lo <= value <= self.hi):
+            raise MessageRejected("range", f"{name}={value}")
+        return value
+
+    def encode(self, value: object) -> object:
+        return value
+
+    def decreased(self, new: object, old: object) -> bool:
+        return new < old  # type: ignore[operator]
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A string that may become a label value: printable, no surrogates, at most MAX_TEXT characters.
+
+    `choices` restricts it to a set; `prefixes` to names starting with one of them; `identifier` to
+    a short ASCII identifier.
+    """
+
+    choices: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+    identifier: bool = False
+    nonempty: bool = False
+
+    def decode(self, name: str, raw: object) -> str:
+        if type(raw) is not str:
+            raise MessageRejected("schema", f"{name} is {type(raw).__name__}")
+        if raw in self.choices:  # the common case of a choice field, and every choice is printable
+            return raw
+        # isprintable() is False for control characters (Cc), format characters, surrogates (Cs),
+        # unassigned code points and every separator but the space (U+2028 included).
+        if len(raw) > MAX_TEXT or not raw.isprintable():
+            raise MessageRejected("range", f"{name} too long or not printable")
+        if self.nonempty and not raw:
+            raise MessageRejected("range", f"{name} empty")
+        if self.choices and raw not in self.choices:
+            raise MessageRejected("range", f"{name}={raw!r}")
+        if self.prefixes and not raw.startswith(self.prefixes):
+            raise MessageRejected("range", f"{name} does not start with {'/'.join(self.prefixes)}")
+        if self.identifier and not (raw.isascii() and raw.isidentifier()):
+            raise MessageRejected("range", f"{name} is not an identifier")
+        return raw
+
+    def encode(self, value: object) -> object:
+        return value
+
+    def decreased(self, new: object, old: object) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Buckets:
+    """The step histogram's cumulative bucket counts, one per STEP_BUCKETS bound and +Inf."""
+
+    def decode(self, name: str, raw: object) -> tuple[int, ...]:
+        if type(raw) is not list or len(raw) != len(STEP_BUCKETS) + 1:
+            raise MessageRejected("schema", f"{name} is not {len(STEP_BUCKETS) + 1} counts")
+        # One pass over plain ints: this runs for every datagram.
+        if not all(type(v) is int and 0 <= v < MAX_COUNT for v in raw):
+            raise MessageRejected("schema", f"{name} holds something other than counts")
+        if any(a > b for a, b in itertools.pairwise(raw)):
+            raise MessageRejected("range", f"{name} not cumulative")
+        return tuple(raw)
+
+    def encode(self, value: object) -> object:
+        return list(value)  # type: ignore[call-overload]
+
+    def decreased(self, new: object, old: object) -> bool:
+        return any(n < o for n, o in zip(new, old, strict=True))  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class Map:
+    """A JSON object of at most `most` entries; each key becomes a label value."""
+
+    key: Text
+    value: Kind
+    most: int
+
+    def decode(self, name: str, raw: object) -> dict[str, object]:
+        if type(raw) is not dict:
+            raise MessageRejected("schema", f"{name} is {type(raw).__name__}")
+        if len(raw) > self.most:
+            raise MessageRejected("range", f"{name} has {len(raw)} entries > {self.most}")
+        return {self.key.decode(name, k): self.value.decode(f"{name}.{k[:20]}", v) for k, v in raw.items()}
+
+    def encode(self, value: object) -> object:
+        return dict(value)  # type: ignore[call-overload]
+
+    def decreased(self, new: object, old: object) -> bool:
+        return any(k in old and self.value.decreased(v, old[k]) for k, v in new.items())  # type: ignore[attr-defined,index,operator]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    kind: Kind
+    cumulative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """A list of fixed-length lists, each made into `make(**values)`; unique by the `unique` columns.
+
+    `distinct` caps the different values of a column (group labels) across the entries.
+    """
+
+    columns: tuple[Column, ...]
+    make: Callable[..., object]
+    unique: tuple[str, ...]
+    most: int
+    distinct: tuple[tuple[str, int], ...] = ()
+
+    def decode(self, name: str, raw: object) -> tuple[object, ...]:
+        if type(raw) is not list:
+            raise MessageRejected("schema", f"{name} is {type(raw).__name__}")
+        if len(raw) > self.most:
+            raise MessageRejected("range", f"{name} has {len(raw)} entries > {self.most}")
+        width = len(self.columns)
+        rows = []
+        seen = set()
+        for entry in raw:
+            if type(entry) is not list or len(entry) != width:
+                raise MessageRejected("schema", f"{name} entry is not [{', '.join(c.name for c in self.columns)}]")
+            values = {c.name: c.kind.decode(c.name, v) for c, v in zip(self.columns, entry, strict=True)}
+            key = tuple(values[u] for u in self.unique)
+            if key in seen:
+                raise MessageRejected("schema", f"{name} has two entries for {key!r}"[:120])
+            seen.add(key)
+            rows.append(self.make(**values))
+        for column, most in self.distinct:
+            if len({getattr(row, column) for row in rows}) > most:
+                raise MessageRejected("range", f"{name} has more than {most} distinct {column} values")
+        return tuple(rows)
+
+    def encode(self, value: object) -> object:
+        return [[getattr(row, c.name) for c in self.columns] for row in value]  # type: ignore[attr-defined]
+
+    def decreased(self, new: object, old: object) -> bool:
+        cumulative = [c.name for c in self.columns if c.cumulative]
+        before = {self._key(row): row for row in old}  # type: ignore[attr-defined]
+        for row in new:  # type: ignore[attr-defined]
+            prev = before.get(self._key(row))
+            if prev is not None and any(getattr(row, c) < getattr(prev, c) for c in cumulative):
+                return True
+        return False
+
+    def _key(self, row: object) -> tuple[object, ...]:
+        return tuple(getattr(row, u) for u in self.unique)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One schema row: `path` in the datagram ("info.uuid" is nested), `attr` in `Report`."""
+
+    path: str
+    attr: str
+    kind: Kind
+    required: bool = False
+    cumulative: bool = False  # never goes backwards within one incarnation
+
+
+COUNT = Int(MAX_COUNT)
+ID = Int(MAX_ID)
+TIME = Number(hi=MAX_UNIX_TIME)
+AMOUNT = Number()
+LABEL = Text()
+GROUP = Text(nonempty=True)
+
+FIELDS: tuple[Field, ...] = (
+    Field("type", "kind", Text(choices=KINDS), required=True),
+    Field("job_id", "job_id", Text(nonempty=True), required=True),
+    Field("rank", "rank", ID, required=True),
+    Field("pid", "pid", ID, required=True),
+    Field("start_time", "start_time", TIME, required=True),
+    Field("seq", "seq", Int(MAX_SEQ), required=True),
+    Field("sent_at", "sent_at", TIME),
+    Field("exit_reason", "exit_reason", Text(choices=EXIT_REASONS)),
+    Field("info.local_rank", "local_rank", ID),
+    Field("info.world_size", "world_size", ID),
+    Field("info.uuid", "uuid", LABEL),
+    Field("info.backend", "backend", LABEL),
+    Field("info.framework", "framework", LABEL),
+    Field("info.loss_scaler", "loss_scaler", Text(choices=LOSS_SCALERS)),
+    Field("info.pod", "pod", LABEL),
+    Field("info.namespace", "namespace", LABEL),
+    Field("steps", "steps", COUNT, cumulative=True),
+    Field("samples", "samples", COUNT, cumulative=True),
+    Field("tokens", "tokens", COUNT, cumulative=True),
+    Field("step_hist.buckets", "step_buckets", Buckets(), cumulative=True),
+    Field("step_hist.sum", "step_seconds_sum", AMOUNT, cumulative=True),
+    Field("last_step", "last_step", TIME),
+    Field("first_step", "first_step", TIME),
+    Field("phase", "phase", LABEL),
+    Field("phase_seconds", "phase_seconds", Map(Text(nonempty=True), AMOUNT, MAX_PHASES + 1), cumulative=True),
+    Field("comm_wait", "comm_wait", AMOUNT, cumulative=True),
+    Field("data_wait", "data_wait", AMOUNT, cumulative=True),
+    Field("model_flops", "model_flops", AMOUNT, cumulative=True),
+    Field("collectives", "collectives", Rows(
+        (Column("op", Text(choices=OPS)), Column("group", GROUP), Column("seconds", AMOUNT, cumulative=True),
+         Column("calls", COUNT, cumulative=True), Column("bytes", COUNT, cumulative=True)),
+        Collective, unique=("op", "group"), most=len(OPS) * (MAX_GROUPS + 1), distinct=(("group", MAX_GROUPS + 1),)),
+        cumulative=True),
+    Field("groups", "group_seqs", Rows(
+        (Column("group", GROUP), Column("issued", COUNT, cumulative=True),
+         Column("completed", COUNT, cumulative=True)),
+        GroupSeq, unique=("group",), most=MAX_GROUPS + 1), cumulative=True),
+    Field("inflight", "inflight", Rows(
+        (Column("group", GROUP), Column("op", Text(choices=OPS)), Column("since", TIME)),
+        Inflight, unique=("group",), most=MAX_GROUPS + 1)),
+    Field("group_sizes", "group_sizes", Map(GROUP, ID, MAX_GROUPS + 1)),
+    Field("loss_scale", "loss_scale", AMOUNT),
+    Field("skipped_steps", "skipped_steps", COUNT, cumulative=True),
+    Field("loss", "loss", Number(lo=-MAX_AMOUNT, nan_ok=True)),
+    Field("grad_norm", "grad_norm", Number(lo=-MAX_AMOUNT, nan_ok=True)),
+    Field("nonfinite_losses", "nonfinite_losses", COUNT, cumulative=True),
+    Field("nccl_env", "nccl_env", Map(Text(prefixes=("NCCL_", "TORCH_NCCL_")), LABEL, MAX_ENV)),
+    Field("parallel", "parallel", Map(Text(choices=PARALLEL_KEYS), ID, len(PARALLEL_KEYS))),
+    Field("cuda.alloc_retries", "cuda_alloc_retries", COUNT, cumulative=True),
+    Field("cuda.ooms", "cuda_ooms", COUNT, cumulative=True),
+    Field("hook_errors", "hook_errors", Map(Text(identifier=True), COUNT, MAX_HOOK_ERROR_KINDS), cumulative=True),
+)
+_PATHS = tuple((f, tuple(f.path.split("."))) for f in FIELDS)
+# What validate() runs per field, looked up once: it runs for every datagram.
+_PLAN = tuple((f.attr, f.path, f.kind.decode, path[:-1], path[-1], f.required) for f, path in _PATHS)
+_CUMULATIVE = tuple(f for f in FIELDS if f.cumulative)
+
+
 def encode(report: Report) -> bytes:
-    """The datagram for `report`; optional values that are unknown are left out."""
-    msg: dict[str, object] = {
-        "v": VERSION, "type": report.kind, "job_id": report.job_id, "rank": report.rank,
-        "pid": report.pid, "start_time": report.start_time, "seq": report.seq,
-        "info": {"local_rank": report.local_rank, "world_size": report.world_size, "uuid": report.uuid,
-                 "backend": report.backend, "framework": report.framework, "loss_scaler": report.loss_scaler},
-        "steps": report.steps, "samples": report.samples, "tokens": report.tokens,
-        "step_hist": {"buckets": list(report.step_buckets), "sum": report.step_seconds_sum},
-        "comm_wait": report.comm_wait, "data_wait": report.data_wait,
-        "collectives": [[c.op, c.group, c.seconds, c.calls, c.bytes] for c in report.collectives],
-        "group_sizes": dict(report.group_sizes), "skipped_steps": report.skipped_steps,
-        "nonfinite_losses": report.nonfinite_losses, "nccl_env": dict(report.nccl_env),
-        "parallel": dict(report.parallel), "phase_seconds": dict(report.phase_seconds),
-    }
-    optional = {"sent_at": report.sent_at, "last_step": report.last_step, "phase": report.phase,
-                "loss_scale": report.loss_scale, "loss": report.loss, "grad_norm": report.grad_norm,
-                "first_step": report.first_step, "model_flops": report.model_flops}
-    msg.update((k, v) for k, v in optional.items() if v is not None)
-    if report.cuda_alloc_retries is not None or report.cuda_ooms is not None:
-        msg["cuda"] = {"alloc_retries": report.cuda_alloc_retries, "ooms": report.cuda_ooms}
+    """The datagram for `report`; optional values that are unknown (None) are left out."""
+    msg: dict[str, object] = {"v": VERSION}
+    for f, path in _PATHS:
+        value = getattr(report, f.attr)
+        if value is None:
+            continue
+        parent = msg
+        for part in path[:-1]:
+            parent = parent.setdefault(part, {})  # type: ignore[assignment]
+        parent[path[-1]] = f.kind.encode(value)
     return json.dumps(msg, separators=(",", ":")).encode()
 
 
@@ -162,212 +473,35 @@ def parse(data: bytes) -> dict[str, object]:
 
 
 def validate(msg: Mapping[str, object]) -> Report:
-    """The second half of `decode`: every field of a parsed message.
+    """The second half of `decode`: every field of a parsed message, by the `FIELDS` table.
 
     Raises:
         MessageRejected: an unknown version, a missing or mistyped field, or a value out of range.
     """
     if msg.get("v") != VERSION or type(msg.get("v")) is not int:
         raise MessageRejected("version", repr(msg.get("v"))[:20])
-    info = _mapping(msg, "info")
-    hist = _mapping(msg, "step_hist")
-    cuda = _mapping(msg, "cuda")
-    kind = _text(msg, "type", required=True)
-    if kind not in KINDS:
-        raise MessageRejected("range", f"type {kind!r}")
-    return Report(
-        kind=kind,
-        job_id=_job_id(msg),
-        rank=_int(msg, "rank", required=True, hi=MAX_ID),
-        pid=_int(msg, "pid", required=True, hi=MAX_ID),
-        start_time=_time(msg, "start_time", required=True),
-        seq=_count(msg, "seq", required=True),
-        sent_at=_time(msg, "sent_at"),
-        local_rank=_int(info, "local_rank", hi=MAX_ID),
-        world_size=_int(info, "world_size", hi=MAX_ID),
-        uuid=_text(info, "uuid") or "",
-        backend=_text(info, "backend") or "",
-        framework=_text(info, "framework") or "",
-        loss_scaler=_choice(info, "loss_scaler", LOSS_SCALERS) or "none",
-        steps=_count(msg, "steps") or 0,
-        samples=_count(msg, "samples") or 0,
-        tokens=_count(msg, "tokens") or 0,
-        step_buckets=_buckets(hist),
-        step_seconds_sum=_seconds(hist, "sum") or 0.0,
-        last_step=_time(msg, "last_step"),
-        phase=_text(msg, "phase"),
-        comm_wait=_seconds(msg, "comm_wait") or 0.0,
-        data_wait=_seconds(msg, "data_wait") or 0.0,
-        collectives=_collectives(msg),
-        group_sizes=_group_sizes(msg),
-        loss_scale=_seconds(msg, "loss_scale"),
-        skipped_steps=_count(msg, "skipped_steps") or 0,
-        loss=_any_float(msg, "loss"),
-        grad_norm=_any_float(msg, "grad_norm"),
-        nonfinite_losses=_count(msg, "nonfinite_losses") or 0,
-        nccl_env=_env(msg),
-        parallel=_parallel(msg),
-        cuda_alloc_retries=_count(cuda, "alloc_retries"),
-        cuda_ooms=_count(cuda, "ooms"),
-        phase_seconds=_phase_seconds(msg),
-        first_step=_time(msg, "first_step"),
-        model_flops=_seconds(msg, "model_flops"),
-    )
+    values: dict[str, object] = {}
+    for attr, path, decode, parents, leaf, required in _PLAN:
+        parent: object = msg
+        for part in parents:
+            parent = parent.get(part)  # type: ignore[attr-defined]
+            if parent is None:
+                break
+            if type(parent) is not dict:
+                raise MessageRejected("schema", f"{part} is {type(parent).__name__}")
+        raw = None if parent is None else parent.get(leaf)  # type: ignore[attr-defined]
+        if raw is None:
+            if required:
+                raise MessageRejected("schema", f"{path} missing")
+            continue
+        values[attr] = decode(path, raw)
+    return Report(**values)  # type: ignore[arg-type]
 
 
-def _get(obj: Mapping[str, object], key: str, types: tuple[type, ...], required: bool) -> object:
-    return _typed(key, obj.get(key), types, required)
-
-
-def _typed(key: str, value: object, types: tuple[type, ...], required: bool) -> object:
-    if value is None:
-        if required:
-            raise MessageRejected("schema", f"{key} missing")
-        return None
-    # json.loads makes exact builtin types, so `type() in` is exact, and it refuses bool for int.
-    if type(value) not in types:
-        raise MessageRejected("schema", f"{key} is {type(value).__name__}")
-    return value
-
-
-def _mapping(obj: Mapping[str, object], key: str) -> Mapping[str, object]:
-    value = _get(obj, key, (dict,), False)
-    return value if isinstance(value, dict) else {}
-
-
-def _int(obj: Mapping[str, object], key: str, *, required: bool = False, hi: int) -> int | None:
-    return _int_value(key, obj.get(key), required=required, hi=hi)
-
-
-def _int_value(key: str, raw: object, *, required: bool = False, hi: int) -> int | None:
-    value = _typed(key, raw, (int,), required)
-    if value is not None and not 0 <= value < hi:  # type: ignore[operator]
-        raise MessageRejected("range", f"{key}={value}")
-    return value  # type: ignore[return-value]
-
-
-def _count(obj: Mapping[str, object], key: str, *, required: bool = False) -> int | None:
-    return _int(obj, key, required=required, hi=MAX_COUNT)
-
-
-def _any_float(obj: Mapping[str, object], key: str) -> float | None:
-    value = _get(obj, key, (int, float), False)
-    return None if value is None else float(value)  # type: ignore[arg-type]
-
-
-def _seconds(obj: Mapping[str, object], key: str, *, required: bool = False, hi: float = math.inf) -> float | None:
-    return _seconds_value(key, obj.get(key), required=required, hi=hi)
-
-
-def _seconds_value(key: str, raw: object, *, required: bool = False, hi: float = math.inf) -> float | None:
-    value = _typed(key, raw, (int, float), required)
-    if value is None:
-        return None
-    seconds = float(value)  # type: ignore[arg-type]
-    if not (math.isfinite(seconds) and 0 <= seconds <= hi):
-        raise MessageRejected("range", f"{key}={seconds}")
-    return seconds
-
-
-def _time(obj: Mapping[str, object], key: str, *, required: bool = False) -> float | None:
-    return _seconds(obj, key, required=required, hi=MAX_UNIX_TIME)
-
-
-def _text(obj: Mapping[str, object], key: str, *, required: bool = False) -> str | None:
-    return _text_value(key, obj.get(key), required=required)
-
-
-def _text_value(key: str, raw: object, *, required: bool = False) -> str | None:
-    value = _typed(key, raw, (str,), required)
-    if value is not None and (len(value) > MAX_TEXT or not value.isprintable()):  # type: ignore[arg-type]
-        raise MessageRejected("range", f"{key} too long or not printable")
-    return value  # type: ignore[return-value]
-
-
-def _job_id(msg: Mapping[str, object]) -> str:
-    value = _text(msg, "job_id", required=True)
-    if not value:
-        raise MessageRejected("range", "job_id empty")
-    return value
-
-
-def _choice(obj: Mapping[str, object], key: str, choices: tuple[str, ...]) -> str | None:
-    return _choice_value(key, obj.get(key), choices)
-
-
-def _choice_value(key: str, raw: object, choices: tuple[str, ...]) -> str | None:
-    value = _text_value(key, raw)
-    if value is not None and value not in choices:
-        raise MessageRejected("range", f"{key}={value!r}")
-    return value
-
-
-def _buckets(hist: Mapping[str, object]) -> tuple[int, ...]:
-    raw = _get(hist, "buckets", (list,), False)
-    if raw is None:
-        return (0,) * (len(STEP_BUCKETS) + 1)
-    assert isinstance(raw, list)
-    if len(raw) != len(STEP_BUCKETS) + 1:
-        raise MessageRejected("schema", f"step_hist.buckets has {len(raw)} entries")
-    # One pass over plain ints: this runs for every datagram (a dict and a call per bucket cost a
-    # quarter of decoding).
-    if not all(type(v) is int and 0 <= v < MAX_COUNT for v in raw):
-        raise MessageRejected("schema", "step_hist.buckets holds something other than counts")
-    counts = tuple(raw)
-    if any(a > b for a, b in itertools.pairwise(counts)):
-        raise MessageRejected("range", "step_hist.buckets not cumulative")
-    return counts
-
-
-def _collectives(msg: Mapping[str, object]) -> tuple[Collective, ...]:
-    raw = _get(msg, "collectives", (list,), False) or []
-    assert isinstance(raw, list)
-    if len(raw) > len(OPS) * (MAX_GROUPS + 1):
-        raise MessageRejected("range", f"{len(raw)} collective entries")
-    out = []
-    for entry in raw:  # the longest part of a report: checked value by value, without a dict per entry
-        if not isinstance(entry, list) or len(entry) != 5:
-            raise MessageRejected("schema", "collectives entry is not [op, group, seconds, calls, bytes]")
-        op, group, seconds, calls, nbytes = entry
-        out.append(Collective(
-            op=_choice_value("op", op, OPS) or "other", group=_text_value("group", group, required=True) or "",
-            seconds=_seconds_value("seconds", seconds) or 0.0, calls=_int_value("calls", calls, hi=MAX_COUNT) or 0,
-            bytes=_int_value("bytes", nbytes, hi=MAX_COUNT) or 0))
-    if len({c.group for c in out}) > MAX_GROUPS + 1:
-        raise MessageRejected("range", "more than MAX_GROUPS distinct groups")
-    return tuple(out)
-
-
-def _group_sizes(msg: Mapping[str, object]) -> dict[str, int]:
-    raw = _mapping(msg, "group_sizes")
-    if len(raw) > MAX_GROUPS + 1:
-        raise MessageRejected("range", f"{len(raw)} group sizes")
-    if any(len(k) > MAX_TEXT or not k.isprintable() for k in raw):
-        raise MessageRejected("range", "group name too long or not printable")
-    return {k: _int(raw, k, required=True, hi=MAX_ID) or 0 for k in raw}
-
-
-def _env(msg: Mapping[str, object]) -> dict[str, str]:
-    raw = _mapping(msg, "nccl_env")
-    if len(raw) > MAX_ENV:
-        raise MessageRejected("range", f"{len(raw)} nccl_env entries")
-    env = {k: _text(raw, k, required=True) or "" for k in raw}
-    if any(not k.startswith(("NCCL_", "TORCH_NCCL_")) or len(k) > MAX_TEXT for k in env):
-        raise MessageRejected("range", "nccl_env name is not NCCL_* or TORCH_NCCL_*")
-    return env
-
-
-def _parallel(msg: Mapping[str, object]) -> dict[str, int]:
-    raw = _mapping(msg, "parallel")
-    if any(k not in PARALLEL_KEYS for k in raw):
-        raise MessageRejected("range", "unknown parallel key")
-    return {k: _int(raw, k, required=True, hi=MAX_ID) or 0 for k in raw}
-
-
-def _phase_seconds(msg: Mapping[str, object]) -> dict[str, float]:
-    raw = _mapping(msg, "phase_seconds")
-    if len(raw) > MAX_GROUPS + 1:
-        raise MessageRejected("range", f"{len(raw)} phases")
-    if any(len(k) > MAX_TEXT or not k.isprintable() for k in raw):
-        raise MessageRejected("range", "phase name too long or not printable")
-    return {k: _seconds(raw, k, required=True) or 0.0 for k in raw}
+def went_backwards(new: Report, old: Report) -> str | None:
+    """The first cumulative field of `new` that is lower than in `old`, the same process's earlier report."""
+    for f in _CUMULATIVE:
+        a, b = getattr(new, f.attr), getattr(old, f.attr)
+        if a is not None and b is not None and f.kind.decreased(a, b):
+            return f.path
+    return None

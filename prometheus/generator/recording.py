@@ -11,7 +11,7 @@ from .efficiency import efficiency_group
 from .model import Group, Record
 
 # Labels of trainmon_train_rank_info that describe a rank rather than identify it.
-RANK_ATTRIBUTES = "local_rank, world_size, backend, framework, loss_scaler, pid"
+RANK_ATTRIBUTES = "local_rank, world_size, backend, framework, loss_scaler, pid, pod, namespace"
 # GPU series joined to the rank that uses the GPU (through trainmon_train_rank_info{uuid}).
 JOINED_GPU_SERIES = (
     "trainmon_gpu_sm_utilization_ratio",

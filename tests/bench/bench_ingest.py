@@ -2,8 +2,8 @@
 
     python -m tests.bench.bench_ingest
 
-Prints figures; asserts nothing. Senders blast realistic 8-rank reports at the receiver of a
-`TrainingCollector` (the daemon's own code, in this process) over the Unix socket, at rising rates,
+Prints figures; asserts nothing. Senders blast realistic 8-rank reports at the daemon's own ingest
+server (built as `trainmon serve` builds it, in this process) over the Unix socket, at rising rates,
 for one second each, from another process; a rate holds when every datagram sent is accepted. The hook's sender drops on
 EAGAIN, so those drops are counted on the sending side, exactly as in training.
 """
@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import socket
 import tempfile
 import time
 from pathlib import Path
 
 from trainmon import wire
-from trainmon.collectors.training import TrainingCollector
+from trainmon.daemon import build_ingest
 from trainmon.settings import Settings
 
 RANKS = 64
 TEMPLATE = wire.Report(
-    job_id="bench", rank=0, pid=1, start_time=1_767_000_000.0, seq=1, world_size=RANKS, uuid="GPU-x",
+    job_id="bench", rank=0, pid=0, start_time=1_767_000_000.0, seq=1, world_size=RANKS, uuid="GPU-x",
     backend="nccl", framework="ddp", loss_scaler="torch_amp", loss_scale=65536.0, steps=1000, samples=32000,
     tokens=10**8, step_buckets=(0, 0, 10, *(1000,) * 11), step_seconds_sum=500.0, last_step=1_767_000_100.0,
     comm_wait=50.0, data_wait=5.0, group_sizes={"default_pg": RANKS, "TENSOR_MODEL_PARALLEL_GROUP": 8},
@@ -36,7 +37,8 @@ TEMPLATE = wire.Report(
 
 def blast(path: Path, rate: int, seq: int) -> tuple[int, int]:
     """Send `rate` datagrams within one second, paced; return (sent, dropped with EAGAIN)."""
-    payloads = [wire.encode(dataclasses.replace(TEMPLATE, rank=i % RANKS, seq=seq + i)) for i in range(rate)]
+    payloads = [wire.encode(dataclasses.replace(TEMPLATE, rank=i % RANKS, seq=seq + i, pid=os.getpid()))
+                for i in range(rate)]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.setblocking(False)
     sent = dropped = 0
@@ -56,20 +58,20 @@ def blast(path: Path, rate: int, seq: int) -> tuple[int, int]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ingest.sock"
-        collector = TrainingCollector(Settings(ingest_socket=str(path), max_ranks=RANKS))
-        collector.collect()
+        ingest = build_ingest(Settings(ingest_socket=str(path), max_ranks=RANKS))
+        ingest.maintain()
         print(f"datagram {len(wire.encode(TEMPLATE))} bytes, {RANKS} ranks")
         print(f"{'offered/s':>10}{'accepted':>10}{'dropped':>10}")
         seq = 1
         for rate in (1_000, 2_000, 5_000, 10_000, 20_000, 40_000):
-            before = collector.table.view().messages
+            before = ingest.table.view().messages
             with multiprocessing.get_context("spawn").Pool(1) as pool:  # its own GIL, like a training process
                 sent, dropped = pool.apply(blast, (path, rate, seq))
             seq += rate
             time.sleep(0.3)  # let the receiver drain
-            accepted = collector.table.view().messages - before
+            accepted = ingest.table.view().messages - before
             print(f"{rate:>10}{accepted:>10}{dropped + sent - accepted:>10}")
-        collector.close()
+        ingest.close()
 
 
 if __name__ == "__main__":

@@ -6,24 +6,39 @@ import dataclasses
 import grp
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.metrics import registry_of
+from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon import wire
 from trainmon.collectors.base import Collection
-from trainmon.collectors.training import TrainingCollector
+from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
+from trainmon.daemon import build_ingest
 from trainmon.errors import CollectorError, NoData
+from trainmon.ingest.ranks import RankState, TableView
+from trainmon.ingest.server import IngestServer
 from trainmon.settings import Settings
 
 REPORT = wire.Report(
-    job_id="llama", rank=1, pid=42, start_time=1_767_000_000.0, seq=1, world_size=2, uuid="GPU-1",
+    job_id="llama", rank=1, start_time=1_767_000_000.0, seq=1, world_size=2, uuid="GPU-1",
     loss_scaler="torch_amp", loss_scale=1024.0, steps=5, step_buckets=(0, 0, 5, *(5,) * 11), step_seconds_sum=1.0,
     collectives=(wire.Collective(op="all_reduce", group="default_pg", seconds=0.5, calls=10, bytes=4096),),
-    group_sizes={"default_pg": 2}, phase="eval",
+    group_sizes={"default_pg": 2}, phase="eval", pid=os.getpid(),
 )
+
+
+class Collector(TrainingCollector):
+    """The training collector with an ingest server of its own, as the daemon would give it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.ingest: IngestServer = build_ingest(settings)
+        super().__init__(settings, self.ingest)
+
+    def close(self) -> None:
+        self.ingest.close()
 
 
 def send(path: Path, report: wire.Report) -> None:
@@ -32,19 +47,20 @@ def send(path: Path, report: wire.Report) -> None:
 
 
 @pytest.fixture
-def collector(tmp_path: Path) -> TrainingCollector:
-    c = TrainingCollector(Settings(ingest_socket=str(tmp_path / "run" / "ingest.sock"), ingest_socket_mode=0o600))
+def collector(tmp_path: Path) -> Iterator[Collector]:
+    (tmp_path / "run").mkdir()
+    c = Collector(Settings(ingest_socket=str(tmp_path / "run" / "ingest.sock"), ingest_socket_mode=0o600))
     yield c
     c.close()
 
 
-def collected_after(collector: TrainingCollector, path: Path, report: wire.Report) -> Collection:
+def collected_after(collector: Collector, path: Path, report: wire.Report) -> Collection:
     collector.collect()
     send(path, report)
     return wait_until(lambda: (c := collector.collect()).details["ranks"] and c)  # type: ignore[return-value]
 
 
-def test_a_report_becomes_per_rank_series(collector: TrainingCollector, tmp_path: Path) -> None:
+def test_a_report_becomes_per_rank_series(collector: Collector, tmp_path: Path) -> None:
     path = tmp_path / "run" / "ingest.sock"
     reg = registry_of(collected_after(collector, path, REPORT).families)
     rank = {"job_id": "llama", "rank": "1"}
@@ -59,46 +75,45 @@ def test_a_report_becomes_per_rank_series(collector: TrainingCollector, tmp_path
     assert 0o600 == path.stat().st_mode & 0o777
 
 
-def test_loss_scale_is_absent_without_a_scaler(collector: TrainingCollector, tmp_path: Path) -> None:
+def test_loss_scale_is_absent_without_a_scaler(collector: Collector, tmp_path: Path) -> None:
     bf16 = dataclasses.replace(REPORT, loss_scaler="none", loss_scale=1.0)
     reg = registry_of(collected_after(collector, tmp_path / "run" / "ingest.sock", bf16).families)
 
     assert reg.get_sample_value("trainmon_train_loss_scale", {"job_id": "llama", "rank": "1"}) is None
 
 
-def test_status_details_list_live_ranks(collector: TrainingCollector, tmp_path: Path) -> None:
+def test_status_details_list_live_ranks(collector: Collector, tmp_path: Path) -> None:
     collection = collected_after(collector, tmp_path / "run" / "ingest.sock", REPORT)
 
     assert [("llama", 1, 5, "eval")] == [(r["job_id"], r["rank"], r["steps"], r["phase"])
                                          for r in collection.details["ranks"]]  # type: ignore[union-attr]
 
 
-def test_a_socket_directory_that_cannot_be_made_fails_with_why_and_is_retried(tmp_path: Path) -> None:
-    blocker = tmp_path / "run"
-    blocker.write_text("a file where the directory should be")
-    collector = TrainingCollector(Settings(ingest_socket=str(blocker / "ingest.sock")))
+def test_a_missing_socket_directory_fails_naming_the_flag_is_not_made_and_is_retried(tmp_path: Path) -> None:
+    directory = tmp_path / "run"
+    collector = Collector(Settings(ingest_socket=str(directory / "ingest.sock")))
     try:
-        with pytest.raises(CollectorError, match="cannot create the ingest socket directory"):
+        with pytest.raises(CollectorError, match=r"--ingest-socket=.*the directory .* cannot be used"):
             collector.collect()
-        blocker.unlink()
+        assert not directory.exists()  # a typo in the flag does not become a directory made as root
+        directory.mkdir()
 
-        assert (blocker / "ingest.sock").exists() is False
         collector.collect()
-        assert (blocker / "ingest.sock").is_socket()
+        assert (directory / "ingest.sock").is_socket()
     finally:
         collector.close()
 
 
 def test_empty_socket_path_and_no_udp_means_no_ingest() -> None:
     with pytest.raises(NoData):
-        TrainingCollector(Settings(ingest_socket="")).collect()
+        Collector(Settings(ingest_socket="")).collect()
 
 
 def test_a_stale_socket_file_is_replaced_but_a_live_one_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ingest.sock"
     live = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     live.bind(str(path))
-    collector = TrainingCollector(Settings(ingest_socket=str(path)))
+    collector = Collector(Settings(ingest_socket=str(path)))
     try:
         with pytest.raises(CollectorError, match="another process is listening"):
             collector.collect()
@@ -110,8 +125,8 @@ def test_a_stale_socket_file_is_replaced_but_a_live_one_is_refused(tmp_path: Pat
 
 def test_socket_group_is_applied_and_an_unknown_group_is_reported(tmp_path: Path) -> None:
     group = grp.getgrgid(os.getgid()).gr_name
-    good = TrainingCollector(Settings(ingest_socket=str(tmp_path / "a.sock"), ingest_socket_group=group))
-    bad = TrainingCollector(Settings(ingest_socket=str(tmp_path / "b.sock"), ingest_socket_group="no-such-group-x"))
+    good = Collector(Settings(ingest_socket=str(tmp_path / "a.sock"), ingest_socket_group=group))
+    bad = Collector(Settings(ingest_socket=str(tmp_path / "b.sock"), ingest_socket_group="no-such-group-x"))
     try:
         good.collect()
         with pytest.raises(CollectorError, match="no-such-group-x"):
@@ -121,3 +136,53 @@ def test_socket_group_is_applied_and_an_unknown_group_is_reported(tmp_path: Path
     finally:
         good.close()
         bad.close()
+
+
+NEW_FIELDS = dataclasses.replace(
+    REPORT, pod="trainer-0", namespace="ml", first_step=1_767_000_010.0, model_flops=3e15,
+    group_seqs=(wire.GroupSeq("default_pg", 12, 11),), inflight=(wire.Inflight("default_pg", "all_reduce", 100.0),),
+    phase_seconds={"checkpoint": 4.5}, hook_errors={"send_drops": 2},
+)
+
+
+def test_the_new_wire_fields_become_their_families() -> None:
+    state = RankState(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
+    reg = registry_of(rank_families([state], now=160.0))
+    rank = {"job_id": "llama", "rank": "1"}
+
+    assert 12 == reg.get_sample_value("trainmon_nccl_issued_total", {**rank, "group": "default_pg"})
+    assert 11 == reg.get_sample_value("trainmon_nccl_completed_total", {**rank, "group": "default_pg"})
+    assert 60 == reg.get_sample_value("trainmon_nccl_inflight_oldest_seconds",
+                                      {**rank, "group": "default_pg", "op": "all_reduce"})
+    assert 4.5 == reg.get_sample_value("trainmon_train_phase_seconds_total", {**rank, "phase": "checkpoint"})
+    assert 2 == reg.get_sample_value("trainmon_train_hook_errors_total", {**rank, "kind": "send_drops"})
+    assert 3e15 == reg.get_sample_value("trainmon_train_model_flops_total", rank)
+    assert REPORT.start_time == reg.get_sample_value("trainmon_train_process_start_timestamp_seconds", rank)
+    assert 1_767_000_010.0 == reg.get_sample_value("trainmon_train_first_step_timestamp_seconds", rank)
+    info = next(s for f in reg.collect() for s in f.samples if s.name == "trainmon_train_rank_info")
+    assert ("trainer-0", "ml") == (info.labels["pod"], info.labels["namespace"])
+
+
+def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() -> None:
+    state = RankState(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
+    reg = registry_of(rank_families([state], now=50.0))
+
+    assert 0 == reg.get_sample_value("trainmon_nccl_inflight_oldest_seconds",
+                                     {"job_id": "llama", "rank": "1", "group": "default_pg", "op": "all_reduce"})
+
+
+@pytest.mark.parametrize("report", [REPORT, NEW_FIELDS, wire.Report(job_id="j", rank=0, pid=1, start_time=1.0, seq=1)])
+def test_rank_series_counts_exactly_the_samples_served(report: wire.Report) -> None:
+    state = RankState(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
+
+    assert rank_series(report) == len(samples_of(rank_families([state], now=0.0)))
+
+
+def test_exits_by_reason_and_socket_rebinds_are_served() -> None:
+    view = TableView(ranks=(), messages=0, coalesced=0, rejected={}, evicted={}, series=0,
+                     exits={("j", "clean"): 3, ("j", "error"): 1, ("j", "lost"): 2})
+    reg = registry_of(ingest_families(view, rebinds=2))
+
+    assert [3, 1, 2] == [reg.get_sample_value("trainmon_train_rank_exits_total", {"job_id": "j", "reason": r})
+                         for r in ("clean", "error", "lost")]
+    assert 2 == reg.get_sample_value("trainmon_ingest_socket_rebinds_total")

@@ -27,6 +27,7 @@ def test_ingest_socket_has_the_configured_mode_and_group(tmp_path: Path, daemons
     """--ingest-socket-mode and --ingest-socket-group decide who may send, not the umask or the daemon's group."""
     group = other_group()
     path = tmp_path / "run" / "ingest.sock"
+    path.parent.mkdir()  # the daemon makes no socket directory of its own (a typo must not become one)
     daemons.append(start_daemon(tmp_path, ["--collectors", "training", "--ingest-socket", str(path),
                                            "--ingest-socket-mode", "0620", "--ingest-socket-group", group.gr_name]))
 

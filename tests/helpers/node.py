@@ -62,7 +62,7 @@ def rank_report(job_id: str, rank: int, world_size: int, step: int, seq: int) ->
     """A plausible cumulative report of one rank after `step` steps of 0.8 s."""
     buckets = (*(step if bound >= 1.0 else 0 for bound in STEP_BUCKETS), step)
     return Report(
-        job_id=job_id, rank=rank, pid=10_000 + rank, start_time=1_700_000_000.0, seq=seq, local_rank=rank,
+        job_id=job_id, rank=rank, pid=os.getpid(), start_time=1_700_000_000.0, seq=seq, local_rank=rank,
         world_size=world_size, uuid=scenario.gpu(rank % 8)["uuid"], backend="nccl", framework="ddp",
         steps=step, samples=step * 32, tokens=step * 32 * 4096, step_buckets=buckets,
         step_seconds_sum=step * 0.8, last_step=time.time(), comm_wait=step * 0.2, data_wait=step * 0.01,

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
+from tests.bench.bench_cardinality import widest_report
 from tests.helpers.daemon import Daemon, start_daemon
-from tests.helpers.net import free_port
+from tests.helpers.net import free_port, wait_until
 from tests.torch.jobs import metrics_when, samples
 from trainmon import wire
 
-VALID = wire.Report(job_id="ok", rank=0, pid=1, start_time=1_767_000_000.0, seq=1, steps=7)
+VALID = wire.Report(job_id="ok", rank=0, pid=os.getpid(), start_time=1_767_000_000.0, seq=1, steps=7)
 
 
 def total(text: str, name: str, **match: str) -> float:
@@ -45,3 +49,156 @@ def test_hostile_datagrams_are_rejected_counted_and_bounded(tmp_path: Path, daem
     assert 200 - 15 == total(text, "trainmon_ingest_rejected_total", reason="max_ranks")
     assert {(("job_id", "ok"), ("rank", "0")): 7.0} == samples(text, "trainmon_train_steps_total", job_id="ok")
     assert 200 == daemon.get("/healthz").status_code
+
+
+def report(**fields: object) -> dict[str, object]:
+    """A valid report of this process as a plain JSON object, for tests that then break one field."""
+    return {"v": 1, "type": "report", "job_id": "ok", "rank": 0, "pid": os.getpid(), "start_time": 1_767_000_000.0,
+            "seq": 1, **fields}
+
+
+def send_json(path: Path, *messages: dict[str, object]) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        for msg in messages:
+            sock.sendto(json.dumps(msg).encode(), str(path))
+
+
+def training_daemon(tmp_path: Path, daemons: list[Daemon], *args: str) -> Daemon:
+    daemon = start_daemon(tmp_path, ["--collectors", "training", "--interval", "0.2", *args])
+    daemons.append(daemon)
+    return daemon
+
+
+def both_formats_parse(daemon: Daemon) -> str:
+    """The metrics text, after checking that both exposition formats answer 200 and parse."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+    text = daemon.get("/metrics", headers={"Accept": "text/plain"})
+    openmetrics = daemon.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert (200, 200) == (text.status_code, openmetrics.status_code)
+    list(parse_text(text.text))
+    list(parse_openmetrics(openmetrics.text))
+    return text.text
+
+
+HUGE = 10**400
+
+
+def test_an_overflowing_integer_in_any_float_field_is_rejected_and_ingest_goes_on(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Each used to raise OverflowError outside the rejection path and kill the receiver for good."""
+    daemon = training_daemon(tmp_path, daemons)
+    path = tmp_path / "ingest.sock"
+    send_json(path, report(rank=1, loss=HUGE), report(rank=2, comm_wait=HUGE), report(rank=3, start_time=HUGE),
+              report(rank=4, collectives=[["all_reduce", "g", HUGE, 1, 1]]), report(steps=9))
+    text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 9)
+
+    assert 4 == total(text, "trainmon_ingest_rejected_total")
+    assert 1 == total(text, "trainmon_collector_success", collector="training")
+
+
+def test_unprintable_label_text_is_rejected_and_metrics_keep_answering(tmp_path: Path, daemons: list[Daemon]) -> None:
+    """A lone surrogate in an env name made every scrape a 500; control characters reached label values."""
+    daemon = training_daemon(tmp_path, daemons)
+    path = tmp_path / "ingest.sock"
+    hostile = ["NCCL_\ud800", "NCCL_\x00", "NCCL_A\r", "NCCL_\x1b[31m", "NCCL_\u2028"]
+    # One rank each: reports of one process in one burst are coalesced to the newest.
+    send_json(path, *(report(rank=i + 1, nccl_env={name: "1"}) for i, name in enumerate(hostile)),
+              report(rank=9, nccl_env={"NCCL_ALGO": "Ring\x00"}), report(steps=3))
+    metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 3)
+    text = both_formats_parse(daemon)
+
+    assert 6 == total(text, "trainmon_ingest_rejected_total", reason="range")
+    assert {} == samples(text, "trainmon_train_nccl_env_info")
+
+
+def test_two_entries_with_the_same_labels_are_rejected(tmp_path: Path, daemons: list[Daemon]) -> None:
+    daemon = training_daemon(tmp_path, daemons)
+    entry = ["all_reduce", "default_pg", 1.0, 1, 8]
+    send_json(tmp_path / "ingest.sock", report(rank=1, collectives=[entry, entry]), report(steps=1))
+    text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 1)
+
+    assert 1 == total(text, "trainmon_ingest_rejected_total", reason="schema")
+    assert {} == samples(text, "trainmon_nccl_calls_total")
+
+
+def test_a_deleted_socket_file_or_directory_is_made_again(tmp_path: Path, daemons: list[Daemon]) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o750)
+    path = run / "ingest.sock"
+    daemon = training_daemon(tmp_path, daemons, "--ingest-socket", str(path), "--ingest-socket-mode", "0620")
+    send_json(path, report(steps=1))
+    metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 1)
+
+    path.unlink()
+    wait_until(path.exists)
+    send_json(path, report(seq=2, steps=2))
+    metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 2)
+    path.unlink()
+    run.rmdir()
+    wait_until(path.exists)
+    send_json(path, report(seq=3, steps=3))
+    text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 3)
+
+    assert 2 == total(text, "trainmon_ingest_socket_rebinds_total")
+    assert (0o620, 0o750) == (path.stat().st_mode & 0o777, run.stat().st_mode & 0o777)
+    assert 2 == daemon.log().count("ingest socket vanished")  # once per rebind, not once per cycle
+
+
+def test_a_forged_pid_a_takeover_and_a_foreign_goodbye_are_identity_rejections(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Another member of the socket group cannot speak for this process or take its live slot."""
+    daemon = training_daemon(tmp_path, daemons)
+    path = tmp_path / "ingest.sock"
+    send_json(path, report(steps=5))
+    metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 5)
+    send_json(path, report(seq=2, steps=6, pid=os.getpid() + 1))
+    other = [report(steps=1, start_time=1_767_000_100.0), report(seq=2, type="bye")]
+    script = ("import json, os, socket, sys\n"
+              "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+              "for m in json.loads(sys.argv[2]):\n"
+              "    m['pid'] = os.getpid()\n"
+              "    s.sendto(json.dumps(m).encode(), sys.argv[1])\n")
+    subprocess.run([sys.executable, "-c", script, str(path), json.dumps(other)], check=True)
+    metrics_when(daemon, lambda t: total(t, "trainmon_ingest_rejected_total") == 3)
+    send_json(path, report(seq=3, steps=7))
+    text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 7)
+
+    assert 3 == total(text, "trainmon_ingest_rejected_total", reason="identity")
+    assert {} == samples(text, "trainmon_train_rank_exits_total")
+    assert {str(os.getpid())} == {dict(k)["pid"] for k in samples(text, "trainmon_train_rank_info")}
+
+
+def test_a_seq_leap_and_a_counter_going_backwards_are_refused(tmp_path: Path, daemons: list[Daemon]) -> None:
+    daemon = training_daemon(tmp_path, daemons)
+    path = tmp_path / "ingest.sock"
+    # One at a time: reports of one process in one burst are coalesced to the newest.
+    for msg, rejected in ((report(steps=5), 0), (report(seq=2**62 - 1, steps=6), 1), (report(seq=3, steps=4), 2)):
+        send_json(path, msg)
+
+        def settled(text: str, n: int = rejected) -> bool:
+            return total(text, "trainmon_ingest_rejected_total") == n and total(text, "trainmon_train_steps_total") == 5
+
+        metrics_when(daemon, settled)
+    send_json(path, report(seq=4, steps=8))
+    text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 8)
+
+    assert 2 == total(text, "trainmon_ingest_rejected_total", reason="range")
+
+
+def test_a_flood_of_wide_ranks_stays_within_the_series_budget(tmp_path: Path, daemons: list[Daemon]) -> None:
+    """With default caps: ~24 worst-case ranks fit in 8,000 series, the rest are refused and counted."""
+    daemon = training_daemon(tmp_path, daemons)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        sock.setblocking(True)
+        for rank in range(200):
+            sock.sendto(wire.encode(widest_report("wide", rank)), str(tmp_path / "ingest.sock"))
+    text = metrics_when(daemon, lambda t: total(t, "trainmon_ingest_rejected_total") + total(t, "trainmon_ingest_ranks")
+                        >= 200)
+    training = [line for line in text.splitlines()
+                if line.startswith(("trainmon_train_", "trainmon_nccl_")) and not line.startswith("#")]
+
+    assert 0 < total(text, "trainmon_ingest_rejected_total", reason="series_budget")
+    assert 7_000 < len(training) <= 8_000

@@ -6,24 +6,26 @@ from pathlib import Path
 
 from tests.helpers.net import wait_until
 from trainmon.collectors.training import TrainingCollector
+from trainmon.daemon import build_ingest
 from trainmon.demo_job import JOB_ID, RANKS, STRAGGLER, start_simulated_job
 from trainmon.settings import Settings
 
 
 def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
     settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
-    collector = TrainingCollector(settings)
+    ingest = build_ingest(settings)
+    collector = TrainingCollector(settings, ingest)
     collector.collect()
     job = start_simulated_job(settings)
     try:
         wait_until(lambda: all(r["steps"] >= 2 for r in collector.collect().details["ranks"])  # type: ignore[union-attr]
-                   and len(collector.table.view().ranks) == RANKS, timeout=30)
-        reports = {s.report.rank: s.report for s in collector.table.view().ranks}
+                   and len(ingest.table.view().ranks) == RANKS, timeout=30)
+        reports = {s.report.rank: s.report for s in ingest.table.view().ranks}
     finally:
         job.stop()
-    wait_until(lambda: sum(collector.table.view().exits.values()) == RANKS)
-    exits = collector.table.view().exits
-    collector.close()
+    wait_until(lambda: sum(ingest.table.view().exits.values()) == RANKS)
+    exits = ingest.table.view().exits
+    ingest.close()
 
     others = [sum(c.seconds for c in r.collectives) for rank, r in reports.items() if rank != STRAGGLER]
     assert min(others) > sum(c.seconds for c in reports[STRAGGLER].collectives)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
 
 from trainmon import wire
-from trainmon.ingest.ranks import RankTable, TableView
+from trainmon.collectors.training import rank_series
+from trainmon.ingest.ranks import Procfs, RankTable, TableView
 
 
 class Clock:
@@ -14,6 +19,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def make_table(*, max_ranks: int = 8, ttl: float = 60, clock: Clock | None = None, **kwargs: object) -> RankTable:
+    """A table as the daemon builds it, with its default caps unless the test names one."""
+    options: dict[str, object] = {"series_of": rank_series, "max_series": 8000, "exit_retention": 3600.0, **kwargs}
+    if clock is not None:
+        options["clock"] = clock
+    return RankTable(max_ranks=max_ranks, ttl=ttl, **options)  # type: ignore[arg-type]
 
 
 BASE = wire.Report(job_id="job", rank=0, pid=100, start_time=1_767_000_000.0, seq=1, steps=10)
@@ -29,7 +42,7 @@ def steps(view: TableView) -> dict[tuple[str, int], int]:
 
 def test_restarted_process_replaces_the_old_one_as_a_counter_reset() -> None:
     """A new pid with a later start time starts from its own (lower) totals."""
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     send(table, steps=50)
     send(table, pid=200, start_time=BASE.start_time + 100, seq=1, steps=3)
 
@@ -38,7 +51,7 @@ def test_restarted_process_replaces_the_old_one_as_a_counter_reset() -> None:
 
 def test_late_duplicate_and_old_incarnation_datagrams_are_stale() -> None:
     """Nothing makes a counter go backwards within one process."""
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     send(table, seq=5, steps=50)
     send(table, seq=4, steps=40)
     send(table, seq=5, steps=50)
@@ -50,7 +63,7 @@ def test_late_duplicate_and_old_incarnation_datagrams_are_stale() -> None:
 
 def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
     clock = Clock()
-    table = RankTable(max_ranks=8, ttl=60, clock=clock)
+    table = make_table(max_ranks=8, ttl=60, clock=clock)
     send(table, rank=0)
     send(table, rank=1)
     send(table, rank=0, seq=2, kind="bye")
@@ -65,7 +78,7 @@ def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
 def test_live_ranks_are_capped_and_refusals_counted() -> None:
     """A flood of distinct job ids never holds more than max_ranks ranks, or job ids in the exit counter."""
     clock = Clock()
-    table = RankTable(max_ranks=4, ttl=60, clock=clock)
+    table = make_table(max_ranks=4, ttl=60, clock=clock)
     for i in range(100):
         send(table, job_id=f"job-{i}")
     full = table.view()
@@ -81,7 +94,7 @@ def test_live_ranks_are_capped_and_refusals_counted() -> None:
 
 
 def test_bad_datagrams_are_counted_by_reason() -> None:
-    table = RankTable(max_ranks=4, ttl=60)
+    table = make_table(max_ranks=4, ttl=60)
     for data in (b"", b"{", b"[]", b'{"v": 9}', b"x" * 20000):
         table.receive(data)
 
@@ -89,12 +102,12 @@ def test_bad_datagrams_are_counted_by_reason() -> None:
 
 
 def burst(table: RankTable, *reports: wire.Report) -> None:
-    table.receive_burst([wire.encode(r) for r in reports])
+    table.receive_burst([(wire.encode(r), None) for r in reports])
 
 
 def test_a_burst_applies_each_process_newest_report_and_counts_the_rest_coalesced() -> None:
     """A receiver that fell behind: rank 0's three reports in one burst, rank 1's one."""
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     rank0 = [dataclasses.replace(BASE, seq=seq, steps=seq * 10) for seq in (1, 2, 3)]
     rank1 = dataclasses.replace(BASE, rank=1, seq=1, steps=7)
 
@@ -106,12 +119,13 @@ def test_a_burst_applies_each_process_newest_report_and_counts_the_rest_coalesce
 
 
 def test_a_burst_never_coalesces_goodbyes_restarts_or_bad_datagrams() -> None:
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     old = dataclasses.replace(BASE, seq=5, steps=50)
     bye = dataclasses.replace(old, seq=6, kind="bye")
     restarted = dataclasses.replace(BASE, pid=BASE.pid + 1, start_time=BASE.start_time + 100, seq=1, steps=1)
 
-    table.receive_burst([wire.encode(old), wire.encode(bye), b"{not json", wire.encode(restarted)])
+    table.receive_burst([(wire.encode(old), None), (wire.encode(bye), None), (b"{not json", None),
+                         (wire.encode(restarted), None)])
     view = table.view()
 
     assert {("job", 0): 1} == steps(view)
@@ -122,11 +136,156 @@ def test_a_burst_never_coalesces_goodbyes_restarts_or_bad_datagrams() -> None:
 
 def test_a_burst_of_one_validates_every_datagram() -> None:
     """When the receiver keeps up, a type-confused report is rejected, not coalesced away."""
-    table = RankTable(max_ranks=8, ttl=60)
+    table = make_table(max_ranks=8, ttl=60)
     good = wire.encode(dataclasses.replace(BASE, seq=1))
     confused = wire.encode(dataclasses.replace(BASE, seq=2)).replace(b'"steps":', b'"steps":"x","was":')
 
-    table.receive_burst([good])
-    table.receive_burst([confused])
+    table.receive_burst([(good, None)])
+    table.receive_burst([(confused, None)])
 
     assert {"schema": 1} == dict(table.view().rejected)
+
+
+def kernel_send(table: RankTable, sender_pid: int, **changes: object) -> None:
+    """A datagram from the Unix socket, where the kernel says who sent it."""
+    table.receive(wire.encode(dataclasses.replace(BASE, **changes)), sender_pid)  # type: ignore[arg-type]
+
+
+def procfs(root: Path, *processes: tuple[int, ...]) -> Procfs:
+    """A synthetic procfs holding `processes`, each given by its NSpid numbers, outermost first."""
+    for pids in processes:
+        (root / str(pids[0])).mkdir(parents=True, exist_ok=True)
+        (root / str(pids[0]) / "status").write_text(f"Name:\tpython\nNSpid:\t{chr(9).join(map(str, pids))}\n")
+    return Procfs(root)
+
+
+def test_a_report_whose_pid_is_not_the_senders_is_an_identity_rejection(tmp_path: Path) -> None:
+    table = make_table(procfs=procfs(tmp_path, (100,)))
+    kernel_send(table, 555, pid=100)
+    kernel_send(table, 100, pid=100, steps=4)
+
+    view = table.view()
+    assert ({("job", 0): 4}, {"identity": 1}) == (steps(view), view.rejected)
+
+
+def test_a_sender_in_a_nested_pid_namespace_reports_its_own_pid(tmp_path: Path) -> None:
+    """A containerised rank sees itself as pid 7; the kernel gives the daemon 4242 (`NSpid: 4242 7`)."""
+    table = make_table(procfs=procfs(tmp_path, (4242, 7)))
+    kernel_send(table, 4242, pid=8)
+    kernel_send(table, 4242, pid=7, steps=3)
+
+    view = table.view()
+    assert ({("job", 0): 3}, {"identity": 1}) == (steps(view), view.rejected)
+
+
+def test_without_a_kernel_pid_the_report_is_taken_at_its_word(tmp_path: Path) -> None:
+    """pid 0: the sender is outside the daemon's pid namespace, so there is nothing to check against."""
+    table = make_table(procfs=procfs(tmp_path))
+    kernel_send(table, 0, pid=100, steps=2)
+
+    assert [False] == [s.verified for s in table.view().ranks]
+
+
+def test_a_live_proven_holder_keeps_its_slot_and_its_goodbye(tmp_path: Path) -> None:
+    """Another pid can neither take over a running process's slot with a later start time nor say its bye."""
+    table = make_table(procfs=procfs(tmp_path, (100,), (200,)))
+    kernel_send(table, 100, pid=100, steps=10)
+    kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=1, steps=1)
+    kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=2, kind="bye")
+    held = table.view()
+    shutil.rmtree(tmp_path / "100")  # the holder died without a goodbye: its restart may take the slot at once
+    kernel_send(table, 200, pid=200, start_time=BASE.start_time + 50, seq=3, steps=2)
+
+    assert ({("job", 0): 10}, {"identity": 2}) == (steps(held), held.rejected)
+    assert {("job", 0): 2} == steps(table.view())
+
+
+def test_a_goodbye_from_another_pid_is_refused_even_over_udp() -> None:
+    table = make_table()
+    send(table, steps=10)
+    send(table, pid=BASE.pid + 1, seq=2, kind="bye")
+
+    view = table.view()
+    assert ({("job", 0): 10}, {"identity": 1}, {}) == (steps(view), view.rejected, view.exits)
+
+
+def test_a_seq_leap_is_refused_so_it_cannot_freeze_the_rank() -> None:
+    table = make_table()
+    send(table, seq=1, steps=1)
+    send(table, seq=2**62 - 1, steps=2)  # accepted before, every later report was then stale
+    send(table, seq=1 << 30, steps=3)
+    send(table, seq=2, steps=4)
+
+    view = table.view()
+    assert ({("job", 0): 4}, {"range": 2}) == (steps(view), view.rejected)
+
+
+@pytest.mark.parametrize("backwards", [
+    {"steps": 5},
+    {"comm_wait": 0.5},
+    {"step_buckets": (0,) * 14},
+    {"collectives": (wire.Collective(op="all_reduce", group="g", seconds=1.0, calls=1, bytes=1),)},
+    {"hook_errors": {"send_drops": 0}},
+    {"group_seqs": (wire.GroupSeq("g", 1, 1),)},
+])
+def test_a_counter_going_backwards_within_one_process_is_refused(backwards: dict[str, object]) -> None:
+    first = {"steps": 10, "comm_wait": 1.0, "step_buckets": (0,) * 13 + (1,), "hook_errors": {"send_drops": 3},
+             "collectives": (wire.Collective(op="all_reduce", group="g", seconds=2.0, calls=3, bytes=4),),
+             "group_seqs": (wire.GroupSeq("g", 5, 4),)}
+    table = make_table()
+    send(table, seq=1, **first)
+    send(table, seq=2, **{**first, **backwards})
+    send(table, seq=3, **first)
+
+    assert {"range": 1} == table.view().rejected
+
+
+def test_a_new_rank_that_would_pass_the_series_budget_is_refused() -> None:
+    one = rank_series(BASE)
+    table = make_table(max_series=3 * one)
+    for rank in range(5):
+        send(table, rank=rank)
+    view = table.view()
+    send(table, rank=0, seq=2, kind="bye")
+    send(table, rank=4, seq=2)
+
+    assert (3, 3 * one, {"series_budget": 2}) == (len(view.ranks), view.series, view.rejected)
+    assert {("job", 1), ("job", 2), ("job", 4)} == set(steps(table.view()))
+
+
+def test_a_jobs_exit_series_are_dropped_after_the_retention() -> None:
+    clock = Clock()
+    table = make_table(clock=clock, ttl=1000, exit_retention=100)
+    send(table, job_id="a", rank=0)
+    send(table, job_id="a", rank=1)
+    send(table, job_id="a", rank=0, seq=2, kind="bye", exit_reason="error")
+    clock.now += 90
+    send(table, job_id="a", rank=1, seq=2)  # a rank still runs: the clock has not started
+    clock.now += 50
+    kept = table.view()
+    send(table, job_id="a", rank=1, seq=3, kind="bye")
+    clock.now += 99
+    before = table.view()
+    clock.now += 2
+
+    assert {("a", "error"): 1} == kept.exits
+    assert {("a", "error"): 1, ("a", "clean"): 1} == before.exits
+    assert ({}, {"exit_retention": 1}) == (table.view().exits, table.view().evicted)
+
+
+def test_whatever_fails_while_applying_is_a_rejection_not_an_escape() -> None:
+    """A table whose series count fails (as a bug would) still counts the datagram and takes the next."""
+    calls = []
+
+    def flaky(report: wire.Report) -> int:
+        calls.append(report.seq)
+        if len(calls) == 1:
+            raise OverflowError("a bug")
+        return rank_series(report)
+
+    table = make_table(series_of=flaky)
+    send(table, seq=1)
+    send(table, seq=2, steps=11)
+
+    view = table.view()
+    assert ({("job", 0): 11}, {"malformed": 1}) == (steps(view), view.rejected)

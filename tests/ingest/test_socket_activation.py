@@ -46,6 +46,7 @@ def steps_of_rank(port: int, rank: int) -> float | None:
 def test_datagrams_sent_during_a_restart_reach_the_next_daemon(tmp_path: Path) -> None:
     path = tmp_path / "ingest.sock"
     held = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # trainmon.socket's PassCredentials=yes
     held.bind(str(path))
     feeder = RankFeeder(path, ranks=2)
     port = free_port()

@@ -1,13 +1,18 @@
-"""The `training` collector: per-rank reports of the training hook, received over the ingest sockets.
+"""The `training` collector: per-rank reports of the training hook, read from the daemon's rank table.
 
-The receiver thread (`trainmon.ingest.server`) keeps the latest report of every live rank in a
-`RankTable`; `collect()` copies it and turns it into families, so ranks that said goodbye or went
-silent for `--rank-ttl` are simply absent. Binding the socket is retried every cycle: a socket
-directory that cannot be made fails this collector with the reason while the others serve.
+The daemon owns the `IngestServer`, whose receiver thread keeps the latest report of every live
+rank in a `RankTable`; `collect()` has the server check itself (bind, re-make a vanished socket,
+restart a stopped receiver, each failing this collector with the reason while the others serve),
+copies the table and turns it into families, so ranks that said goodbye or went silent for
+`--rank-ttl` are simply absent.
+
+`rank_series` is what one rank costs in series; the table refuses a rank that would take the sum
+past `--max-training-series`, so the worst case is bounded whatever the hooks send.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -16,13 +21,14 @@ from prometheus_client.utils import floatToGoString
 from trainmon.collectors.base import Collection
 from trainmon.errors import NoData
 from trainmon.families import Metric, counter, gauge, histogram, info
-from trainmon.ingest.ranks import RankState, RankTable, TableView
+from trainmon.ingest.ranks import RankState, TableView
 from trainmon.ingest.server import IngestServer
 from trainmon.settings import Settings
 from trainmon.wire import PARALLEL_KEYS, STEP_BUCKETS, Report
 
 RANK = ("job_id", "rank")
-INFO_LABELS = ("local_rank", "world_size", "uuid", "backend", "framework", "loss_scaler", "pid")
+INFO_LABELS = ("local_rank", "world_size", "uuid", "backend", "framework", "loss_scaler", "pid", "pod", "namespace")
+HISTOGRAM_SERIES = len(STEP_BUCKETS) + 3  # the buckets, +Inf, _count and _sum
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,11 @@ SCALARS = (
     Scalar("train_samples_total", "Samples processed.", counter, lambda r: r.samples),
     Scalar("train_tokens_total", "Tokens processed.", counter, lambda r: r.tokens),
     Scalar("train_last_step_timestamp_seconds", "Unix time the last step finished.", gauge, lambda r: r.last_step),
+    Scalar("train_process_start_timestamp_seconds", "Unix time the training process started.", gauge,
+           lambda r: r.start_time),
+    Scalar("train_first_step_timestamp_seconds", "Unix time the first step began.", gauge, lambda r: r.first_step),
+    Scalar("train_model_flops_total", "Model FLOPs of the finished steps (from the FLOPs given to the hook).",
+           counter, lambda r: r.model_flops),
     Scalar("train_comm_wait_seconds_total",
            "Time the training thread was blocked on communication (exposed, not overlapped).", counter,
            lambda r: r.comm_wait),
@@ -54,49 +65,52 @@ SCALARS = (
            lambda r: r.nonfinite_losses),
     Scalar("train_cuda_alloc_retries_total", "CUDA caching-allocator retries (torch.cuda.memory_stats).", counter,
            lambda r: r.cuda_alloc_retries),
-    Scalar("train_process_start_timestamp_seconds", "Unix time the rank's process started.", gauge,
-           lambda r: r.start_time),
-    Scalar("train_first_step_timestamp_seconds", "Unix time the rank's first step began.", gauge,
-           lambda r: r.first_step),
-    Scalar("train_model_flops_total", "Model FLOPs of the finished steps.", counter, lambda r: r.model_flops),
     Scalar("train_cuda_ooms_total", "CUDA out-of-memory errors (torch.cuda.memory_stats).", counter,
            lambda r: r.cuda_ooms),
 )
 
 
 class TrainingCollector:
+    """Reads the rank table of `ingest`, the daemon's ingest server (which the daemon closes)."""
+
     name = "training"
 
-    def __init__(self, settings: Settings) -> None:
-        self.table = RankTable(max_ranks=settings.max_ranks, ttl=settings.rank_ttl)
-        self._server = IngestServer(self.table, socket_path=settings.ingest_socket,
-                                    mode=settings.ingest_socket_mode, group=settings.ingest_socket_group,
-                                    udp=settings.ingest_udp, inherited_fd=settings.ingest_socket_fd)
+    def __init__(self, settings: Settings, ingest: IngestServer) -> None:
+        self._ingest = ingest
 
     def collect(self) -> Collection:
-        if not self._server.enabled:
+        if not self._ingest.enabled:
             raise NoData("ingest disabled: --ingest-socket is empty and --ingest-udp is not set")
-        self._server.start()
-        view = self.table.view()
+        self._ingest.maintain()
+        view = self._ingest.table.view()
         ranks = sorted(view.ranks, key=lambda s: (s.report.job_id, s.report.rank))
         return Collection(
-            families=(*rank_families(ranks), *ingest_families(view)),
-            found=(*(f"ingest listening on {e}" for e in self._server.endpoints()),
+            families=(*rank_families(ranks, time.time()), *ingest_families(view, self._ingest.rebinds)),
+            found=(*(f"ingest listening on {e}" for e in self._ingest.endpoints()),
                    *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps" for s in ranks)),
             details={"ranks": [rank_details(s) for s in ranks]},
         )
 
     def close(self) -> None:
-        self._server.close()
+        pass
 
 
-def rank_families(ranks: Iterable[RankState]) -> list[Metric]:
+def rank_series(r: Report) -> int:
+    """The samples `rank_families` serves for `r`: the table's unit for `--max-training-series`."""
+    return (1 + sum(scalar.read(r) is not None for scalar in SCALARS) + HISTOGRAM_SERIES
+            + 3 * len(r.collectives) + len(r.group_sizes) + 2 * len(r.group_seqs) + len(r.inflight)
+            + (1 if r.phase else 0) + len(r.phase_seconds) + len(r.nccl_env) + (1 if r.parallel else 0)
+            + len(r.hook_errors))
+
+
+def rank_families(ranks: Iterable[RankState], now: float) -> list[Metric]:
+    """The per-rank families; `now` (Unix time) ages the in-flight collectives."""
     reports = [s.report for s in ranks]
     out: list[Metric] = []
     rank_info = info("train_rank", "A training process reporting through the hook.", (*RANK, *INFO_LABELS))
     for r in reports:
         rank_info.add_metric([*_key(r), _opt(r.local_rank), _opt(r.world_size), r.uuid, r.backend, r.framework,
-                              r.loss_scaler, str(r.pid)], {})
+                              r.loss_scaler, str(r.pid), r.pod, r.namespace], {})
     out.append(rank_info)
     for scalar in SCALARS:
         family = scalar.make(scalar.name, scalar.help, RANK)
@@ -107,11 +121,12 @@ def rank_families(ranks: Iterable[RankState]) -> list[Metric]:
         out.append(family)
     out.append(_step_histogram(reports))
     out.extend(_collective_families(reports))
+    out.extend(_group_families(reports, now))
     out.extend(_label_families(reports))
     return out
 
 
-def ingest_families(view: TableView) -> list[Metric]:
+def ingest_families(view: TableView, rebinds: int) -> list[Metric]:
     messages = counter("ingest_messages_total", "Hook datagrams accepted.")
     messages.add_metric([], view.messages)
     coalesced = counter("ingest_coalesced_total",
@@ -126,10 +141,14 @@ def ingest_families(view: TableView) -> list[Metric]:
     for reason, n in sorted(view.evicted.items()):
         evicted.add_metric([reason], n)
     exits = counter("train_rank_exits_total",
-                    "Ranks that left: clean (said goodbye) or lost (silent for --rank-ttl).", ("job_id", "reason"))
+                    "Ranks that left: clean (said goodbye), error (ending through an uncaught exception) or lost "
+                    "(silent for --rank-ttl).", ("job_id", "reason"))
     for (job_id, reason), n in sorted(view.exits.items()):
         exits.add_metric([job_id, reason], n)
-    return [messages, coalesced, rejected, live, evicted, exits]
+    rebound = counter("ingest_socket_rebinds_total", "Times the ingest socket file or its directory vanished "
+                      "and was made again.")
+    rebound.add_metric([], rebinds)
+    return [messages, coalesced, rejected, live, evicted, exits, rebound]
 
 
 def rank_details(state: RankState) -> dict[str, object]:
@@ -164,11 +183,28 @@ def _collective_families(reports: Iterable[Report]) -> list[Metric]:
     return [time_, calls, sent, size]
 
 
+def _group_families(reports: Iterable[Report], now: float) -> list[Metric]:
+    issued = counter("nccl_issued_total", "Collectives this rank has issued on the group (its sequence number).",
+                     (*RANK, "group"))
+    completed = counter("nccl_completed_total", "Collectives this rank has completed on the group.", (*RANK, "group"))
+    inflight = gauge("nccl_inflight_oldest_seconds", "Age of the oldest issued-but-not-completed collective on the "
+                     "group; absent when none.", (*RANK, "group", "op"))
+    for r in reports:
+        for g in r.group_seqs:
+            issued.add_metric([*_key(r), g.group], g.issued)
+            completed.add_metric([*_key(r), g.group], g.completed)
+        for f in r.inflight:
+            inflight.add_metric([*_key(r), f.group, f.op], max(0.0, now - f.since))
+    return [issued, completed, inflight]
+
+
 def _label_families(reports: Iterable[Report]) -> list[Metric]:
     phase = gauge("train_phase", "1 while the rank is inside mon.phase(...).", (*RANK, "phase"))
-    phase_seconds = counter("train_phase_seconds", "Time spent inside mon.phase(...).", (*RANK, "phase"))
     env = info("train_nccl_env", "An NCCL_* or TORCH_NCCL_* variable set in the rank's environment.",
                (*RANK, "name", "value"))
+    phase_seconds = counter("train_phase_seconds_total", "Time spent inside mon.phase(...), per phase.",
+                            (*RANK, "phase"))
+    hook_errors = counter("train_hook_errors_total", "Errors the hook swallowed, by kind.", (*RANK, "kind"))
     parallel = info("train_parallel", "The job's parallel layout; unknown dimensions are empty.",
                     (*RANK, *PARALLEL_KEYS))
     for r in reports:
@@ -176,11 +212,13 @@ def _label_families(reports: Iterable[Report]) -> list[Metric]:
             phase.add_metric([*_key(r), r.phase], 1)
         for name, seconds in sorted(r.phase_seconds.items()):
             phase_seconds.add_metric([*_key(r), name], seconds)
+        for kind, n in sorted(r.hook_errors.items()):
+            hook_errors.add_metric([*_key(r), kind], n)
         for name, value in sorted(r.nccl_env.items()):
             env.add_metric([*_key(r), name, value], {})
         if r.parallel:
             parallel.add_metric([*_key(r), *(_opt(r.parallel.get(k)) for k in PARALLEL_KEYS)], {})
-    return [phase, phase_seconds, env, parallel]
+    return [phase, phase_seconds, env, parallel, hook_errors]
 
 
 def _key(r: Report) -> list[str]:

@@ -1,32 +1,76 @@
-"""State per (job_id, rank): the last report of each live rank, TTL, caps and ingest counters.
+"""State per (job_id, rank): the last report of each live rank, TTL, caps, trust and ingest counters.
 
 Reports are cumulative, so only a rank's newest one matters. When the receiver falls behind and
 several reports of one process arrive in one burst, only the newest is validated and applied; the
 older ones are counted as accepted and as `coalesced`. A receiver that keeps up sees bursts of one,
 and every datagram is validated.
 
-Receiver threads call `RankTable.receive`; the collector calls `view()` once per cycle and builds
-its families from the immutable `TableView` it returns, so a rank that is gone is simply absent.
+Receiver threads call `RankTable.receive_burst`; the collector calls `view()` once per cycle and
+builds its families from the immutable `TableView` it returns, so a rank that is gone is simply absent.
 
-A report from a new incarnation of a rank (another pid or start time) replaces the old state:
-its cumulative values start again from zero, which Prometheus reads as a counter reset. Late
-datagrams of an older incarnation, duplicates and reordered ones are rejected as `stale`, so a
-series never goes backwards within one process.
+Whatever fails while one datagram is decoded or applied is a rejection with a reason (`malformed`
+when it is not one of ours), never an exception out of `receive_burst`.
+
+Trust (SPEC §5): a datagram from the Unix socket carries the sender's pid from the kernel
+(SCM_CREDENTIALS), in the daemon's pid namespace; the report's `pid` is the one the process sees in
+its own namespace, so it must be one of the sender's `NSpid` entries in `<procfs>/<pid>/status` (the
+same number when both share a namespace), or the report is rejected (`identity`). A slot whose
+holder was proved that way and still runs is not taken over by another process, and only its own
+process can say its goodbye. UDP carries no proof, and neither does a sender outside the daemon's pid
+namespace (the kernel gives pid 0): such a report is trusted for what it says.
+
+A report from a new incarnation of a rank (another pid or start time, its predecessor gone) replaces
+the old state: its cumulative values start again from zero, which Prometheus reads as a counter
+reset. Late datagrams of an older incarnation, duplicates and reordered ones are rejected as
+`stale`; within one incarnation a counter that goes backwards or a `seq` that leaps is `range`.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
 from trainmon.errors import MessageRejected
-from trainmon.wire import Report, parse, validate
+from trainmon.wire import Report, parse, validate, went_backwards
 
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 RankKey = tuple[str, int]
-Sender = tuple[str, int, object, object]  # job_id, rank, pid, start_time: one process's reports
+Datagram = tuple[bytes, int | None]  # the bytes and the kernel's sender pid (None: UDP, no proof)
+Sender = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one process's reports
+MAX_SEQ_STEP = 1 << 24  # seq advances one per report: a larger leap within one process is a forgery
+
+
+def parse_nspid(status: str) -> tuple[int, ...]:
+    """The `NSpid:` line of /proc/<pid>/status: the pid in each nested namespace, outermost first."""
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return tuple(int(v) for v in line.split()[1:])
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Procfs:
+    """What the table asks the kernel about senders, under a procfs root."""
+
+    root: Path
+
+    def alive(self, pid: int) -> bool:
+        return (self.root / str(pid)).is_dir()
+
+    def pids_of(self, pid: int) -> tuple[int, ...]:
+        """`pid`'s numbers in its nested pid namespaces; just (pid,) when its status cannot be read."""
+        try:
+            return parse_nspid((self.root / str(pid) / "status").read_text()) or (pid,)
+        except OSError:
+            return (pid,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +78,9 @@ class RankState:
     report: Report
     received_at: float  # the table's clock (monotonic)
     received_wall: float  # Unix time, for /api/v1/status
+    process: int  # the kernel's sender pid (Unix socket), else the report's pid
+    verified: bool  # `process` came from the kernel
+    series: int  # what the collector serves for this rank
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +92,8 @@ class TableView:
     coalesced: int
     rejected: Mapping[str, int]
     evicted: Mapping[str, int]
-    exits: Mapping[tuple[str, str], int]  # (job_id, "clean" | "lost") -> count
+    exits: Mapping[tuple[str, str], int]  # (job_id, "clean" | "error" | "lost") -> count
+    series: int  # training series of the live ranks
 
 
 class RankTable:
@@ -56,67 +104,91 @@ class RankTable:
             It also caps the job ids remembered by the exit counter; the oldest is forgotten first
             (`evicted{reason="exit_job_ids"}`).
         ttl: seconds of silence after which a rank is dropped (`evicted{reason="ttl"}`, exit `lost`).
+        series_of: the series the collector serves for a report.
+        max_series: cap on the sum of `series_of` over live ranks; a report that would pass it is refused
+            (`rejected{reason="series_budget"}`).
+        exit_retention: seconds a job's exit counts are kept after its last rank is gone
+            (`evicted{reason="exit_retention"}`).
+        procfs: where sender pids are looked up; tests pass their own.
         clock: monotonic seconds; tests pass their own.
     """
 
-    def __init__(self, *, max_ranks: int, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, max_ranks: int, ttl: float, series_of: Callable[[Report], int], max_series: int,
+        exit_retention: float, procfs: Procfs | None = None, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._max_ranks = max_ranks
         self._ttl = ttl
+        self._series_of = series_of
+        self._max_series = max_series
+        self._exit_retention = exit_retention
+        self._procfs = procfs or Procfs(Path("/proc"))
         self._clock = clock
         self._lock = threading.Lock()
         self._ranks: dict[RankKey, RankState] = {}
+        self._series = 0
         self._messages = 0
         self._coalesced = 0
         self._rejected: Counter[str] = Counter()
         self._evicted: Counter[str] = Counter()
         self._exits: OrderedDict[str, Counter[str]] = OrderedDict()
+        self._job_gone_at: dict[str, float] = {}  # job_id -> when its last live rank left
 
-    def receive(self, data: bytes) -> None:
+    def receive(self, data: bytes, sender_pid: int | None = None) -> None:
         """Validate and apply one datagram; never raises for bad input (it is counted)."""
-        self.receive_burst([data])
+        self.receive_burst([(data, sender_pid)])
 
-    def receive_burst(self, burst: Sequence[bytes]) -> None:
+    def receive_burst(self, burst: Sequence[Datagram]) -> None:
         """Apply datagrams that arrived together, coalescing each process's reports to its newest."""
-        parsed: list[dict[str, object] | None] = []
+        parsed: list[tuple[dict[str, object], int | None] | None] = []
         newest: dict[Sender, int] = {}
-        for index, data in enumerate(burst):
-            try:
-                msg = parse(data)
-            except MessageRejected as exc:
-                self._reject(exc.reason)
-                msg = None
-            parsed.append(msg)
-            if msg is not None and (sender := _sender(msg)) is not None:
+        for index, (data, sender_pid) in enumerate(burst):
+            msg = self._rejecting(parse, data)
+            parsed.append(None if msg is None else (msg, sender_pid))
+            if msg is not None and (sender := _sender(msg, sender_pid)) is not None:
                 newest[sender] = index
         coalesced = 0
-        for index, msg in enumerate(parsed):
-            if msg is None:
+        for index, item in enumerate(parsed):
+            if item is None:
                 continue
-            sender = _sender(msg)
+            msg, sender_pid = item
+            sender = _sender(msg, sender_pid)
             if sender is not None and newest[sender] != index:
                 coalesced += 1
                 continue
-            try:
-                self._apply(validate(msg))
-            except MessageRejected as exc:
-                self._reject(exc.reason)
+            report = self._rejecting(validate, msg)
+            if report is not None:
+                self._rejecting(self._apply, report, sender_pid)
         if coalesced:
             with self._lock:
                 self._messages += coalesced
                 self._coalesced += coalesced
+
+    def _rejecting(self, step: Callable[..., T], *args: object) -> T | None:
+        """`step(*args)`, or None with the rejection counted: whatever it raises (an Exception) is one."""
+        try:
+            return step(*args)
+        except MessageRejected as exc:
+            self._reject(exc.reason)
+        except Exception as exc:  # a value no check foresaw: the datagram is bad, the receiver lives on
+            log.debug("ingest datagram failed error=%r", exc)
+            self._reject("malformed")
+        return None
 
     def _reject(self, reason: str) -> None:
         with self._lock:
             self._rejected[reason] += 1
 
     def view(self) -> TableView:
-        """Expire silent ranks, then copy the table."""
+        """Expire silent ranks and forgotten jobs, then copy the table."""
         now = self._clock()
         with self._lock:
             for key in [k for k, s in self._ranks.items() if now - s.received_at > self._ttl]:
-                del self._ranks[key]
-                self._evicted["ttl"] += 1
-                self._count_exit(key[0], "lost")
+                self._expire(key, now)
+            for job_id in [j for j, t in self._job_gone_at.items() if now - t > self._exit_retention]:
+                del self._job_gone_at[job_id]
+                self._exits.pop(job_id, None)
+                self._evicted["exit_retention"] += 1
             return TableView(
                 ranks=tuple(self._ranks.values()),
                 messages=self._messages,
@@ -124,43 +196,82 @@ class RankTable:
                 rejected=dict(self._rejected),
                 evicted=dict(self._evicted),
                 exits={(job, reason): n for job, reasons in self._exits.items() for reason, n in reasons.items()},
+                series=self._series,
             )
 
-    def _apply(self, report: Report) -> None:
+    def _apply(self, report: Report, sender_pid: int | None) -> None:
+        if sender_pid:  # None over UDP, 0 from outside our pid namespace: no proof
+            if report.pid != sender_pid and report.pid not in self._procfs.pids_of(sender_pid):
+                raise MessageRejected("identity", f"pid {report.pid} sent by pid {sender_pid}")
+            process, verified = sender_pid, True
+        else:
+            process, verified = report.pid, False
         key = (report.job_id, report.rank)
-        state = RankState(report, self._clock(), time.time())
+        now = self._clock()
         with self._lock:
             old = self._ranks.get(key)
-            if old is not None and _is_stale(report, old.report):
-                raise MessageRejected("stale", f"{key} seq {report.seq}")
-            if old is None and len(self._ranks) >= self._max_ranks:
+            if old is not None and now - old.received_at > self._ttl:
+                self._expire(key, now)
+                old = None
+            if old is not None:
+                self._check_successor(report, process, old)
+            elif len(self._ranks) >= self._max_ranks and report.kind == "report":
                 raise MessageRejected("max_ranks", f"{len(self._ranks)} live ranks")
-            self._messages += 1
             if report.kind == "bye":
-                self._ranks.pop(key, None)
-                self._count_exit(report.job_id, "clean")
-            else:
-                self._ranks[key] = state
+                self._messages += 1
+                if old is not None:
+                    self._remove(key)
+                self._count_exit(report.job_id, report.exit_reason, now)
+                return
+            series = self._series_of(report)
+            held = old.series if old is not None else 0
+            if self._series - held + series > self._max_series:
+                raise MessageRejected("series_budget", f"{self._series} + {series} series")
+            self._messages += 1
+            self._ranks[key] = RankState(report, now, time.time(), process, verified, series)
+            self._series += series - held
+            self._job_gone_at.pop(report.job_id, None)
 
-    def _count_exit(self, job_id: str, reason: str) -> None:
+    def _check_successor(self, new: Report, process: int, old: RankState) -> None:
+        """Raise unless `new`, sent by `process`, may replace `old`, the slot's live state."""
+        held = old.report
+        if process == old.process and new.start_time == held.start_time:
+            if new.seq <= held.seq:
+                raise MessageRejected("stale", f"seq {new.seq} after {held.seq}")
+            if new.seq - held.seq > MAX_SEQ_STEP:
+                raise MessageRejected("range", f"seq leaps from {held.seq} to {new.seq}")
+            if (field := went_backwards(new, held)) is not None:
+                raise MessageRejected("range", f"{field} went backwards")
+            return
+        if process != old.process and (new.kind == "bye" or (old.verified and self._procfs.alive(old.process))):
+            raise MessageRejected("identity", f"slot held by pid {old.process}")
+        if new.start_time < held.start_time:
+            raise MessageRejected("stale", "an older incarnation")
+
+    def _expire(self, key: RankKey, now: float) -> None:
+        self._remove(key)
+        self._evicted["ttl"] += 1
+        self._count_exit(key[0], "lost", now)
+
+    def _remove(self, key: RankKey) -> None:
+        self._series -= self._ranks.pop(key).series
+
+    def _count_exit(self, job_id: str, reason: str, now: float) -> None:
         self._exits.setdefault(job_id, Counter())[reason] += 1
         self._exits.move_to_end(job_id)
+        if not any(k[0] == job_id for k in self._ranks):
+            self._job_gone_at[job_id] = now
         while len(self._exits) > self._max_ranks:
-            self._exits.popitem(last=False)
+            forgotten, _ = self._exits.popitem(last=False)
+            self._job_gone_at.pop(forgotten, None)
             self._evicted["exit_job_ids"] += 1
 
 
-def _sender(msg: Mapping[str, object]) -> Sender | None:
+def _sender(msg: Mapping[str, object], sender_pid: int | None) -> Sender | None:
     """The process a report comes from, if its identity fields are plain values; goodbyes are never coalesced."""
     job_id, rank, pid, start = msg.get("job_id"), msg.get("rank"), msg.get("pid"), msg.get("start_time")
     if msg.get("type") != "report" or type(job_id) is not str or type(rank) is not int:
         return None
     if type(pid) not in (int, type(None)) or type(start) not in (int, float, type(None)):
         return None
-    return (job_id, rank, pid, start)
-
-
-def _is_stale(new: Report, old: Report) -> bool:
-    if new.incarnation == old.incarnation:
-        return new.seq <= old.seq
-    return new.start_time < old.start_time
+    return (job_id, rank, pid, start, sender_pid)

@@ -1,9 +1,14 @@
 """Receivers for hook datagrams: a Unix datagram socket and, optionally, UDP.
 
-One thread drains every bound socket as soon as it is readable (the Unix datagram backlog can be
-as small as 10) and hands each datagram to the `RankTable`. Binding is retried by `start()` until
-it succeeds, so a socket directory that appears later, or a port that frees up, recovers without
-a restart.
+The daemon owns one `IngestServer`. One thread drains every bound socket as soon as it is readable
+(the Unix datagram backlog can be as small as 10) and hands each datagram, with the kernel's sender
+pid (`SO_PASSCRED`), to the `RankTable`. `maintain()` runs every collection cycle: it binds what is
+not bound yet (a socket directory that appears later, a port that frees up), makes the socket again
+when its file or directory vanished, and restarts a receiver thread that stopped.
+
+The socket's directory is not made on a first bind: a missing one is an error naming
+`--ingest-socket` (a typo must not become a directory made as root). A directory that existed and
+vanished later (someone cleaned /run) is made again with the mode and group it had.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import selectors
 import shutil
 import socket
 import stat
+import struct
 import threading
 from pathlib import Path
 
 from trainmon.errors import CollectorError
-from trainmon.ingest.ranks import RankTable
+from trainmon.ingest.ranks import Datagram, RankTable
 from trainmon.settings import Address
 from trainmon.wire import MAX_DATAGRAM
 
@@ -29,6 +35,8 @@ log = logging.getLogger(__name__)
 RECEIVE_BUFFER = 4 << 20  # bytes; the kernel caps it at net.core.rmem_max
 MAX_BURST = 256  # datagrams read before handing them over; bounds the memory of one burst
 RETRY_SECONDS = 1.0  # how long the thread waits when no socket is registered yet
+UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+CREDENTIALS_SPACE = socket.CMSG_SPACE(UCRED.size)
 
 
 class IngestServer:
@@ -55,7 +63,10 @@ class IngestServer:
         self._group = group
         self._udp = udp
         self._unix: socket.socket | None = None
+        self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file we bound
+        self._directory: tuple[int, int] | None = None  # (mode, gid) of its directory, to make it again
         self._udp_sock: socket.socket | None = None
+        self.rebinds = 0
         self._selector = selectors.DefaultSelector()
         # close() writes here, so the receiver thread sleeps in select() without a timeout.
         self._wake_reader, self._wake_writer = socket.socketpair()
@@ -63,6 +74,10 @@ class IngestServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def table(self) -> RankTable:
+        return self._table
 
     @property
     def enabled(self) -> bool:
@@ -73,24 +88,29 @@ class IngestServer:
         bound = [f"unix:{self._unix.getsockname() or self._path}"] if self._unix is not None else []
         return bound + ([f"udp:{self._udp}"] if self._udp_sock is not None else [])
 
-    def start(self) -> None:
-        """Bind whatever is not bound yet and start the receiver thread.
+    def maintain(self) -> None:
+        """Restart a stopped receiver, bind what is not bound, make a vanished socket again; every cycle.
 
         Raises:
-            CollectorError: a socket could not be bound; the message says why and what to do.
+            CollectorError: the receiver had stopped (it runs again now), or a socket could not be
+                bound; the message says why and what to do.
         """
         with self._lock:
             if self._stop.is_set():
                 return
+            errors = []
+            if self._thread is not None and not self._thread.is_alive():
+                errors.append("the ingest receiver thread had stopped; it was restarted")
+                log.error("ingest receiver stopped; restarting it")
+                self._thread = None
             if self._thread is None:
                 self._thread = threading.Thread(target=self._drain_loop, name="ingest", daemon=True)
                 self._thread.start()
-            errors = []
             if self._inherited_fd is not None and self._unix is None:
                 self._unix = self._register(adopt_unix_datagram(self._inherited_fd))
-            elif self._path is not None and self._unix is None:
+            elif self._path is not None:
                 try:
-                    self._unix = self._register(self._bind_unix(self._path))
+                    self._keep_unix_bound(self._path)
                 except (OSError, CollectorError) as exc:
                     errors.append(str(exc))
             if self._udp is not None and self._udp_sock is None:
@@ -100,6 +120,20 @@ class IngestServer:
                     errors.append(f"cannot bind UDP {self._udp}: {exc.strerror or exc}")
             if errors:
                 raise CollectorError("; ".join(errors))
+
+    def _keep_unix_bound(self, path: Path) -> None:
+        if self._unix is not None:
+            if _inode(path) == self._bound:
+                return
+            log.warning("ingest socket vanished, making it again socket=%s", path)
+            self._selector.unregister(self._unix)
+            self._unix.close()
+            self._unix = None
+            self.rebinds += 1
+            if self._directory is not None and not path.parent.is_dir():
+                _make_directory(path.parent, *self._directory)
+        self._unix = self._register(self._bind_unix(path))
+        self._bound = _inode(path)
 
     def close(self) -> None:
         self._stop.set()
@@ -128,16 +162,18 @@ class IngestServer:
 
     def _bind_unix(self, path: Path) -> socket.socket:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            directory = path.parent.stat()
         except OSError as exc:
             raise CollectorError(
-                f"cannot create the ingest socket directory {path.parent}: {exc.strerror or exc}; "
-                "create it for this user, pass --ingest-socket with a writable path, or --ingest-socket '' "
-                "to disable the training hook's socket"
+                f"--ingest-socket={str(path)!r}: the directory {path.parent} cannot be used: {exc.strerror or exc}; "
+                "create it for the daemon's user (the systemd unit's RuntimeDirectory= does), pass "
+                "--ingest-socket with a path in an existing directory, or --ingest-socket '' to disable the "
+                "training hook's socket"
             ) from exc
         _remove_stale_socket(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             sock.bind(str(path))
             os.chmod(path, self._mode)
             if self._group is not None:
@@ -147,27 +183,37 @@ class IngestServer:
             with contextlib.suppress(OSError):
                 path.unlink()
             raise CollectorError(f"cannot bind the ingest socket {path}: {exc}") from exc
+        self._directory = (stat.S_IMODE(directory.st_mode), directory.st_gid)
         log.info("ingest listening socket=%s", path)
         return sock
 
     def _drain_loop(self) -> None:
+        failed = False
         while not self._stop.is_set():
             try:
                 ready = self._selector.select()
-            except (OSError, ValueError):  # closed under us
+            except (OSError, ValueError, KeyError):  # a socket closed or re-made under us
                 self._stop.wait(RETRY_SECONDS)
                 continue
             for key, _ in ready:
-                if key.fileobj is not self._wake_reader:
+                if key.fileobj is self._wake_reader:
+                    continue
+                try:
                     self._drain(key.fileobj)  # type: ignore[arg-type]
+                except Exception:  # the table rejects bad datagrams itself; this is a bug, and the receiver lives on
+                    if not failed:
+                        log.exception("ingest receive failed")
+                    failed = True
 
     def _drain(self, sock: socket.socket) -> None:
         """Read what has queued up, in bursts, and hand each burst to the table at once."""
+        credentials = sock.family == socket.AF_UNIX
         while True:
-            burst = []
+            burst: list[Datagram] = []
             while len(burst) < MAX_BURST:
                 try:
-                    burst.append(sock.recv(MAX_DATAGRAM + 1))  # one byte more than allowed: larger is "oversized"
+                    # one byte more than allowed: larger is "oversized"
+                    burst.append(_receive_unix(sock) if credentials else (sock.recv(MAX_DATAGRAM + 1), None))
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError as exc:
@@ -177,6 +223,31 @@ class IngestServer:
                 self._table.receive_burst(burst)
             if len(burst) < MAX_BURST:
                 return
+
+
+def _receive_unix(sock: socket.socket) -> Datagram:
+    """One datagram and its sender's pid from SCM_CREDENTIALS (0 when the kernel gave none)."""
+    data, ancillary, _, _ = sock.recvmsg(MAX_DATAGRAM + 1, CREDENTIALS_SPACE)
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= UCRED.size:
+            return data, UCRED.unpack_from(payload)[0]
+    return data, 0
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _make_directory(path: Path, mode: int, gid: int) -> None:
+    """Make the socket directory again as it was; the group only if this user may set it."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, mode)
+    with contextlib.suppress(PermissionError):
+        os.chown(path, -1, gid)
 
 
 def _remove_stale_socket(path: Path) -> None:
@@ -206,6 +277,8 @@ def adopt_unix_datagram(fd: int) -> socket.socket:
         sock.detach()
         raise CollectorError(f"file descriptor {fd} from systemd is not a Unix datagram socket "
                              "(trainmon.socket needs ListenDatagram=)")
+    # Datagrams queued before this carry no credentials unless the unit has PassCredentials=yes.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     log.info("ingest listening socket=%s (from systemd)", sock.getsockname())
     return sock
 

@@ -8,13 +8,15 @@ the sender copies under the same lock, so a report is never torn mid-update.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from time import perf_counter
 
-from trainmon.wire import MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, Report
+from trainmon.wire import FIELDS, MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, GroupSeq, Inflight, Report
 
 MAX_PHASES = 8  # distinct phase names per rank; the rest are added up under OTHER_GROUP
 
@@ -39,8 +41,18 @@ class Identity:
     parallel: dict[str, int] = field(default_factory=dict)
 
 
+# The wire fields a report takes from the sender (the rest come from `Identity` and `RankState`).
+MESSAGE_FIELDS = frozenset({"kind", "pid", "seq", "sent_at", "exit_reason"})
+IDENTITY_FIELDS = frozenset(f.name for f in fields(Identity)) - MESSAGE_FIELDS
+STATE_FIELDS = tuple(f.attr for f in FIELDS if f.attr not in MESSAGE_FIELDS | IDENTITY_FIELDS)
+
+
 class RankState:
-    """Counters since the process started; every method is cheap and never blocks."""
+    """Counters since the process started; every method is cheap and never blocks.
+
+    Each attribute named in `STATE_FIELDS` (the wire schema's per-rank values) is read by `report()`;
+    a new wire field is a new attribute here with the same name.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -50,11 +62,16 @@ class RankState:
         self.bucket_counts = [0] * (len(STEP_BUCKETS) + 1)
         self.step_seconds_sum = 0.0
         self.last_step: float | None = None
+        self.first_step: float | None = None
         self._phase: str | None = None
         self._phase_since = 0.0
+        self._closed_phase_seconds: dict[str, float] = {}
         self.comm_wait = 0.0
         self.data_wait = 0.0
-        self.collectives: dict[tuple[str, str], list[float]] = {}  # (op, group) -> [seconds, calls, bytes]
+        self.model_flops: float | None = None
+        self.collective_totals: dict[tuple[str, str], list[float]] = {}  # (op, group) -> [seconds, calls, bytes]
+        self.group_seqs: tuple[GroupSeq, ...] = ()
+        self.inflight: tuple[Inflight, ...] = ()
         self.group_sizes: dict[str, int] = {}
         self.loss_scale: float | None = None
         self.skipped_steps = 0
@@ -63,9 +80,7 @@ class RankState:
         self.nonfinite_losses = 0
         self.cuda_alloc_retries: int | None = None
         self.cuda_ooms: int | None = None
-        self.first_step: float | None = None
-        self.model_flops: float | None = None
-        self.phase_seconds: dict[str, float] = {}
+        self.hook_errors: dict[str, int] = {}
 
     @property
     def phase(self) -> str | None:
@@ -81,13 +96,15 @@ class RankState:
         self._phase, self._phase_since = name, now
 
     def _add_phase_time(self, name: str, seconds: float) -> None:
-        if name not in self.phase_seconds and len(self.phase_seconds) >= MAX_PHASES:
+        closed = self._closed_phase_seconds
+        if name not in closed and len(closed) >= MAX_PHASES:
             name = OTHER_GROUP
-        self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + seconds
+        closed[name] = closed.get(name, 0.0) + seconds
 
-    def _phase_totals(self) -> dict[str, float]:
+    @property
+    def phase_seconds(self) -> dict[str, float]:
         """Cumulative phase time, the open phase's time so far included (a long checkpoint shows as it runs)."""
-        totals = dict(self.phase_seconds)
+        totals = dict(self._closed_phase_seconds)
         if self._phase is not None:
             name = self._phase if self._phase in totals or len(totals) < MAX_PHASES else OTHER_GROUP
             totals[name] = totals.get(name, 0.0) + perf_counter() - self._phase_since
@@ -121,37 +138,32 @@ class RankState:
     def add_collective(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
         """Add to the (op, group) totals and to the exposed wait; one lock round per call."""
         with self.lock:
-            entry = self.collectives.get((op, group))
+            entry = self.collective_totals.get((op, group))
             if entry is None:
-                entry = self.collectives[(op, group)] = [0.0, 0, 0]
+                entry = self.collective_totals[(op, group)] = [0.0, 0, 0]
             entry[0] += seconds
             entry[1] += calls
             entry[2] += nbytes
             self.comm_wait += blocked
 
-    def report(self, identity: Identity, *, seq: int, kind: str = "report") -> Report:
+    @property
+    def collectives(self) -> tuple[Collective, ...]:
+        return tuple(Collective(op=op, group=group, seconds=v[0], calls=int(v[1]), bytes=int(v[2]))
+                     for (op, group), v in self.collective_totals.items())
+
+    @property
+    def step_buckets(self) -> tuple[int, ...]:
+        return tuple(itertools.accumulate(self.bucket_counts))
+
+    def report(self, identity: Identity, *, seq: int, kind: str = "report", exit_reason: str = "clean") -> Report:
+        """The report of this process now; `pid` is the caller's real one (a forked child's is its own)."""
         with self.lock:
-            collectives = tuple(
-                Collective(op=op, group=group, seconds=v[0], calls=int(v[1]), bytes=int(v[2]))
-                for (op, group), v in self.collectives.items()
-            )
-            comm_wait = self.comm_wait
-        cumulative = []
-        total = 0
-        for n in self.bucket_counts:
-            total += n
-            cumulative.append(total)
-        return Report(
-            kind=kind, job_id=identity.job_id, rank=identity.rank, pid=identity.pid,
-            start_time=identity.start_time, seq=seq, sent_at=time.time(), local_rank=identity.local_rank,
-            world_size=identity.world_size, uuid=identity.uuid, backend=identity.backend,
-            framework=identity.framework, loss_scaler=identity.loss_scaler, steps=self.steps,
-            samples=self.samples, tokens=self.tokens, step_buckets=tuple(cumulative),
-            step_seconds_sum=self.step_seconds_sum, last_step=self.last_step, phase=self.phase,
-            comm_wait=comm_wait, data_wait=self.data_wait, collectives=collectives,
-            group_sizes=dict(self.group_sizes), loss_scale=self.loss_scale, skipped_steps=self.skipped_steps,
-            loss=self.loss, grad_norm=self.grad_norm, nonfinite_losses=self.nonfinite_losses,
-            nccl_env=dict(identity.nccl_env), parallel=dict(identity.parallel),
-            cuda_alloc_retries=self.cuda_alloc_retries, cuda_ooms=self.cuda_ooms,
-            phase_seconds=self._phase_totals(), first_step=self.first_step, model_flops=self.model_flops,
-        )
+            values = {name: _copy(getattr(self, name)) for name in STATE_FIELDS}
+        values.update((name, _copy(getattr(identity, name))) for name in IDENTITY_FIELDS)
+        return Report(kind=kind, pid=os.getpid(), seq=seq, sent_at=time.time(), exit_reason=exit_reason,
+                      **values)  # type: ignore[arg-type]
+
+
+def _copy(value: object) -> object:
+    """Maps are copied so that the report does not change under the sender."""
+    return dict(value) if isinstance(value, dict) else value  # type: ignore[arg-type]
