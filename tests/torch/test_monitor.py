@@ -176,18 +176,18 @@ def test_send_failures_are_counted_never_raised(error: OSError) -> None:
 
 
 def test_names_bound_at_import_time_are_patched_and_restored(transport: ListTransport) -> None:
-    """Like Megatron's `dist_reduce_scatter_func = torch.distributed.reduce_scatter_tensor`."""
+    """Like DeepSpeed's `from torch.distributed import reduce_scatter_single` at import time."""
     framework = types.ModuleType("framework_under_test")
-    framework.dist_reduce_scatter_func = dist.reduce_scatter_tensor  # type: ignore[attr-defined]
+    framework.dist_reduce_scatter_func = dist.reduce_scatter_single  # type: ignore[attr-defined]
     sys.modules[framework.__name__] = framework
     try:
         mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
         patched = framework.dist_reduce_scatter_func  # type: ignore[attr-defined]
         mon.close()
 
-        assert patched is not dist.reduce_scatter_tensor
-        assert patched.__trainmon_original__ is dist.reduce_scatter_tensor
-        assert framework.dist_reduce_scatter_func is dist.reduce_scatter_tensor  # type: ignore[attr-defined]
+        assert patched is not dist.reduce_scatter_single
+        assert patched.__trainmon_original__ is dist.reduce_scatter_single
+        assert framework.dist_reduce_scatter_func is dist.reduce_scatter_single  # type: ignore[attr-defined]
     finally:
         del sys.modules[framework.__name__]
 

@@ -1,8 +1,13 @@
 """The cumulative values of one rank, kept by the training thread and read by the sender.
 
 Standard library only (the demo's simulated ranks use it without PyTorch). Writers are the
-training thread and, for collectives, framework callback threads: `add_collective` takes a lock;
-the sender copies under the same lock, so a report is never torn mid-update.
+training thread and, for collectives, framework callback threads: `issue` and `complete` take a
+lock; the sender copies under the same lock, so a report is never torn mid-update.
+
+Every collective gets the next sequence number of its group when it is issued and moves the
+group's completed count when it completes; until then it is in flight, stamped with the
+`perf_counter` of its issue, so the report can say how old the oldest one is even while the
+training thread is blocked inside it.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
+from time import perf_counter
 
-from trainmon.wire import MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, Report
+from trainmon.wire import MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, GroupSeq, Inflight, Report
 
 
 @dataclass(kw_only=True)
@@ -34,6 +40,18 @@ class Identity:
     parallel: dict[str, int] = field(default_factory=dict)
 
 
+class GroupSeqs:
+    """One process group's sequence numbers and its in-flight collectives (number -> (issued at, op))."""
+
+    __slots__ = ("completed", "inflight", "issued", "label")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.issued = 0
+        self.completed = 0
+        self.inflight: dict[int, tuple[float, str]] = {}  # insertion order = issue order: the first is the oldest
+
+
 class RankState:
     """Counters since the process started; every method is cheap and never blocks."""
 
@@ -50,6 +68,8 @@ class RankState:
         self.data_wait = 0.0
         self.collectives: dict[tuple[str, str], list[float]] = {}  # (op, group) -> [seconds, calls, bytes]
         self.group_sizes: dict[str, int] = {}
+        self.groups: dict[str, GroupSeqs] = {}
+        self.exit_reason = "clean"
         self.loss_scale: float | None = None
         self.skipped_steps = 0
         self.loss: float | None = None
@@ -80,16 +100,51 @@ class RankState:
         self.group_sizes.setdefault(label, size)
         return label
 
-    def add_collective(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
-        """Add to the (op, group) totals and to the exposed wait; one lock round per call."""
+    def group_seqs(self, label: str) -> GroupSeqs:
+        """The sequence numbers of the group called `label` (from `group_label`)."""
+        seqs = self.groups.get(label)
+        if seqs is None:
+            seqs = self.groups.setdefault(label, GroupSeqs(label))
+        return seqs
+
+    def issue(self, seqs: GroupSeqs, op: str, t0: float) -> int:
+        """A collective issued at `perf_counter` time `t0`: its sequence number, in flight until `complete`."""
         with self.lock:
-            entry = self.collectives.get((op, group))
-            if entry is None:
-                entry = self.collectives[(op, group)] = [0.0, 0, 0]
-            entry[0] += seconds
-            entry[1] += calls
-            entry[2] += nbytes
-            self.comm_wait += blocked
+            n = seqs.issued = seqs.issued + 1
+            seqs.inflight[n] = (t0, op)
+        return n
+
+    def complete(self, seqs: GroupSeqs, n: int, op: str, nbytes: int, seconds: float, blocked: float) -> None:
+        """Collective `n` of `seqs` completed: one call of `nbytes`, `seconds` long, `blocked` of it exposed."""
+        with self.lock:
+            if seqs.inflight.pop(n, None) is not None:
+                seqs.completed += 1
+            self._add(op, seqs.label, 1, nbytes, seconds, blocked)
+
+    def add_collective(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
+        """Add to the (op, group) totals and to the exposed wait, outside the sequence numbers."""
+        with self.lock:
+            self._add(op, group, calls, nbytes, seconds, blocked)
+
+    def _add(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
+        entry = self.collectives.get((op, group))
+        if entry is None:
+            entry = self.collectives[(op, group)] = [0.0, 0, 0]
+        entry[0] += seconds
+        entry[1] += calls
+        entry[2] += nbytes
+        self.comm_wait += blocked
+
+    def _sequences(self) -> tuple[tuple[GroupSeq, ...], tuple[Inflight, ...]]:
+        """Under the lock: every group's numbers and, where one is in flight, its oldest (as Unix time)."""
+        offset = time.time() - perf_counter()
+        seqs, inflight = [], []
+        for g in self.groups.values():
+            seqs.append(GroupSeq(group=g.label, issued=g.issued, completed=g.completed))
+            if g.inflight:
+                t0, op = next(iter(g.inflight.values()))
+                inflight.append(Inflight(group=g.label, op=op, since=t0 + offset))
+        return tuple(seqs), tuple(inflight)
 
     def report(self, identity: Identity, *, seq: int, kind: str = "report") -> Report:
         with self.lock:
@@ -98,6 +153,7 @@ class RankState:
                 for (op, group), v in self.collectives.items()
             )
             comm_wait = self.comm_wait
+            group_seqs, inflight = self._sequences()
         cumulative = []
         total = 0
         for n in self.bucket_counts:
@@ -115,4 +171,5 @@ class RankState:
             loss=self.loss, grad_norm=self.grad_norm, nonfinite_losses=self.nonfinite_losses,
             nccl_env=dict(identity.nccl_env), parallel=dict(identity.parallel),
             cuda_alloc_retries=self.cuda_alloc_retries, cuda_ooms=self.cuda_ooms,
+            group_seqs=group_seqs, inflight=inflight, exit_reason=self.exit_reason,
         )
