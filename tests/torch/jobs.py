@@ -24,8 +24,9 @@ def start_job(
     env: Mapping[str, str],
     ranks: int = 2,
     rank_env: Mapping[int, Mapping[str, str]] | None = None,
+    module: str = "tests.torch.gloo_job",
 ) -> list[subprocess.Popen[bytes]]:
-    """Start one process per rank; `env` goes to all of them, `rank_env[r]` to rank r only."""
+    """Start one process per rank of `module`; `env` goes to all of them, `rank_env[r]` to rank r only."""
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
     procs = []
@@ -36,7 +37,7 @@ def start_job(
         full.update(env)
         full.update((rank_env or {}).get(rank, {}))
         log = open(out / f"rank-{rank}.log", "wb")  # noqa: SIM115 - closed when the process is reaped
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.torch.gloo_job", mode, str(steps), str(out)],
+        procs.append(subprocess.Popen([sys.executable, "-m", module, mode, str(steps), str(out)],
                                       cwd=REPO, env=full, stdout=log, stderr=subprocess.STDOUT))
     return procs
 
@@ -48,8 +49,9 @@ def finish(procs: list[subprocess.Popen[bytes]], out: Path, timeout: float = 120
 
 
 def run_job(mode: str, steps: int, out: Path, *, env: Mapping[str, str],
-            rank_env: Mapping[int, Mapping[str, str]] | None = None) -> None:
-    finish(start_job(mode, steps, out, env=env, rank_env=rank_env), out)
+            rank_env: Mapping[int, Mapping[str, str]] | None = None, ranks: int = 2,
+            module: str = "tests.torch.gloo_job") -> None:
+    finish(start_job(mode, steps, out, env=env, rank_env=rank_env, ranks=ranks, module=module), out)
 
 
 def samples(text: str, name: str, **match: str) -> dict[tuple[tuple[str, str], ...], float]:
