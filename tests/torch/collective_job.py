@@ -3,18 +3,21 @@
     python -m tests.torch.collective_job MODES STEPS OUT_DIR
 
 MODES, comma-separated, run one after the other in one process group: `direct` (every
-`torch.distributed` collective, forwarders and object forms included),
-`bound` (DeepSpeed-style names bound at import time), `ddp`, `fsdp1`, `fsdp2` (`fully_shard`),
-`compiled` (`torch.compile` of a DDP model). RANK, WORLD_SIZE and MASTER_* come from the
-environment (tests.torch.jobs or torchrun). OUT_DIR/<mode>-<rank>.json gets what the profiler saw
-over STEPS steps (`c10d::*` dispatcher ops: one per collective issued; `gloo:*` events: what the
-backend ran, with input bytes) and what the hook counted over the same window.
+`torch.distributed` collective, forwarders and object forms included), `bound` (DeepSpeed-style
+names bound at import time), `ddp`, `fsdp1`, `fsdp2` (`fully_shard`), `compiled` (`torch.compile`
+of a DDP model), and `timing` (rank 0 waits for rank 1 in blocking all_reduce calls;
+OUT_DIR/timing-<rank>.json has the time around the calls and the hook's time). RANK, WORLD_SIZE
+and MASTER_* come from the environment (tests.torch.jobs or torchrun). OUT_DIR/<mode>-<rank>.json
+gets what the profiler saw over STEPS steps (`c10d::*` dispatcher ops: one per collective issued;
+`gloo:*` events: what the backend ran, with input bytes) and what the hook counted over the same
+window.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -144,8 +147,29 @@ def totals(report: Report) -> tuple[int, int]:
 def main(modes: str, steps: int, out: Path) -> None:
     dist.init_process_group("gloo")
     for mode in modes.split(","):
-        run(mode, steps, out)
+        if mode == "timing":
+            timing(steps, out)
+        else:
+            run(mode, steps, out)
     dist.destroy_process_group()
+
+
+def timing(steps: int, out: Path) -> None:
+    """`timing`: rank 0 waits about 0.1 s in each blocking all_reduce for rank 1, timing the call itself."""
+    rank = dist.get_rank()
+    mon = TrainingMonitor(job_id="timing", env={"TRAINMON_INGEST_SOCKET": str(out / "nobody.sock")})
+    t = torch.ones(1024)
+    outer = 0.0
+    for _ in range(steps):
+        if rank:
+            time.sleep(0.1)
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        outer += time.perf_counter() - t0
+    report = mon.report()
+    (out / f"timing-{rank}.json").write_text(json.dumps(
+        {"outer": outer, "hook": sum(c.seconds for c in report.collectives), "comm_wait": report.comm_wait}))
+    mon.close()
 
 
 def run(mode: str, steps: int, out: Path) -> None:

@@ -2,7 +2,8 @@
 
 One 2-rank job runs each way of issuing collectives in turn; for each, the calls the hook counted
 equal the `c10d::*` dispatcher ops the profiler saw over the same steps, and, where the backend runs
-each collective as itself, the bytes equal the input bytes of its `gloo:*` events.
+each collective as itself, the bytes equal the input bytes of its `gloo:*` events. The same job
+checks that a blocking call's time is the time around the call.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ BYTES_COMPARABLE = set(MODES) - {"direct"}
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, Any]]:
     out = tmp_path_factory.mktemp("coverage")
-    run_job(",".join(MODES), 2, out, env={}, module="tests.torch.collective_job")
-    return {(mode, rank): json.loads((out / f"{mode}-{rank}.json").read_text()) for mode in MODES for rank in (0, 1)}
+    run_job(",".join((*MODES, "timing")), 2, out, env={}, module="tests.torch.collective_job")
+    return {(mode, rank): json.loads((out / f"{mode}-{rank}.json").read_text())
+            for mode in (*MODES, "timing") for rank in (0, 1)}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -50,3 +52,12 @@ def test_the_job_exercises_every_collective_of_the_installed_torch() -> None:
     assert {spec.op for _, spec in wrapped.values()} <= set(wire.OPS)
     assert {"all_gather_single", "reduce_scatter_single", "all_reduce_coalesced", "all_gather_coalesced"} <= set(
         wrapped)
+
+
+def test_blocking_calls_are_timed_within_two_percent_of_the_call(
+        results: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """Rank 0 waits about 0.1 s per call for rank 1: the hook's time is the call's, less only its own overhead."""
+    seen = results[("timing", 0)]
+
+    assert 0.98 <= seen["hook"] / seen["outer"] <= 1.0, seen
+    assert 0.98 <= seen["comm_wait"] / seen["outer"] <= 1.0, seen
