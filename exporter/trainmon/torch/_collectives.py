@@ -169,18 +169,23 @@ class CollectiveRecorder:
 
     def _patch_work(self) -> None:
         """`Work.wait`/`is_completed` complete our pending works; other works pass straight through."""
-        pending, finish = self._pending, self._finish
+        pending, finish, complete = self._pending, self._finish, self.state.complete
         original_wait, original_completed = dist.Work.wait, dist.Work.is_completed
 
         @functools.wraps(original_wait)
         def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
-            if id(work) not in pending:
+            entry = pending.pop(id(work), None) if pending else None  # popping claims it
+            if entry is None:
                 return original_wait(work, *args, **kwargs)
             t = perf_counter()
-            result = original_wait(work, *args, **kwargs)
-            entry = pending.pop(id(work), None)
-            if entry is not None:
-                finish(entry, perf_counter(), t, waited=True)
+            try:
+                result = original_wait(work, *args, **kwargs)
+            finally:  # a wait that raised (timeout, peer gone) ends the collective too
+                now = perf_counter()
+                if entry[6] is None:  # CPU, inlined: this is the async hot path
+                    complete(entry[1], entry[2], entry[3], entry[4], now - entry[5], now - t)
+                else:
+                    finish(entry, now, t, waited=True)
             return result
 
         @functools.wraps(original_completed)
@@ -201,21 +206,24 @@ class CollectiveRecorder:
         work_type, future_type = dist.Work, torch._C.Future
         op, payload_index, group_index = spec.op, spec.payload_index, spec.group_index
         payload_name = spec.payload_name or ""
-        issue, complete, pending = self.state.issue, self.state.complete, self._pending
+        complete, pending, groups, tensor_type = self.state.complete, self._pending, self._groups, torch.Tensor
 
         @functools.wraps(fn)
         def trainmon_collective(*args: Any, **kwargs: Any) -> Any:
             if self.suppressed or compiling():
                 return fn(*args, **kwargs)
-            try:
+            try:  # the hot path: lookups inlined, one lock round (in `complete`) per blocking call
                 payload = args[payload_index] if len(args) > payload_index else kwargs.get(payload_name)
-                seqs = self.group(args[group_index] if len(args) > group_index else kwargs.get("group"))
+                group = args[group_index] if len(args) > group_index else kwargs.get("group")
+                hit = groups.get(id(group))
+                seqs = hit[0] if hit is not None else self.group(group)
                 if seqs is None:  # not a member: torch returns without communicating
                     return fn(*args, **kwargs)
-                nbytes = _nbytes(payload)
+                nbytes = payload.nbytes if type(payload) is tensor_type else _nbytes(payload)
                 event = self.spans.mark() if self.spans is not None and _is_cuda(payload) else None
                 t0 = perf_counter()
-                n = issue(seqs, op, t0)
+                n = next(seqs.numbers)
+                seqs.inflight[n] = (t0, op)
             except Exception:
                 self.errors += 1
                 return fn(*args, **kwargs)
@@ -226,7 +234,7 @@ class CollectiveRecorder:
                 complete(seqs, n, op, nbytes, seconds, seconds)
                 raise
             try:
-                if isinstance(result, (work_type, future_type)):  # async: completes when seen done
+                if result is not None and isinstance(result, (work_type, future_type)):  # async: when seen done
                     pending[id(result)] = (result, seqs, n, op, nbytes, t0, event)
                     if len(pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
                         self._forget(next(iter(pending)))

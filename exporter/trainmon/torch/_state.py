@@ -13,6 +13,7 @@ training thread is blocked inside it.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import threading
 import time
@@ -41,15 +42,21 @@ class Identity:
 
 
 class GroupSeqs:
-    """One process group's sequence numbers and its in-flight collectives (number -> (issued at, op))."""
+    """One process group's sequence numbers, its in-flight collectives and its per-op totals.
 
-    __slots__ = ("completed", "inflight", "issued", "label")
+    `numbers` hands out sequence numbers without a lock (`next()` on a count is atomic); every
+    issued number is in `inflight` (number -> (issued at, op); insertion order, so the first is the
+    oldest) until `complete` moves it into `completed`, so issued = completed + in flight.
+    """
+
+    __slots__ = ("completed", "inflight", "label", "numbers", "totals")
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.issued = 0
+        self.numbers = itertools.count(1)
         self.completed = 0
-        self.inflight: dict[int, tuple[float, str]] = {}  # insertion order = issue order: the first is the oldest
+        self.inflight: dict[int, tuple[float, str]] = {}
+        self.totals: dict[str, list[float]] = {}  # op -> the (op, label) entry of RankState.collectives
 
 
 class RankState:
@@ -107,42 +114,49 @@ class RankState:
             seqs = self.groups.setdefault(label, GroupSeqs(label))
         return seqs
 
-    def issue(self, seqs: GroupSeqs, op: str, t0: float) -> int:
+    @staticmethod
+    def issue(seqs: GroupSeqs, op: str, t0: float) -> int:
         """A collective issued at `perf_counter` time `t0`: its sequence number, in flight until `complete`."""
-        with self.lock:
-            n = seqs.issued = seqs.issued + 1
-            seqs.inflight[n] = (t0, op)
+        n = next(seqs.numbers)
+        seqs.inflight[n] = (t0, op)
         return n
 
     def complete(self, seqs: GroupSeqs, n: int, op: str, nbytes: int, seconds: float, blocked: float) -> None:
-        """Collective `n` of `seqs` completed: one call of `nbytes`, `seconds` long, `blocked` of it exposed."""
+        """Collective `n` of `seqs` completed: one call of `nbytes`, `seconds` long, `blocked` of it exposed.
+
+        The hot path of every collective: one lock round and no further calls once the entry exists.
+        """
         with self.lock:
             if seqs.inflight.pop(n, None) is not None:
                 seqs.completed += 1
-            self._add(op, seqs.label, 1, nbytes, seconds, blocked)
+            entry = seqs.totals.get(op) or self._entry(seqs, op)
+            entry[0] += seconds
+            entry[1] += 1
+            entry[2] += nbytes
+            self.comm_wait += blocked
 
     def add_collective(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
-        """Add to the (op, group) totals and to the exposed wait, outside the sequence numbers."""
+        """Add to the (op, group) totals and to the exposed wait, outside the sequence numbers (the demo)."""
         with self.lock:
-            self._add(op, group, calls, nbytes, seconds, blocked)
+            entry = self.collectives.setdefault((op, group), [0.0, 0, 0])
+            entry[0] += seconds
+            entry[1] += calls
+            entry[2] += nbytes
+            self.comm_wait += blocked
 
-    def _add(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
-        entry = self.collectives.get((op, group))
-        if entry is None:
-            entry = self.collectives[(op, group)] = [0.0, 0, 0]
-        entry[0] += seconds
-        entry[1] += calls
-        entry[2] += nbytes
-        self.comm_wait += blocked
+    def _entry(self, seqs: GroupSeqs, op: str) -> list[float]:
+        seqs.totals[op] = self.collectives.setdefault((op, seqs.label), [0.0, 0, 0])
+        return seqs.totals[op]
 
     def _sequences(self) -> tuple[tuple[GroupSeq, ...], tuple[Inflight, ...]]:
         """Under the lock: every group's numbers and, where one is in flight, its oldest (as Unix time)."""
         offset = time.time() - perf_counter()
         seqs, inflight = [], []
         for g in self.groups.values():
-            seqs.append(GroupSeq(group=g.label, issued=g.issued, completed=g.completed))
-            if g.inflight:
-                t0, op = next(iter(g.inflight.values()))
+            inflight_now = list(g.inflight.values())  # one C call: safe against a concurrent issue
+            seqs.append(GroupSeq(group=g.label, issued=g.completed + len(inflight_now), completed=g.completed))
+            if inflight_now:
+                t0, op = inflight_now[0]
                 inflight.append(Inflight(group=g.label, op=op, since=t0 + offset))
         return tuple(seqs), tuple(inflight)
 
