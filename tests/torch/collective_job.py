@@ -46,9 +46,11 @@ def direct(rank: int, world: int) -> Callable[[], None]:
     """Every collective of torch.distributed once per step; `CALLED` names them for the coverage test."""
     peer = (rank + 1) % world
     t = torch.ones(16)
+    pair = dist.new_group(list(range(world)), group_desc="pair")
 
     def step() -> None:
         dist.all_reduce(t)
+        dist.all_reduce(t, group=pair)
         dist.all_reduce(t, async_op=True).wait()
         dist.all_reduce_coalesced([t, torch.ones(4)])
         dist.all_gather([torch.empty(16) for _ in range(world)], t)

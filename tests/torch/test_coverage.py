@@ -43,6 +43,15 @@ def test_calls_and_bytes_match_the_profiler(results: dict[tuple[str, int], dict[
         assert all(issued == completed for _, issued, completed in seen["groups"]) and seen["inflight"] == 0, seen
 
 
+def test_every_member_labels_a_group_alike(results: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """The world group is `default_pg`; a new group is its description and torch's name for it, the same on
+    every member, so the rules can compare the members' sequence numbers."""
+    labels = [sorted((group, issued) for group, issued, _ in results[("direct", rank)]["groups"]) for rank in (0, 1)]
+
+    assert labels[0] == labels[1]
+    assert ["default_pg", "pair"] == [group.split(":")[0] for group, _ in labels[0]]
+
+
 def test_the_job_exercises_every_collective_of_the_installed_torch() -> None:
     """The wrapped list comes from the installed torch; a collective a new torch adds fails this test
     until the direct mode calls it."""
