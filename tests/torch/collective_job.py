@@ -37,7 +37,7 @@ DTYPE_BYTES = {"float": 4, "double": 8, "int": 4, "long int": 8, "unsigned char"
                "c10::Half": 2, "c10::BFloat16": 2, "short int": 2}
 
 
-def model() -> torch.nn.Module:
+def model() -> torch.nn.Sequential:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
 
@@ -106,12 +106,15 @@ def bound() -> Callable[[], None]:
     return step
 
 
-def training(module: torch.nn.Module) -> Callable[[], None]:
+def training(module: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+             ) -> Callable[[], None]:
+    """Steps of `module` (called through `forward`, its compiled form, when given)."""
     opt = torch.optim.SGD(module.parameters(), lr=0.05)
+    run = forward or module
     x = torch.randn(8, 16)
 
     def step() -> None:
-        module(x).sum().backward()
+        run(x).sum().backward()
         opt.step()
         opt.zero_grad()
 
@@ -126,7 +129,7 @@ def workload(mode: str, mon: TrainingMonitor, rank: int, world: int) -> Callable
     if mode in ("ddp", "compiled"):
         ddp = torch.nn.parallel.DistributedDataParallel(model())
         mon.watch(model=ddp)
-        return training(torch.compile(ddp, backend="aot_eager") if mode == "compiled" else ddp)
+        return training(ddp, torch.compile(ddp, backend="aot_eager") if mode == "compiled" else None)
     if mode == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -138,7 +141,8 @@ def workload(mode: str, mon: TrainingMonitor, rank: int, world: int) -> Callable
         mesh = init_device_mesh("cpu", (world,))
         net = model()
         fully_shard(net[0], mesh=mesh)
-        return training(fully_shard(net, mesh=mesh))
+        fully_shard(net, mesh=mesh)
+        return training(net)
     raise ValueError(f"unknown mode {mode}")
 
 
