@@ -110,7 +110,7 @@ def training(module: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Te
              ) -> Callable[[], None]:
     """Steps of `module` (called through `forward`, its compiled form, when given)."""
     opt = torch.optim.SGD(module.parameters(), lr=0.05)
-    run = forward or module
+    run = module if forward is None else forward
     x = torch.randn(8, 16)
 
     def step() -> None:
