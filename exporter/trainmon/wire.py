@@ -64,23 +64,6 @@ class Collective:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GroupSeq:
-    group: str
-    issued: int
-    completed: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Inflight:
-    group: str
-    op: str
-    since: float
-
-
-EXIT_REASONS = ("clean", "error")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """One decoded message: the identity of a rank's process and its cumulative values."""
 
@@ -117,9 +100,6 @@ class Report:
     parallel: Mapping[str, int] = field(default_factory=dict)
     cuda_alloc_retries: int | None = None
     cuda_ooms: int | None = None
-    group_seqs: tuple[GroupSeq, ...] = ()
-    inflight: tuple[Inflight, ...] = ()
-    exit_reason: str = "clean"
 
     @property
     def incarnation(self) -> tuple[int, float]:
@@ -141,11 +121,7 @@ def encode(report: Report) -> bytes:
         "group_sizes": dict(report.group_sizes), "skipped_steps": report.skipped_steps,
         "nonfinite_losses": report.nonfinite_losses, "nccl_env": dict(report.nccl_env),
         "parallel": dict(report.parallel),
-        "groups": [[g.group, g.issued, g.completed] for g in report.group_seqs],
-        "inflight": [[i.group, i.op, i.since] for i in report.inflight],
     }
-    if report.kind == "bye":
-        msg["exit_reason"] = report.exit_reason
     optional = {"sent_at": report.sent_at, "last_step": report.last_step, "phase": report.phase,
                 "loss_scale": report.loss_scale, "loss": report.loss, "grad_norm": report.grad_norm}
     msg.update((k, v) for k, v in optional.items() if v is not None)
@@ -229,9 +205,6 @@ def validate(msg: Mapping[str, object]) -> Report:
         parallel=_parallel(msg),
         cuda_alloc_retries=_count(cuda, "alloc_retries"),
         cuda_ooms=_count(cuda, "ooms"),
-        group_seqs=_group_seqs(msg),
-        inflight=_inflight(msg),
-        exit_reason=_choice(msg, "exit_reason", EXIT_REASONS) or "clean",
     )
 
 
@@ -382,27 +355,3 @@ def _parallel(msg: Mapping[str, object]) -> dict[str, int]:
     if any(k not in PARALLEL_KEYS for k in raw):
         raise MessageRejected("range", "unknown parallel key")
     return {k: _int(raw, k, required=True, hi=MAX_ID) or 0 for k in raw}
-
-
-def _entries(msg: Mapping[str, object], key: str, width: int) -> list[list[object]]:
-    raw = _get(msg, key, (list,), False) or []
-    assert isinstance(raw, list)
-    if len(raw) > MAX_GROUPS + 1:
-        raise MessageRejected("range", f"{len(raw)} {key} entries")
-    if not all(isinstance(e, list) and len(e) == width for e in raw):
-        raise MessageRejected("schema", f"{key} entry of the wrong shape")
-    return raw
-
-
-def _group_seqs(msg: Mapping[str, object]) -> tuple[GroupSeq, ...]:
-    return tuple(GroupSeq(group=_text_value("group", g, required=True) or "",
-                          issued=_int_value("issued", i, required=True, hi=MAX_COUNT) or 0,
-                          completed=_int_value("completed", c, required=True, hi=MAX_COUNT) or 0)
-                 for g, i, c in _entries(msg, "groups", 3))
-
-
-def _inflight(msg: Mapping[str, object]) -> tuple[Inflight, ...]:
-    return tuple(Inflight(group=_text_value("group", g, required=True) or "",
-                          op=_choice_value("op", op, OPS) or "other",
-                          since=_seconds_value("since", t, required=True, hi=MAX_UNIX_TIME) or 0.0)
-                 for g, op, t in _entries(msg, "inflight", 3))

@@ -8,7 +8,6 @@ directory that cannot be made fails this collector with the reason while the oth
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -104,7 +103,6 @@ def rank_families(ranks: Iterable[RankState]) -> list[Metric]:
     out.append(_step_histogram(reports))
     out.extend(_collective_families(reports))
     out.extend(_label_families(reports))
-    out.extend(_sequence_families(reports))
     return out
 
 
@@ -123,8 +121,7 @@ def ingest_families(view: TableView) -> list[Metric]:
     for reason, n in sorted(view.evicted.items()):
         evicted.add_metric([reason], n)
     exits = counter("train_rank_exits_total",
-                    "Ranks that left: clean (said goodbye), error (an uncaught exception) or lost (silent for "
-                    "--rank-ttl).", ("job_id", "reason"))
+                    "Ranks that left: clean (said goodbye) or lost (silent for --rank-ttl).", ("job_id", "reason"))
     for (job_id, reason), n in sorted(view.exits.items()):
         exits.add_metric([job_id, reason], n)
     return [messages, coalesced, rejected, live, evicted, exits]
@@ -146,10 +143,8 @@ def _step_histogram(reports: Iterable[Report]) -> Metric:
 
 def _collective_families(reports: Iterable[Report]) -> list[Metric]:
     labels = (*RANK, "op", "group")
-    time_ = counter("nccl_time_seconds_total", "Time in collectives: blocking calls from call to return; async "
-                    "ones from the call until wait()/is_completed() or the step end saw them done; DDP buckets "
-                    "from the comm hook to its future (the default hook's division included); on CUDA between "
-                    "events around them. Waiting for peers included.", labels)
+    time_ = counter("nccl_time_seconds_total", "Time in collectives, launch to completion, waiting for peers "
+                    "included.", labels)
     calls = counter("nccl_calls_total", "Collective calls.", labels)
     sent = counter("nccl_bytes_total", "Bytes of the collectives' input tensors.", labels)
     size = gauge("nccl_group_size", "Ranks in the process group.", (*RANK, "group"))
@@ -162,24 +157,6 @@ def _collective_families(reports: Iterable[Report]) -> list[Metric]:
         for group, n in sorted(r.group_sizes.items()):
             size.add_metric([*_key(r), group], n)
     return [time_, calls, sent, size]
-
-
-def _sequence_families(reports: Iterable[Report]) -> list[Metric]:
-    labels = (*RANK, "group")
-    issued = counter("nccl_issued_total", "Collectives this rank has issued on the group (its sequence number).",
-                     labels)
-    completed = counter("nccl_completed_total", "Collectives this rank has seen complete on the group.", labels)
-    oldest = gauge("nccl_inflight_oldest_seconds",
-                   "Age of the oldest issued-but-not-completed collective on the group; absent when none.",
-                   (*labels, "op"))
-    now = time.time()
-    for r in reports:
-        for g in r.group_seqs:
-            issued.add_metric([*_key(r), g.group], g.issued)
-            completed.add_metric([*_key(r), g.group], g.completed)
-        for i in r.inflight:
-            oldest.add_metric([*_key(r), i.group, i.op], max(0.0, now - i.since))
-    return [issued, completed, oldest]
 
 
 def _label_families(reports: Iterable[Report]) -> list[Metric]:

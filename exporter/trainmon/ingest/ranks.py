@@ -138,7 +138,7 @@ class RankTable:
             self._messages += 1
             if report.kind == "bye":
                 self._ranks.pop(key, None)
-                self._count_exit(report.job_id, report.exit_reason)
+                self._count_exit(report.job_id, "clean")
             else:
                 self._ranks[key] = state
 
