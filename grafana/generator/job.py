@@ -180,6 +180,19 @@ def _communication(b: Board) -> Board:
             Query(_busbw("all_gather|reduce_scatter", "({n} - 1) / {n}"), "{{op}} {{group}}"),
             Query(_algbw("broadcast|all_to_all|send_recv|barrier|other"), "{{op}} {{group}}"),
         ),
+        graph(
+            "Collectives in flight",
+            "Age of each rank's oldest collective issued but not completed, per process group (absent when none). "
+            "Ages that grow together while one rank has none: that rank holds the others (TrainmonCollectiveHang).",
+            "s",
+            Query(f"trainmon_nccl_inflight_oldest_seconds{{{R}}}", "rank {{rank}} {{group}} {{op}}"),
+        ),
+        graph(
+            "Collectives behind the group",
+            "How many collectives each rank has issued fewer than the most advanced rank of its process group.",
+            "short",
+            Query(f"rank_group:trainmon_nccl_issued:lag{{{R}}}", "rank {{rank}} {{group}}"),
+        ),
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from .config import RulesConfig
 from .model import Alert, Group
+from .recording import NOT_OTHER
 
 ON_RANK = "on (instance, job, job_id, rank)"
 # NVML throttle reasons spelled `thermal`, `hw_thermal_slowdown`, `sw_thermal_slowdown`, ...
@@ -337,6 +338,59 @@ unless {ON_RANK}
     ]
 
 
+def collective_alerts(c: RulesConfig) -> list[Alert]:
+    """`TrainmonCollectiveHang`: a group whose oldest collective is in flight past the threshold.
+
+    Either some member has issued fewer collectives (the alert names it, ranks in a phase excepted),
+    or every member waits and none lags (one alert per group: the network or NCCL).
+    """
+    hung = f"job_id_group:trainmon_nccl_inflight_oldest_seconds:max > {c.collective_hang_seconds}"
+    waiting = c.m("trainmon_nccl_inflight_oldest_seconds", NOT_OTHER)
+    summary = "A collective has been in flight for too long: the job is hung."
+    return [
+        Alert(
+            alert="TrainmonCollectiveHang",
+            expr=f"""
+(
+    rank_group:trainmon_nccl_issued:lag > 0
+  {not_in_phase(c)}
+  and on (job, job_id, group)
+    {hung}
+)
+* on (instance, job, job_id, rank) group_left (uuid)
+  rank:trainmon_train_rank_info:max""",
+            severity="critical",
+            labels=(("cause", "lagging_rank"),),
+            summary=summary,
+            description=(
+                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU "
+                "{{ $labels.uuid }}) has issued {{ $value }} fewer collectives on group {{ $labels.group }} "
+                f"than its peers, who have waited in one for over {c.collective_hang_seconds}s: it holds the "
+                "job. Dump its stack (py-spy dump) and the NCCL flight recorder."
+            ),
+        ),
+        Alert(
+            alert="TrainmonCollectiveHang",
+            expr=f"""
+  count without (instance, rank, op) ({waiting} > {c.collective_hang_seconds})
+== on (job, job_id, group)
+  job_id_group:trainmon_nccl_members:count
+and on (job, job_id, group)
+  job_id_group:trainmon_nccl_issued:spread == 0
+unless on (job, job_id)
+  {c.m('trainmon_train_phase')} == 1""",
+            severity="critical",
+            labels=(("cause", "network_or_nccl"),),
+            summary=summary,
+            description=(
+                "All {{ $value }} ranks of group {{ $labels.group }} of job {{ $labels.job_id }} have waited "
+                f"in the same collective for over {c.collective_hang_seconds}s and none lags: suspect the "
+                "network or NCCL (check the fabric alerts and the NCCL flight recorder)."
+            ),
+        ),
+    ]
+
+
 def fabric_alerts(c: RulesConfig) -> list[Alert]:
     state = c.m("trainmon_infiniband_state_id")
     return [
@@ -392,6 +446,7 @@ def alert_groups(c: RulesConfig) -> list[Group]:
         "trainmon.exporter": exporter_alerts(c),
         "trainmon.gpu": gpu_alerts(c),
         "trainmon.training": training_alerts(c),
+        "trainmon.collectives": collective_alerts(c),
         "trainmon.fabric": fabric_alerts(c),
     }
     return [

@@ -31,6 +31,9 @@ class RulesConfig:
     # A live rank, not in a phase, with no finished step for this long is stalled. Raise it for jobs
     # whose steps take longer than a few minutes.
     stall_seconds: int = 900
+    # A collective in flight this long on a group is a hang (SPEC §6). Raise it above your longest
+    # legitimate wait outside a phase (a slow rank's checkpoint that is not inside mon.phase).
+    collective_hang_seconds: int = 300
     # Throughput below this fraction of the job's own average over the baseline window regressed.
     throughput_floor_ratio: float = 0.75
     baseline_window: str = "1h"

@@ -27,6 +27,8 @@ STEP_SHARES = (
     ("trainmon_nccl_time", "rank:trainmon_nccl_time_seconds:rate5m"),
     ("trainmon_train_compute", "rank:trainmon_train_compute_seconds:rate5m"),
 )
+# The `other` group folds each rank's unrelated groups together: its members are not one group.
+NOT_OTHER = 'group!="other"'
 STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
 
 
@@ -148,6 +150,40 @@ clamp_min(
     return Group(name="trainmon.training.rules", rules=rules)
 
 
+def collectives_group(c: RulesConfig) -> Group:
+    """Ranks of one process group compared across nodes: who has issued fewer collectives, and how
+    long the group's oldest collective has been in flight. The `other` group folds unrelated groups
+    of each rank together, so it is left out."""
+    issued = c.m("trainmon_nccl_issued_total", NOT_OTHER)
+    waiting = c.m("trainmon_nccl_inflight_oldest_seconds", NOT_OTHER)
+    return Group(
+        name="trainmon.collectives.rules",
+        rules=[
+            Record(record="job_id_group:trainmon_nccl_issued:max", expr=f"max without (instance, rank) ({issued})"),
+            Record(
+                record="job_id_group:trainmon_nccl_issued:spread",
+                expr=f"job_id_group:trainmon_nccl_issued:max - min without (instance, rank) ({issued})",
+            ),
+            # How many collectives each rank is behind the most advanced member of its group.
+            Record(
+                record="rank_group:trainmon_nccl_issued:lag",
+                expr=f"""
+  job_id_group:trainmon_nccl_issued:max
+- on (job, job_id, group) group_right
+  {issued}""",
+            ),
+            Record(
+                record="job_id_group:trainmon_nccl_members:count",
+                expr=f"count without (instance, rank) ({issued})",
+            ),
+            Record(
+                record="job_id_group:trainmon_nccl_inflight_oldest_seconds:max",
+                expr=f"max without (instance, rank, op) ({waiting})",
+            ),
+        ],
+    )
+
+
 def nvme_group(c: RulesConfig) -> Group:
     requests = (
         f"rate({c.m('trainmon_nvme_reads_completed_total')}[5m])"
@@ -217,4 +253,5 @@ count by (job, {owner}) (
 
 
 def recording_groups(c: RulesConfig) -> list[Group]:
-    return [gpu_group(c), training_group(c), nvme_group(c), ownership_group(c), efficiency_group(c)]
+    return [gpu_group(c), training_group(c), collectives_group(c), nvme_group(c), ownership_group(c),
+            efficiency_group(c)]

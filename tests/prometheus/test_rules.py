@@ -20,7 +20,7 @@ SPEC_ALERTS = {
     "TrainmonGPUIdleDuringTraining", "TrainmonCommunicationBound", "TrainmonTrainingStalled",
     "TrainmonRankLost", "TrainmonThroughputRegression", "TrainmonStragglerRank", "TrainmonLossScaleCollapse",
     "TrainmonLossNonFinite", "TrainmonDataLoaderBound", "TrainmonInfinibandLinkDown", "TrainmonInfinibandErrors",
-    "TrainmonNVMeLatencyHigh",
+    "TrainmonNVMeLatencyHigh", "TrainmonCollectiveHang",
 }  # fmt: skip
 SEVERITIES = {"critical", "warning", "info"}
 RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$")

@@ -7,7 +7,8 @@ gradient itself, one of them async, waited through `Work.wait()` or its future) 
 process group: for kill and hang tests).
 Per-rank knobs come from the environment: JOB_SLEEP_BEFORE_COMM (seconds this rank sleeps before
 its collectives: a straggler), JOB_STEP_SLEEP (seconds per step), JOB_HANG_AT (the step that never
-ends), JOB_USER_HOOK (register a DDP comm hook of our own after `watch`), JOB_KILL_AT (the step
+ends), JOB_RAISE_AT (the step whose body raises an uncaught exception),
+JOB_USER_HOOK (register a DDP comm hook of our own after `watch`), JOB_KILL_AT (the step
 at which the rank SIGKILLs itself), JOB_HOLD (hold the monitor open
 after the last step until OUT_DIR/release exists, so a test can read the daemon before the goodbye).
 The final parameters are written to OUT_DIR/params-<rank>.bin and the last report to
@@ -46,6 +47,7 @@ def main(mode: str, steps: int, out: Path) -> None:
     step_sleep = float(os.environ.get("JOB_STEP_SLEEP", "0"))
     hang_at = int(os.environ.get("JOB_HANG_AT", "-1"))
     kill_at = int(os.environ.get("JOB_KILL_AT", "-1"))
+    raise_at = int(os.environ.get("JOB_RAISE_AT", "-1"))
     if mode != "solo":
         dist.init_process_group("gloo")
     model, data = model_and_data(rank)
@@ -68,6 +70,8 @@ def main(mode: str, steps: int, out: Path) -> None:
         with mon.step(samples=len(x), tokens=len(x) * 16) as step:
             if i == hang_at:
                 time.sleep(3600)
+            if i == raise_at:
+                raise RuntimeError(f"planted failure at step {i}")
             loss = torch.nn.functional.mse_loss(model(x), y)
             opt.zero_grad()
             loss.backward()

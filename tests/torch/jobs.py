@@ -49,8 +49,9 @@ def finish(procs: list[subprocess.Popen[bytes]], out: Path, timeout: float = 120
 
 
 def run_job(mode: str, steps: int, out: Path, *, env: Mapping[str, str],
-            rank_env: Mapping[int, Mapping[str, str]] | None = None) -> None:
-    finish(start_job(mode, steps, out, env=env, rank_env=rank_env), out)
+            rank_env: Mapping[int, Mapping[str, str]] | None = None, ranks: int = 2,
+            module: str = "tests.torch.gloo_job") -> None:
+    finish(start_job(mode, steps, out, env=env, rank_env=rank_env, ranks=ranks, module=module), out)
 
 
 def samples(text: str, name: str, **match: str) -> dict[tuple[tuple[str, str], ...], float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import socket
 import sys
+import threading
 import types
 from collections.abc import Iterator
 
@@ -176,18 +177,18 @@ def test_send_failures_are_counted_never_raised(error: OSError) -> None:
 
 
 def test_names_bound_at_import_time_are_patched_and_restored(transport: ListTransport) -> None:
-    """Like Megatron's `dist_reduce_scatter_func = torch.distributed.reduce_scatter_tensor`."""
+    """Like DeepSpeed's `from torch.distributed import reduce_scatter_single` at import time."""
     framework = types.ModuleType("framework_under_test")
-    framework.dist_reduce_scatter_func = dist.reduce_scatter_tensor  # type: ignore[attr-defined]
+    framework.dist_reduce_scatter_func = dist.reduce_scatter_single  # type: ignore[attr-defined]
     sys.modules[framework.__name__] = framework
     try:
         mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
         patched = framework.dist_reduce_scatter_func  # type: ignore[attr-defined]
         mon.close()
 
-        assert patched is not dist.reduce_scatter_tensor
-        assert patched.__trainmon_original__ is dist.reduce_scatter_tensor
-        assert framework.dist_reduce_scatter_func is dist.reduce_scatter_tensor  # type: ignore[attr-defined]
+        assert patched is not dist.reduce_scatter_single
+        assert patched.__trainmon_original__ is dist.reduce_scatter_single
+        assert framework.dist_reduce_scatter_func is dist.reduce_scatter_single  # type: ignore[attr-defined]
     finally:
         del sys.modules[framework.__name__]
 
@@ -221,3 +222,26 @@ def test_udp_transport_from_the_environment() -> None:
         last = wire.decode(receiver.recv(wire.MAX_DATAGRAM))
 
     assert ("udp", 3, "report", "bye") == (first.job_id, first.rank, first.kind, last.kind)
+
+
+def test_an_uncaught_exception_in_a_thread_makes_the_goodbye_say_error(transport: ListTransport) -> None:
+    """threading.excepthook is chained (the previous hook still runs) and restored at close."""
+    seen: list[type[BaseException]] = []
+
+    def previous(args: threading.ExceptHookArgs) -> None:
+        seen.append(args.exc_type)
+
+    original, threading.excepthook = threading.excepthook, previous
+    try:
+        mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
+        clean = mon.report().exit_reason
+        worker = threading.Thread(target=lambda: 1 / 0)
+        worker.start()
+        worker.join()
+        mon.close()
+        restored = threading.excepthook
+    finally:
+        threading.excepthook = original
+
+    assert ("clean", [ZeroDivisionError], previous) == (clean, seen, restored)
+    assert ("bye", "error") == (wire.decode(transport.sent[-1]).kind, wire.decode(transport.sent[-1]).exit_reason)

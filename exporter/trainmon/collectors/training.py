@@ -167,8 +167,10 @@ def _step_histogram(reports: Iterable[Report]) -> Metric:
 
 def _collective_families(reports: Iterable[Report]) -> list[Metric]:
     labels = (*RANK, "op", "group")
-    time_ = counter("nccl_time_seconds_total", "Time in collectives, launch to completion, waiting for peers "
-                    "included.", labels)
+    time_ = counter("nccl_time_seconds_total", "Time in collectives: blocking calls from call to return; async "
+                    "ones from the call until wait()/is_completed() or the step end saw them done; DDP buckets "
+                    "from the comm hook to its future (the default hook's division included); on CUDA between "
+                    "events around them. Waiting for peers included.", labels)
     calls = counter("nccl_calls_total", "Collective calls.", labels)
     sent = counter("nccl_bytes_total", "Bytes of the collectives' input tensors.", labels)
     size = gauge("nccl_group_size", "Ranks in the process group.", (*RANK, "group"))

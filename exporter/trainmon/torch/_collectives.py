@@ -1,24 +1,35 @@
-"""Time in collectives: wrappers around `torch.distributed` functions and a DDP comm hook.
+"""Collectives: per-group sequence numbers, in-flight age and time, around `torch.distributed`.
 
-Per call the wrapper counts the call and its input bytes, then times it without syncing:
+Which functions: every public `torch.distributed` function of the installed torch that takes a
+`group` and is named after a collective (`collective_functions`), except those that only forward
+to another one (`all_gather_into_tensor` -> `all_gather_single`, `send` -> `isend`, the object
+collectives -> `all_gather`/`broadcast`/...): those are counted once, by the function they call.
+That covers the `*_single` and `*_coalesced` forms FSDP2 and others use. Names a framework bound
+at import time (`dist_reduce_scatter_func = torch.distributed.reduce_scatter_tensor`) are found by
+scanning `sys.modules` for the original function objects.
 
-* CPU tensors (gloo): `perf_counter` around blocking calls; an async call returns a `TimedWork`
-  whose `wait()`/`is_completed()` counts it and stamps completion (no `Future.then`: it costs
-  40-50 µs), and works nobody waited on are counted and stamped at the next step end.
+Per call the wrapper issues the next sequence number of the group (in flight from here), then:
+
+* a blocking call on CPU tensors (gloo) completes when it returns; its time is `perf_counter`
+  around the call;
+* an async call returns the original `Work` (frameworks check `isinstance(work, Work)`); `Work.wait`
+  and `Work.is_completed` are patched on the class, so whoever first sees it done (a `wait()` or
+  `is_completed()`, or the poll at the step end and before every report) completes and times it.
+  No `Future.then`: it costs 40-50 µs. A coalesced call that returns a `Future` is polled by `done()`;
 * CUDA tensors: an event pair on the current stream (before the call, and after it or after
-  `wait()`), resolved later by `DeviceSpans.poll()`.
+  `wait()`); the collective completes when the end event has passed, polled, never synchronised.
 
 `comm_wait` (exposed time) is the time the training thread was blocked: a blocking call, a
-`wait()`, or DDP's end-of-backward wait for its last bucket. Names a framework bound at import time
-(`dist_reduce_scatter_func = torch.distributed.reduce_scatter_tensor`) are found by scanning
-`sys.modules` for the original function objects.
+`wait()`, or DDP's end-of-backward wait for its last bucket.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
@@ -26,35 +37,20 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from trainmon.torch._state import RankState
+from trainmon.torch._state import GroupSeqs, RankState
 from trainmon.torch._timing import DeviceSpans
 
 MAX_PENDING_WORKS = 1024
 MAX_CACHED_GROUPS = 256
-
-# function -> (SPEC op, name of the argument whose size counts as the collective's bytes)
-FUNCTIONS: dict[str, tuple[str, str | None]] = {
-    "all_reduce": ("all_reduce", "tensor"),
-    "reduce_scatter": ("reduce_scatter", "input_list"),
-    "reduce_scatter_tensor": ("reduce_scatter", "input"),
-    "_reduce_scatter_base": ("reduce_scatter", "input"),
-    "all_gather": ("all_gather", "tensor"),
-    "all_gather_into_tensor": ("all_gather", "input_tensor"),
-    "_all_gather_base": ("all_gather", "input_tensor"),
-    "broadcast": ("broadcast", "tensor"),
-    "all_to_all": ("all_to_all", "input_tensor_list"),
-    "all_to_all_single": ("all_to_all", "input"),
-    "send": ("send_recv", "tensor"),
-    "recv": ("send_recv", "tensor"),
-    "isend": ("send_recv", "tensor"),
-    "irecv": ("send_recv", "tensor"),
-    "barrier": ("barrier", None),
-    "reduce": ("other", "tensor"),
-    "gather": ("other", "tensor"),
-    "scatter": ("other", "tensor"),
-}
+# The argument whose tensors count as a collective's bytes: the first of these in its signature.
+PAYLOAD_NAMES = ("tensor", "input", "input_tensor", "input_tensor_list", "input_list", "tensors")
+OP_PREFIXES = (("all_reduce", "all_reduce"), ("reduce_scatter", "reduce_scatter"), ("all_gather", "all_gather"),
+               ("all_to_all", "all_to_all"), ("broadcast", "broadcast"), ("isend", "send_recv"),
+               ("irecv", "send_recv"), ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "other"),
+               ("gather", "other"), ("scatter", "other"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +61,39 @@ class Spec:
     group_index: int
 
 
-def _spec(fn: Callable[..., Any], op: str, payload: str | None) -> Spec:
+def op_of(name: str) -> str | None:
+    """The SPEC `op` a `torch.distributed` function name stands for, or None for a non-collective."""
+    if "barrier" in name.split("_"):
+        return "barrier"
+    return next((op for prefix, op in OP_PREFIXES if name == prefix or name.startswith(prefix + "_")), None)
+
+
+def collective_functions(module: Any = distributed_c10d) -> dict[str, tuple[Callable[..., Any], Spec]]:
+    """The collectives of `module` (torch's `distributed_c10d`) that do the work themselves, by name."""
+    found: dict[str, Callable[..., Any]] = {}
+    for name in getattr(module, "__all__", ()):
+        fn = vars(module).get(name)
+        if type(fn) is types.FunctionType and op_of(name) is not None and "group" in inspect.signature(fn).parameters:
+            found[name] = getattr(fn, "__trainmon_original__", fn)
+    out = {}
+    for name, fn in found.items():
+        globals_used = {i.argval for i in dis.get_instructions(inspect.unwrap(fn)) if i.opname == "LOAD_GLOBAL"}
+        if not globals_used & (found.keys() - {name}):  # a forwarder is counted by the one it calls
+            out[name] = (fn, _spec(fn, op_of(name) or "other"))
+    return out
+
+
+def _spec(fn: Callable[..., Any], op: str) -> Spec:
     params = list(inspect.signature(fn).parameters)
+    payload = next((p for p in params if p in PAYLOAD_NAMES), None)
     return Spec(op, payload, params.index(payload) if payload else 10**6, params.index("group"))
 
 
 def _nbytes(payload: object) -> int:
     if isinstance(payload, torch.Tensor):
-        return payload.numel() * payload.element_size()
+        return payload.nbytes
     if isinstance(payload, (list, tuple)):
-        return sum(t.numel() * t.element_size() for t in payload if isinstance(t, torch.Tensor))
+        return sum(t.nbytes for t in payload if isinstance(t, torch.Tensor))
     return 0
 
 
@@ -84,60 +103,17 @@ def _is_cuda(payload: object) -> bool:
     return isinstance(payload, torch.Tensor) and payload.is_cuda
 
 
-def _group_label(pg: Any) -> str:
-    desc = getattr(pg, "group_desc", "")
-    if desc and desc != "undefined":
-        return str(desc)
-    return str(getattr(pg, "group_name", "") or "unnamed")
+def group_label(pg: Any) -> str:
+    """A label every member of the group computes alike: the default group's description, else
+    description and name (torch gives each new group the same name on all its members)."""
+    desc, name = str(getattr(pg, "group_desc", "") or ""), str(getattr(pg, "group_name", "") or "")
+    if desc == "default_pg" or not name:
+        return desc or "unnamed"
+    return f"{desc if desc and desc != 'undefined' else 'group'}:{name}"
 
 
-class TimedWork:
-    """Stands in for the `Work` of an async collective; completion is stamped on wait/is_completed."""
-
-    __slots__ = ("_done", "_event", "_group", "_nbytes", "_op", "_recorder", "_t0", "_work")
-
-    def __init__(self, work: Any, recorder: CollectiveRecorder, op: str, group: str, nbytes: int, t0: float,
-                 event: torch.cuda.Event | None) -> None:
-        self._work = work
-        self._recorder = recorder
-        self._op = op
-        self._group = group
-        self._nbytes = nbytes
-        self._t0 = t0
-        self._event = event
-        self._done = False
-
-    def wait(self, *args: Any, **kwargs: Any) -> Any:
-        t = perf_counter()
-        result = self._work.wait(*args, **kwargs)
-        if not self._done:
-            self._finish(perf_counter(), t, waited=True)
-        return result
-
-    def is_completed(self) -> bool:
-        completed = self._work.is_completed()
-        if completed and not self._done:
-            self._finish(perf_counter(), None, waited=False)
-        return bool(completed)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._work, name)
-
-    def _finish(self, now: float, blocked_since: float | None, waited: bool) -> None:
-        """Count the call; add its time: CPU at once, CUDA through an event pair and only after `wait()`."""
-        self._done = True
-        self._recorder._pending.pop(id(self), None)
-        op, group, add = self._op, self._group, self._recorder.state.add_collective
-        try:
-            if self._event is None:
-                add(op, group, 1, self._nbytes, now - self._t0,
-                    now - blocked_since if blocked_since is not None else 0.0)
-                return
-            add(op, group, 1, self._nbytes, 0.0, 0.0)
-            if waited:  # the current stream waits for the collective from here
-                self._recorder.spans.close(self._event, lambda s: add(op, group, 0, 0, s, 0.0))  # type: ignore[union-attr]
-        except Exception:
-            self._recorder.errors += 1
+# (work or future, its group, its sequence number, op, bytes, perf_counter at issue, CUDA start event)
+Pending = tuple[Any, GroupSeqs, int, str, int, float, "torch.cuda.Event | None"]
 
 
 class HookSlot:
@@ -156,20 +132,16 @@ class CollectiveRecorder:
         self.spans = spans
         self.suppressed = False  # set while our DDP hook runs its inner hook, so nothing counts twice
         self.errors = 0
-        self._groups: dict[int, tuple[str, Any]] = {}  # id(group) -> (label, group kept alive)
-        self._pending: dict[int, TimedWork] = {}  # async works not yet seen complete, by id
+        self._groups: dict[int, tuple[GroupSeqs | None, Any]] = {}  # id(group) -> (its numbers, group kept alive)
+        self._pending: dict[int, Pending] = {}  # async works not yet seen complete, by id; popping one claims it
         self._patches: list[tuple[dict[str, Any], str, Any, Any]] = []
+        self._work_methods: list[tuple[str, Any]] = []
 
     # -- patching -------------------------------------------------------------------------------
 
     def install(self) -> int:
         """Wrap the collectives wherever the original functions are bound; return how many names."""
-        wrappers: dict[int, tuple[Any, Any]] = {}
-        for name, (op, payload) in FUNCTIONS.items():
-            fn = getattr(dist, name, None)
-            if fn is None or hasattr(fn, "__trainmon_original__"):
-                continue
-            wrappers[id(fn)] = (fn, self._wrap(fn, _spec(fn, op, payload)))
+        wrappers = {id(fn): (fn, self._wrap(fn, spec)) for fn, spec in collective_functions().values()}
         for module in list(sys.modules.values()):
             try:  # sys.modules may hold objects whose attribute access runs code
                 namespace = vars(module)
@@ -183,6 +155,7 @@ class CollectiveRecorder:
                 if hit is not None and hit[0] is value:
                     namespace[key] = hit[1]
                     self._patches.append((namespace, key, value, hit[1]))
+        self._patch_work()
         return len(self._patches)
 
     def uninstall(self) -> None:
@@ -190,40 +163,86 @@ class CollectiveRecorder:
             if namespace.get(key) is wrapper:
                 namespace[key] = original
         self._patches.clear()
+        for name, original in self._work_methods:
+            setattr(dist.Work, name, original)
+        self._work_methods.clear()
+
+    def _patch_work(self) -> None:
+        """`Work.wait`/`is_completed` complete our pending works; other works pass straight through."""
+        pending, finish, complete = self._pending, self._finish, self.state.complete
+        original_wait, original_completed = dist.Work.wait, dist.Work.is_completed
+
+        @functools.wraps(original_wait)
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            entry = pending.pop(id(work), None) if pending else None  # popping claims it
+            if entry is None:
+                return original_wait(work, *args, **kwargs)
+            t = perf_counter()
+            try:
+                result = original_wait(work, *args, **kwargs)
+            finally:  # a wait that raised (timeout, peer gone) ends the collective too
+                now = perf_counter()
+                if entry[6] is None:  # CPU, inlined: this is the async hot path
+                    complete(entry[1], entry[2], entry[3], entry[4], now - entry[5], now - t)
+                else:
+                    finish(entry, now, t, waited=True)
+            return result
+
+        @functools.wraps(original_completed)
+        def is_completed(work: Any) -> bool:
+            done = original_completed(work)
+            if done and pending:
+                entry = pending.pop(id(work), None)
+                if entry is not None:
+                    finish(entry, perf_counter(), None, waited=False)
+            return bool(done)
+
+        self._work_methods = [("wait", original_wait), ("is_completed", original_completed)]
+        for name, method in (("wait", wait), ("is_completed", is_completed)):
+            setattr(dist.Work, name, method)
 
     def _wrap(self, fn: Callable[..., Any], spec: Spec) -> Callable[..., Any]:
         compiling = torch.compiler.is_compiling
-        work_type = dist.Work
-        op, payload_index, payload_name, group_index = spec.op, spec.payload_index, spec.payload_name, spec.group_index
-        add = self.state.add_collective
+        work_type, future_type = dist.Work, torch._C.Future
+        op, payload_index, group_index = spec.op, spec.payload_index, spec.group_index
+        payload_name = spec.payload_name or ""
+        complete, pending, groups, tensor_type = self.state.complete, self._pending, self._groups, torch.Tensor
 
         @functools.wraps(fn)
         def trainmon_collective(*args: Any, **kwargs: Any) -> Any:
             if self.suppressed or compiling():
                 return fn(*args, **kwargs)
-            try:
+            try:  # the hot path: lookups inlined, one lock round (in `complete`) per blocking call
                 payload = args[payload_index] if len(args) > payload_index else kwargs.get(payload_name)
-                group = self.group(args[group_index] if len(args) > group_index else kwargs.get("group"))
-                nbytes = _nbytes(payload)
+                group = args[group_index] if len(args) > group_index else kwargs.get("group")
+                hit = groups.get(id(group))
+                seqs = hit[0] if hit is not None else self.group(group)
+                if seqs is None:  # not a member: torch returns without communicating
+                    return fn(*args, **kwargs)
+                nbytes = payload.nbytes if type(payload) is tensor_type else _nbytes(payload)
                 event = self.spans.mark() if self.spans is not None and _is_cuda(payload) else None
+                t0 = perf_counter()
+                n = next(seqs.numbers)
+                seqs.inflight[n] = (t0, op)
             except Exception:
                 self.errors += 1
                 return fn(*args, **kwargs)
-            t0 = perf_counter()
-            result = fn(*args, **kwargs)
             try:
-                if isinstance(result, work_type):  # async: counted and timed when it completes
-                    work = TimedWork(result, self, op, group, nbytes, t0, event)
-                    self._pending[id(work)] = work
-                    if len(self._pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
-                        del self._pending[next(iter(self._pending))]
-                    return work
-                if event is None:  # CPU: the call blocked until the collective finished
+                result = fn(*args, **kwargs)
+            except BaseException:  # failed (peer gone, timeout): no longer in flight
+                seconds = perf_counter() - t0
+                complete(seqs, n, op, nbytes, seconds, seconds)
+                raise
+            try:
+                if result is not None and isinstance(result, (work_type, future_type)):  # async: when seen done
+                    pending[id(result)] = (result, seqs, n, op, nbytes, t0, event)
+                    if len(pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
+                        self._forget(next(iter(pending)))
+                elif event is None:  # CPU: the call blocked until the collective finished
                     seconds = perf_counter() - t0
-                    add(op, group, 1, nbytes, seconds, seconds)
+                    complete(seqs, n, op, nbytes, seconds, seconds)
                 else:  # CUDA: the current stream now waits for the collective, so all of it is exposed
-                    add(op, group, 1, nbytes, 0.0, 0.0)
-                    self.spans.close(event, lambda s: add(op, group, 0, 0, s, s))  # type: ignore[union-attr]
+                    self.spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, s or 0.0))  # type: ignore[union-attr]
             except Exception:
                 self.errors += 1
             return result
@@ -233,22 +252,55 @@ class CollectiveRecorder:
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
-    def group(self, group: Any) -> str:
+    def group(self, group: Any) -> GroupSeqs | None:
+        """The numbers of `group` (None = the default group); None where this rank is not a member."""
         hit = self._groups.get(id(group))
         if hit is None:
             if len(self._groups) > MAX_CACHED_GROUPS:  # a loop that makes groups as it goes
                 self._groups.clear()
-            pg = group if group is not None else dist.distributed_c10d._get_default_group()
-            hit = self._groups[id(group)] = (self.state.group_label(_group_label(pg), pg.size()), group)
+            pg = group if group is not None else distributed_c10d._get_default_group()
+            seqs = None
+            if isinstance(pg, dist.ProcessGroup):
+                seqs = self.state.sequences(self.state.group_label(group_label(pg), pg.size()))
+            hit = self._groups[id(group)] = (seqs, group)
         return hit[0]
 
+    def _finish(self, entry: Pending, now: float, blocked_since: float | None, waited: bool) -> None:
+        """Complete a claimed async collective: CPU timed at once, CUDA through its event pair after `wait()`."""
+        _, seqs, n, op, nbytes, t0, event = entry
+        complete = self.state.complete
+        try:
+            if event is None:
+                complete(seqs, n, op, nbytes, now - t0, now - blocked_since if blocked_since is not None else 0.0)
+            elif waited:  # the current stream waits for the collective from here
+                self.spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, 0.0))  # type: ignore[union-attr]
+            else:
+                complete(seqs, n, op, nbytes, 0.0, 0.0)
+        except Exception:
+            self.errors += 1
+
+    def _forget(self, key: int) -> None:
+        entry = self._pending.pop(key, None)
+        if entry is not None:
+            self.state.complete(entry[1], entry[2], entry[3], entry[4], 0.0, 0.0)
+
     def poll(self) -> None:
-        """At a step end: count async works that completed without anyone asking (CPU ones timed)."""
+        """Complete async collectives that finished without anyone asking (step end, and before each report)."""
         if not self._pending:
             return
-        now = perf_counter()
-        for work in [w for w in self._pending.values() if w._work.is_completed()]:
-            work._finish(now, None, waited=False)
+        for key, entry in list(self._pending.items()):  # one C call: safe against the training thread
+            try:
+                work = entry[0]
+                future = isinstance(work, torch._C.Future)
+                done = work.done() if future else dist.Work.is_completed(work)  # a Work completes itself
+            except Exception:  # a work that cannot say: stop tracking it rather than call it in flight forever
+                self.errors += 1
+                self._forget(key)
+                continue
+            if done and future:
+                claimed = self._pending.pop(key, None)
+                if claimed is not None:
+                    self._finish(claimed, perf_counter(), None, waited=False)
 
     # -- DDP ------------------------------------------------------------------------------------
 
@@ -259,12 +311,14 @@ class CollectiveRecorder:
         """
         if model._comm_hooks:
             return False
+        seqs = self.group(model.process_group)
+        if seqs is None:
+            return False
         slot = HookSlot(default_hooks.allreduce_hook, model.process_group)
-        group = self.group(model.process_group)
 
         # No annotations: DDP compares them with the real classes, and this module's are strings.
         def trainmon_ddp_comm_hook(state, bucket):  # type: ignore[no-untyped-def]
-            return self._time_bucket(slot, bucket, group)
+            return self._time_bucket(slot, bucket, seqs)
 
         model.register_comm_hook(None, trainmon_ddp_comm_hook)
 
@@ -276,31 +330,38 @@ class CollectiveRecorder:
         model.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
         return True
 
-    def _time_bucket(self, slot: HookSlot, bucket: dist.GradBucket, group: str) -> Any:
+    def _time_bucket(self, slot: HookSlot, bucket: dist.GradBucket, seqs: GroupSeqs) -> Any:
+        """One bucket: issued when DDP hands it over, complete when the hook's future is (the `.then`
+        DDP needs anyway), so the default hook's division by the world size is inside the time."""
+        complete = self.state.complete
         try:
             buffer = bucket.buffer()
-            self.state.add_collective("all_reduce", group, 1, buffer.numel() * buffer.element_size(), 0.0, 0.0)
+            nbytes = buffer.nbytes
             event = self.spans.mark() if self.spans is not None and buffer.is_cuda else None
-            t0 = perf_counter()
             last = bucket.is_last()
+            t0 = perf_counter()
+            n = self.state.issue(seqs, "all_reduce", t0)
         except Exception:
             self.errors += 1
             return slot.hook(slot.state, bucket)
         self.suppressed = True
         try:
             future = slot.hook(slot.state, bucket)
+        except BaseException:
+            complete(seqs, n, "all_reduce", nbytes, 0.0, 0.0)
+            raise
         finally:
             self.suppressed = False
 
         def done(fut: torch.futures.Future[Any]) -> Any:
             try:
                 # The last bucket's wait ends backward: its launch-to-completion is exposed.
-                add = self.state.add_collective
                 if event is not None:
-                    self.spans.close(event, lambda s: add("all_reduce", group, 0, 0, s, s if last else 0.0))  # type: ignore[union-attr]
+                    self.spans.close(event, lambda s: complete(  # type: ignore[union-attr]
+                        seqs, n, "all_reduce", nbytes, s or 0.0, (s or 0.0) if last else 0.0))
                 else:
                     seconds = perf_counter() - t0
-                    add("all_reduce", group, 0, 0, seconds, seconds if last else 0.0)
+                    complete(seqs, n, "all_reduce", nbytes, seconds, seconds if last else 0.0)
             except Exception:
                 self.errors += 1
             return fut.value()

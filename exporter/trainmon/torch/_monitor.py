@@ -12,6 +12,7 @@ import itertools
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from time import perf_counter
@@ -91,6 +92,8 @@ class TrainingMonitor:
         self._patches = Patches()
         self._collectives = CollectiveRecorder(self.state, self._spans)
         self._reporter: Reporter | None = None
+        self._previous_excepthook = sys.excepthook
+        self._previous_thread_excepthook = threading.excepthook
         if not self.enabled:
             return
         try:
@@ -104,6 +107,7 @@ class TrainingMonitor:
                                       interval_from_env(self._env))
             if (dist.is_available() and dist.is_initialized()) or "RANK" in self._env:
                 self._reporter.start()  # otherwise at watch() or the first step, once the rank is known
+            self._hook_exceptions()
             atexit.register(self.close)
         except Exception as exc:
             self._fail(exc)
@@ -216,7 +220,14 @@ class TrainingMonitor:
     # -- reporting --------------------------------------------------------------------------------
 
     def report(self, kind: str = "report") -> wire.Report:
-        """The current cumulative values, as the next datagram will carry them."""
+        """The current cumulative values, as the next datagram will carry them.
+
+        Collectives that completed since the last look are completed first (the reporter thread
+        calls this while the training thread may be blocked).
+        """
+        self._collectives.poll()
+        if self._spans is not None:
+            self._spans.poll()
         self._read_memory_stats()
         return self.state.report(self.identity, seq=next(self._seq), kind=kind)
 
@@ -233,6 +244,7 @@ class TrainingMonitor:
                 reporter.stop(bye=os.getpid() == self.identity.pid)
             self._collectives.uninstall()
             self._patches.restore()
+            self._unhook_exceptions()
         except Exception as exc:
             self._fail(exc)
         self.enabled = False
@@ -279,6 +291,26 @@ class TrainingMonitor:
         ident.uuid = env.get("TRAINMON_GPU_UUID", "") or _gpu_uuid()
         ident.parallel = {k: v for k, v in (self._parallel or _megatron_parallel()).items()
                           if k in wire.PARALLEL_KEYS and isinstance(v, int) and v >= 0}
+
+    def _hook_exceptions(self) -> None:
+        """An uncaught exception still runs atexit: chain the excepthooks so the goodbye says `error`."""
+        self._previous_excepthook, sys.excepthook = sys.excepthook, self._uncaught
+        self._previous_thread_excepthook, threading.excepthook = threading.excepthook, self._uncaught_in_thread
+
+    def _unhook_exceptions(self) -> None:
+        if sys.excepthook == self._uncaught:
+            sys.excepthook = self._previous_excepthook
+        if threading.excepthook == self._uncaught_in_thread:
+            threading.excepthook = self._previous_thread_excepthook
+
+    def _uncaught(self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        self.state.exit_reason = "error"
+        self._previous_excepthook(exc_type, exc, tb)
+
+    def _uncaught_in_thread(self, args: threading.ExceptHookArgs) -> None:
+        if not issubclass(args.exc_type, SystemExit):  # what the default hook ignores too
+            self.state.exit_reason = "error"
+        self._previous_thread_excepthook(args)
 
     def _fail(self, exc: BaseException) -> None:
         self.errors[0] += 1

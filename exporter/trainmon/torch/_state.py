@@ -1,8 +1,13 @@
 """The cumulative values of one rank, kept by the training thread and read by the sender.
 
 Standard library only (the demo's simulated ranks use it without PyTorch). Writers are the
-training thread and, for collectives, framework callback threads: `add_collective` takes a lock;
-the sender copies under the same lock, so a report is never torn mid-update.
+training thread and, for collectives, framework callback threads: `issue` and `complete` take a
+lock; the sender copies under the same lock, so a report is never torn mid-update.
+
+Every collective gets the next sequence number of its group when it is issued and moves the
+group's completed count when it completes; until then it is in flight, stamped with the
+`perf_counter` of its issue, so the report can say how old the oldest one is even while the
+training thread is blocked inside it.
 """
 
 from __future__ import annotations
@@ -42,9 +47,27 @@ class Identity:
 
 
 # The wire fields a report takes from the sender (the rest come from `Identity` and `RankState`).
-MESSAGE_FIELDS = frozenset({"kind", "pid", "seq", "sent_at", "exit_reason"})
+MESSAGE_FIELDS = frozenset({"kind", "pid", "seq", "sent_at"})
 IDENTITY_FIELDS = frozenset(f.name for f in fields(Identity)) - MESSAGE_FIELDS
 STATE_FIELDS = tuple(f.attr for f in FIELDS if f.attr not in MESSAGE_FIELDS | IDENTITY_FIELDS)
+
+
+class GroupSeqs:
+    """One process group's sequence numbers, its in-flight collectives and its per-op totals.
+
+    `numbers` hands out sequence numbers without a lock (`next()` on a count is atomic); every
+    issued number is in `inflight` (number -> (issued at, op); insertion order, so the first is the
+    oldest) until `complete` moves it into `completed`, so issued = completed + in flight.
+    """
+
+    __slots__ = ("completed", "inflight", "label", "numbers", "totals")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.numbers = itertools.count(1)
+        self.completed = 0
+        self.inflight: dict[int, tuple[float, str]] = {}
+        self.totals: dict[str, list[float]] = {}  # op -> the (op, label) entry of RankState.collectives
 
 
 class RankState:
@@ -70,9 +93,9 @@ class RankState:
         self.data_wait = 0.0
         self.model_flops: float | None = None
         self.collective_totals: dict[tuple[str, str], list[float]] = {}  # (op, group) -> [seconds, calls, bytes]
-        self.group_seqs: tuple[GroupSeq, ...] = ()
-        self.inflight: tuple[Inflight, ...] = ()
         self.group_sizes: dict[str, int] = {}
+        self.groups: dict[str, GroupSeqs] = {}
+        self.exit_reason = "clean"
         self.loss_scale: float | None = None
         self.skipped_steps = 0
         self.loss: float | None = None
@@ -135,16 +158,58 @@ class RankState:
         self.group_sizes.setdefault(label, size)
         return label
 
-    def add_collective(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
-        """Add to the (op, group) totals and to the exposed wait; one lock round per call."""
+    def sequences(self, label: str) -> GroupSeqs:
+        """The sequence numbers of the group called `label` (from `group_label`)."""
+        seqs = self.groups.get(label)
+        if seqs is None:
+            seqs = self.groups.setdefault(label, GroupSeqs(label))
+        return seqs
+
+    @staticmethod
+    def issue(seqs: GroupSeqs, op: str, t0: float) -> int:
+        """A collective issued at `perf_counter` time `t0`: its sequence number, in flight until `complete`."""
+        n = next(seqs.numbers)
+        seqs.inflight[n] = (t0, op)
+        return n
+
+    def complete(self, seqs: GroupSeqs, n: int, op: str, nbytes: int, seconds: float, blocked: float) -> None:
+        """Collective `n` of `seqs` completed: one call of `nbytes`, `seconds` long, `blocked` of it exposed.
+
+        The hot path of every collective: one lock round and no further calls once the entry exists.
+        """
         with self.lock:
-            entry = self.collective_totals.get((op, group))
-            if entry is None:
-                entry = self.collective_totals[(op, group)] = [0.0, 0, 0]
+            if seqs.inflight.pop(n, None) is not None:
+                seqs.completed += 1
+            entry = seqs.totals.get(op) or self._entry(seqs, op)
+            entry[0] += seconds
+            entry[1] += 1
+            entry[2] += nbytes
+            self.comm_wait += blocked
+
+    def add_collective(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
+        """Add to the (op, group) totals and to the exposed wait, outside the sequence numbers (the demo)."""
+        with self.lock:
+            entry = self.collective_totals.setdefault((op, group), [0.0, 0, 0])
             entry[0] += seconds
             entry[1] += calls
             entry[2] += nbytes
             self.comm_wait += blocked
+
+    def _entry(self, seqs: GroupSeqs, op: str) -> list[float]:
+        seqs.totals[op] = self.collective_totals.setdefault((op, seqs.label), [0.0, 0, 0])
+        return seqs.totals[op]
+
+    def _sequences(self) -> tuple[tuple[GroupSeq, ...], tuple[Inflight, ...]]:
+        """Under the lock: every group's numbers and, where one is in flight, its oldest (as Unix time)."""
+        offset = time.time() - perf_counter()
+        seqs, inflight = [], []
+        for g in self.groups.values():
+            inflight_now = list(g.inflight.values())  # one C call: safe against a concurrent issue
+            seqs.append(GroupSeq(group=g.label, issued=g.completed + len(inflight_now), completed=g.completed))
+            if inflight_now:
+                t0, op = inflight_now[0]
+                inflight.append(Inflight(group=g.label, op=op, since=t0 + offset))
+        return tuple(seqs), tuple(inflight)
 
     @property
     def collectives(self) -> tuple[Collective, ...]:
@@ -152,16 +217,23 @@ class RankState:
                      for (op, group), v in self.collective_totals.items())
 
     @property
+    def group_seqs(self) -> tuple[GroupSeq, ...]:
+        return self._sequences()[0]
+
+    @property
+    def inflight(self) -> tuple[Inflight, ...]:
+        return self._sequences()[1]
+
+    @property
     def step_buckets(self) -> tuple[int, ...]:
         return tuple(itertools.accumulate(self.bucket_counts))
 
-    def report(self, identity: Identity, *, seq: int, kind: str = "report", exit_reason: str = "clean") -> Report:
+    def report(self, identity: Identity, *, seq: int, kind: str = "report") -> Report:
         """The report of this process now; `pid` is the caller's real one (a forked child's is its own)."""
         with self.lock:
             values = {name: _copy(getattr(self, name)) for name in STATE_FIELDS}
         values.update((name, _copy(getattr(identity, name))) for name in IDENTITY_FIELDS)
-        return Report(kind=kind, pid=os.getpid(), seq=seq, sent_at=time.time(), exit_reason=exit_reason,
-                      **values)  # type: ignore[arg-type]
+        return Report(kind=kind, pid=os.getpid(), seq=seq, sent_at=time.time(), **values)  # type: ignore[arg-type]
 
 
 def _copy(value: object) -> object:
