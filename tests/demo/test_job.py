@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.helpers.net import wait_until
 from trainmon.collectors.training import TrainingCollector
-from trainmon.demo_job import JOB_ID, RANKS, STRAGGLER, start_simulated_job
+from trainmon.demo.job import JOB_ID, RANKS, STRAGGLER, start_simulated_job
 from trainmon.settings import Settings
 
 

@@ -7,28 +7,42 @@ what a `TrainingMonitor` would send. Standard library only.
 The job is plausible rather than random: steps of about a second, throughput numerators, one slow
 rank (its peers wait for it in their all-reduces, so they show more collective time), a loss
 that falls, fp16 loss-scale backoffs with skipped steps, a checkpoint phase now and then, and the
-NCCL environment and parallel layout of a real job.
+NCCL environment and parallel layout of a real job. Each tick hands the traffic it made (dataset
+reads, checkpoint writes, all-reduce bytes) to `traffic`, which advances the demo's procfs/sysfs tree,
+and asks the `Plan` whether an incident has started.
+
+Every rank reports `pid = os.getpid()`: the daemon checks a report's pid against the kernel's sender
+pid, and all simulated ranks send from this process.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from trainmon import wire
+from trainmon.demo.incidents import STRAGGLER_RANK, Plan
+from trainmon.demo.tree import Traffic
 from trainmon.settings import Settings
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
 from trainmon.torch._state import Identity, RankState
 
 JOB_ID = "demo-llama-8b"
 RANKS = 8
-STRAGGLER = 5  # this rank computes 15% slower; the others wait for it inside collectives
+STRAGGLER = STRAGGLER_RANK  # this rank computes 15% slower; the others wait for it inside collectives
+SLOWDOWN = {"healthy": 1.15, "straggler": 1.5}  # the straggler's compute time against its peers'
 TICK_SECONDS = 1.0
-CHECKPOINT_EVERY = 300  # steps
+CHECKPOINT_EVERY = 120  # steps; the first comes early, at CHECKPOINT_FIRST
+CHECKPOINT_FIRST = 20
 CHECKPOINT_SECONDS = 8.0
+CHECKPOINT_BPS = 2_000_000_000  # written while the checkpoint phase lasts
+SAMPLES_PER_STEP = 32
+SAMPLE_BYTES = 512 * 1024  # what the data loader reads from NVMe per sample
+GRADIENT_BYTES = 8_000_000_000
 DEMO_ENV = {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
 
@@ -57,12 +71,15 @@ class SimulatedRank:
 class SimulatedJob:
     """Handle of a running simulated job; `stop()` says goodbye for every rank."""
 
-    def __init__(self, transports: Sequence[Transport], uuids: Sequence[str], seed: int = 0) -> None:
+    def __init__(self, transports: Sequence[Transport], uuids: Sequence[str], plan: Plan | None = None,
+                 traffic: Callable[[Traffic], None] | None = None, seed: int = 0) -> None:
         self._random = random.Random(seed)
         self._stop = threading.Event()
+        self._plan = plan or Plan()
+        self._traffic = traffic
         start = time.time()
         self.ranks = [
-            SimulatedRank(Identity(job_id=JOB_ID, rank=rank, pid=40_000 + rank, start_time=start, local_rank=rank,
+            SimulatedRank(Identity(job_id=JOB_ID, rank=rank, pid=os.getpid(), start_time=start, local_rank=rank,
                                    world_size=len(transports), uuid=uuids[rank % len(uuids)], backend="nccl",
                                    framework="ddp", loss_scaler="torch_amp", nccl_env=dict(DEMO_ENV),
                                    parallel={"tp": 1, "pp": 1, "dp": len(transports), "micro_batch": 4,
@@ -85,29 +102,41 @@ class SimulatedJob:
             now = time.monotonic()
             steps = self.ranks[0].state.steps
             in_phase = now < pause_until
-            if not in_phase and steps and steps % CHECKPOINT_EVERY == 0 and self.ranks[0].state.phase is None:
+            if (not in_phase and steps % CHECKPOINT_EVERY == CHECKPOINT_FIRST
+                    and self.ranks[0].state.phase is None):
                 pause_until = now + CHECKPOINT_SECONDS
                 in_phase = True
-            skip = not in_phase and self._random.random() < 0.004  # an fp16 overflow, all ranks alike
+            stalled = self._plan.active("stall")  # a hung input pipeline: heartbeats go on, steps do not
+            collapse = self._plan.active("loss-scale")  # every step overflows in fp16
+            skip = collapse or (not in_phase and self._random.random() < 0.004)  # an overflow, all ranks alike
+            allreduce = [0] * len(self.ranks)
             for sim in self.ranks:
                 sim.state.phase = "checkpoint" if in_phase else None
-                if not in_phase:
-                    self._advance(sim, skip)
+                if not in_phase and not stalled:
+                    allreduce[sim.identity.rank] = self._advance(sim, skip)
                 sim.reporter.send_now()
+            if self._traffic is not None:
+                stepped = not in_phase and not stalled
+                self._traffic(Traffic(read_bytes=len(self.ranks) * SAMPLES_PER_STEP * SAMPLE_BYTES if stepped else 0,
+                                      written_bytes=int(CHECKPOINT_BPS * TICK_SECONDS) if in_phase else 0,
+                                      allreduce_bytes=allreduce))
 
-    def _advance(self, sim: SimulatedRank, skip: bool) -> None:
+    def _advance(self, sim: SimulatedRank, skip: bool) -> int:
+        """One step of `sim`; returns the bytes its all-reduces put on its InfiniBand rail."""
         state, rank, rnd = sim.state, sim.identity.rank, self._random
-        compute = 0.62 * (1.15 if rank == STRAGGLER else 1.0) * rnd.uniform(0.97, 1.03)
-        slowest = 0.62 * 1.15 * 1.03
+        slowdown = SLOWDOWN["straggler" if self._plan.active("straggler") else "healthy"]
+        compute = 0.62 * (slowdown if rank == STRAGGLER else 1.0) * rnd.uniform(0.97, 1.03)
+        slowest = 0.62 * slowdown * 1.03
         wait_for_peers = max(0.0, slowest - compute)  # the straggler's peers wait inside the all-reduce
-        transfer = 0.18 * rnd.uniform(0.95, 1.05)
+        congested = 5.0 if self._plan.active("comm-bound") else 1.0  # a degraded fabric: slow all-reduces
+        transfer = 0.18 * congested * rnd.uniform(0.95, 1.05)
         data = 0.02 * rnd.uniform(0.5, 1.5)
         step = compute + transfer + wait_for_peers + data
         state.observe_step_seconds(step)
         state.data_wait += data
-        gradient_bytes = 8_000_000_000 // len(self.ranks)
+        gradient_bytes = GRADIENT_BYTES // len(self.ranks)
         state.add_collective("all_reduce", "default_pg", 25, gradient_bytes, transfer * 0.7 + wait_for_peers,
-                             transfer * 0.3 + wait_for_peers)
+                             transfer * (1 - 0.7 / congested) + wait_for_peers)
         state.add_collective("all_gather", "default_pg", 2, 4096, 0.002, 0.002)
         state.add_collective("broadcast", "default_pg", 1, 8, 0.001, 0.001)
         state.group_label("default_pg", len(self.ranks))
@@ -116,12 +145,16 @@ class SimulatedJob:
             state.loss_scale = max(1.0, (state.loss_scale or 1.0) / 2)
         elif state.steps and state.steps % 2000 == 0:
             state.loss_scale = (state.loss_scale or 1.0) * 2
-        state.finish_step(samples=32, tokens=32 * 4096)
+        state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * 4096)
         state.set_loss(1.6 + 2.4 * math.exp(-state.steps / 1500) + rnd.gauss(0, 0.03))
         state.grad_norm = abs(rnd.gauss(1.0, 0.15))
+        # Fields other engineers add to RankState (phase seconds, model FLOPs, NCCL sequence numbers) are
+        # one line each here.
+        return 2 * (len(self.ranks) - 1) * gradient_bytes // len(self.ranks)  # a ring all-reduce's share
 
 
-def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None) -> SimulatedJob:
+def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None, plan: Plan | None = None,
+                        traffic: Callable[[Traffic], None] | None = None) -> SimulatedJob:
     """Start 8 simulated ranks reporting to the daemon configured by `settings`.
 
     Reports go to `settings.ingest_socket`, or to `settings.ingest_udp` when the socket is disabled.
@@ -136,4 +169,4 @@ def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None) 
         transports = [UdpTransport(str(settings.ingest_udp)) for _ in range(RANKS)]
     else:
         raise ValueError("the demo job needs --ingest-socket or --ingest-udp")
-    return SimulatedJob(transports, uuids or default_uuids())
+    return SimulatedJob(transports, uuids or default_uuids(), plan, traffic)
