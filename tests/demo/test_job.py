@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tests.helpers.net import wait_until
 from trainmon.collectors.training import TrainingCollector
-from trainmon.demo.job import JOB_ID, RANKS, STRAGGLER, start_simulated_job
+from trainmon.demo.job import JOB_ID, RANKS, SMOKE_TEST_JOB_ID, STRAGGLER, VISITORS_TICK, start_simulated_job
 from trainmon.settings import Settings
 
 
@@ -16,16 +17,17 @@ def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
     collector.collect()
     job = start_simulated_job(settings)
     try:
-        wait_until(lambda: all(r["steps"] >= 2 for r in collector.collect().details["ranks"])  # type: ignore[union-attr]
+        wait_until(lambda: all(r["steps"] >= VISITORS_TICK + 1 for r in collector.collect().details["ranks"])  # type: ignore[union-attr]
                    and len(collector.table.view().ranks) == RANKS, timeout=30)
         reports = {s.report.rank: s.report for s in collector.table.view().ranks}
     finally:
         job.stop()
-    wait_until(lambda: sum(collector.table.view().exits.values()) == RANKS)
+    wait_until(lambda: collector.table.view().exits.get((JOB_ID, "clean")) == RANKS)
     exits = collector.table.view().exits
     collector.close()
 
     others = [sum(c.seconds for c in r.collectives) for rank, r in reports.items() if rank != STRAGGLER]
     assert min(others) > sum(c.seconds for c in reports[STRAGGLER].collectives)
     assert {r.loss_scaler for r in reports.values()} == {"torch_amp"}
-    assert {(JOB_ID, "clean"): RANKS} == exits
+    assert {(JOB_ID, "clean"): RANKS, (SMOKE_TEST_JOB_ID, "clean"): 1} == exits
+    assert {os.getpid()} == {r.pid for r in reports.values()}  # the daemon checks pids against the sender's

@@ -17,12 +17,14 @@ pid, and all simulated ranks send from this process.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from trainmon import wire
 from trainmon.demo.incidents import STRAGGLER_RANK, Plan
@@ -32,6 +34,8 @@ from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransp
 from trainmon.torch._state import Identity, RankState
 
 JOB_ID = "demo-llama-8b"
+SMOKE_TEST_JOB_ID = "demo-llama-8b-smoke-test"
+VISITORS_TICK = 3  # the daemon's socket is bound by then
 RANKS = 8
 STRAGGLER = STRAGGLER_RANK  # this rank computes 15% slower; the others wait for it inside collectives
 SLOWDOWN = {"healthy": 1.15, "straggler": 1.5}  # the straggler's compute time against its peers'
@@ -71,24 +75,37 @@ class SimulatedRank:
 class SimulatedJob:
     """Handle of a running simulated job; `stop()` says goodbye for every rank."""
 
-    def __init__(self, transports: Sequence[Transport], uuids: Sequence[str], plan: Plan | None = None,
+    def __init__(self, connect: Callable[[], Transport], uuids: Sequence[str], plan: Plan | None = None,
                  traffic: Callable[[Traffic], None] | None = None, seed: int = 0) -> None:
+        """`connect()` makes one rank's transport to the daemon."""
         self._random = random.Random(seed)
         self._stop = threading.Event()
         self._plan = plan or Plan()
         self._traffic = traffic
-        start = time.time()
-        self.ranks = [
-            SimulatedRank(Identity(job_id=JOB_ID, rank=rank, pid=os.getpid(), start_time=start, local_rank=rank,
-                                   world_size=len(transports), uuid=uuids[rank % len(uuids)], backend="nccl",
-                                   framework="ddp", loss_scaler="torch_amp", nccl_env=dict(DEMO_ENV),
-                                   parallel={"tp": 1, "pp": 1, "dp": len(transports), "micro_batch": 4,
-                                             "global_batch": 256}),
-                          transport)
-            for rank, transport in enumerate(transports)
-        ]
+        self._connect = connect
+        self.ranks = [SimulatedRank(self._identity(JOB_ID, rank, uuids[rank % len(uuids)]), connect())
+                      for rank in range(RANKS)]
         self._thread = threading.Thread(target=self._run, name="trainmon-demo-job", daemon=True)
         self._thread.start()
+
+    @staticmethod
+    def _identity(job_id: str, rank: int, uuid: str) -> Identity:
+        return Identity(job_id=job_id, rank=rank, pid=os.getpid(), start_time=time.time(), local_rank=rank,
+                        world_size=RANKS, uuid=uuid, backend="nccl", framework="ddp", loss_scaler="torch_amp",
+                        nccl_env=dict(DEMO_ENV),
+                        parallel={"tp": 1, "pp": 1, "dp": RANKS, "micro_batch": 4, "global_batch": 256})
+
+    def _earlier_visitors(self) -> None:
+        """A one-step smoke test of the job that exited cleanly (a rank exit), and a datagram from a hook
+        of another wire version (an ingest rejection), so that those series have something to show."""
+        smoke = SimulatedRank(self._identity(SMOKE_TEST_JOB_ID, 0, self.ranks[0].identity.uuid), self._connect())
+        smoke.state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * 4096)
+        smoke.reporter.send_now()
+        smoke.reporter.stop(bye=True)
+        other_version = self._connect()
+        with contextlib.suppress(OSError):  # no daemon there yet: the rejection is not shown, nothing else changes
+            other_version.send(b'{"v": 99, "type": "report"}')
+        other_version.close()
 
     def stop(self) -> None:
         self._stop.set()
@@ -98,7 +115,11 @@ class SimulatedJob:
 
     def _run(self) -> None:
         pause_until = 0.0
+        ticks = 0
         while not self._stop.wait(TICK_SECONDS):
+            ticks += 1
+            if ticks == VISITORS_TICK:
+                self._earlier_visitors()
             now = time.monotonic()
             steps = self.ranks[0].state.steps
             in_phase = now < pause_until
@@ -162,11 +183,11 @@ def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None, 
     Raises:
         ValueError: neither ingest path is configured.
     """
-    transports: list[Transport]
+    connect: Callable[[], Transport]
     if settings.ingest_socket:
-        transports = [UnixTransport(settings.ingest_socket) for _ in range(RANKS)]
+        connect = partial(UnixTransport, settings.ingest_socket)
     elif settings.ingest_udp is not None:
-        transports = [UdpTransport(str(settings.ingest_udp)) for _ in range(RANKS)]
+        connect = partial(UdpTransport, str(settings.ingest_udp))
     else:
         raise ValueError("the demo job needs --ingest-socket or --ingest-udp")
-    return SimulatedJob(transports, uuids or default_uuids(), plan, traffic)
+    return SimulatedJob(connect, uuids or default_uuids(), plan, traffic)
