@@ -235,8 +235,11 @@ def parse_incident(flag: str, text: str) -> str | None:
 
 
 def demo_options() -> tuple[Option, ...]:
+    from trainmon.demo.incidents import INCIDENTS
+
     return (
-        Option("incident", parse_incident, "", "scenario planted after the healthy period, ending in its alert"),
+        Option("incident", parse_incident, "",
+               f"scenario planted after the healthy period, ending in its alert ({', '.join(INCIDENTS)})"),
         Option("incident-after", parse_seconds, "60", "seconds of healthy running before the incident"),
     )
 
