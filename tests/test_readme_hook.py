@@ -35,7 +35,7 @@ def reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[wi
     namespace = {"ddp_model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1), "scaler": None,
                  "loader": torch.utils.data.DataLoader(data, batch_size=BATCH),
                  "loss_fn": torch.nn.functional.mse_loss, "save": lambda *args: None}
-    exec(snippet(), namespace)  # noqa: S102  (the README's own text)
+    exec(snippet(), namespace)
     namespace["mon"].close()
     received = []
     while not received or received[-1].kind != "bye":

@@ -31,6 +31,9 @@ FIRES_IN_TEST = {"gpu-lost", "ib-down"}  # `for: 2m`; the others' `for:` (5-15 m
 STALL_FACTOR = 30
 # Panels fed by metrics other engineers are adding (NCCL in-flight, phase seconds, model FLOPs, GPU ownership).
 PANELS_NOT_YET_FED: set[str] = set()
+# A collector that overruns its 1 s cycle on a loaded machine is reported, rightly, as failing (and a GPU
+# collector overrunning as GPUs missing); both alerts then wait 15 and 2 minutes, which this test never reaches.
+OVERRUN_ALERTS = {"TrainmonCollectorFailing", "TrainmonGPULost"}
 # What each incident's alert carries, so that it is seen on the right rank or device.
 LABELS = {"straggler": {"rank": "5"}, "gpu-lost": {"gpu": "6"}, "ib-down": {"device": "mlx5_3"},
           "nvme-slow": {"device": "nvme3n1"}}
@@ -57,7 +60,8 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
         daemons.append(demos.setdefault(name, start_daemon(tmp_path / name, args, command="demo")))
     instance = {name: f"127.0.0.1:{d.port}" for name, d in demos.items()}
     stall_rule = next(r for r in alert_rules() if r["alert"] == INCIDENTS["stall"])
-    stalled = f'({shorten_expr(stall_rule["expr"], STALL_FACTOR)}) and on (instance) up{{instance="{instance["stall"]}"}}'
+    stall_instance = f'up{{instance="{instance["stall"]}"}}'
+    stalled = f'({shorten_expr(stall_rule["expr"], STALL_FACTOR)}) and on (instance) {stall_instance}'
 
     with prometheus(prometheus_bin, tmp_path, list(instance.values()), list(RULE_FILES), "http://127.0.0.1:9",
                     SCRAPE) as prom:
@@ -68,7 +72,10 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
         for incident in FIRES_IN_TEST:
             wait_until(lambda i=incident: active(prom, instance[i], i, "firing"), timeout=200, interval=2)  # type: ignore[misc]
 
-        assert [] == alerts_of(prom, instance["healthy"])
+        healthy = alerts_of(prom, instance["healthy"])
+        overran = "still running after" in demos["healthy"].log()
+        assert [] == [a for a in healthy if not (overran and a["alertname"] in OVERRUN_ALERTS)], healthy
+        assert not [a for a in healthy if a["alertstate"] == "firing"]
         assert prom.query(f'max_over_time(trainmon_train_phase{{instance="{instance["healthy"]}",'
                           f'phase="checkpoint"}}[10m])'), "the healthy run had its checkpoint"
         others = {name: sorted({a["alertname"] for a in alerts_of(prom, instance[name])} - {alert})

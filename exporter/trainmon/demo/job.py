@@ -33,8 +33,8 @@ from trainmon.settings import Settings
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
 from trainmon.torch._state import Identity, RankState
 
-JOB_ID = "demo-llama-8b"
-SMOKE_TEST_JOB_ID = "demo-llama-8b-smoke-test"
+JOB_ID = "demo-llama-8b"  # with an incident, `demo-llama-8b-<incident>`: two demos never mix in Prometheus
+SMOKE_TEST_SUFFIX = "-smoke-test"
 VISITORS_TICK = 3  # the daemon's socket is bound by then
 RANKS = 8
 STRAGGLER = STRAGGLER_RANK  # this rank computes 15% slower; the others wait for it inside collectives
@@ -83,7 +83,8 @@ class SimulatedJob:
         self._plan = plan or Plan()
         self._traffic = traffic
         self._connect = connect
-        self.ranks = [SimulatedRank(self._identity(JOB_ID, rank, uuids[rank % len(uuids)]), connect())
+        self.job_id = JOB_ID if self._plan.incident is None else f"{JOB_ID}-{self._plan.incident}"
+        self.ranks = [SimulatedRank(self._identity(self.job_id, rank, uuids[rank % len(uuids)]), connect())
                       for rank in range(RANKS)]
         self._thread = threading.Thread(target=self._run, name="trainmon-demo-job", daemon=True)
         self._thread.start()
@@ -98,7 +99,8 @@ class SimulatedJob:
     def _earlier_visitors(self) -> None:
         """A one-step smoke test of the job that exited cleanly (a rank exit), and a datagram from a hook
         of another wire version (an ingest rejection), so that those series have something to show."""
-        smoke = SimulatedRank(self._identity(SMOKE_TEST_JOB_ID, 0, self.ranks[0].identity.uuid), self._connect())
+        smoke = SimulatedRank(self._identity(self.job_id + SMOKE_TEST_SUFFIX, 0, self.ranks[0].identity.uuid),
+                              self._connect())
         smoke.state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * 4096)
         smoke.reporter.send_now()
         smoke.reporter.stop(bye=True)
