@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus.generator.config import DOCS_BASE, RulesConfig
+
 from tests.prometheus.rulefiles import REPO, alert_rules
 
 UNIT = REPO / "deploy" / "systemd" / "trainmon.service"
