@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.daemon import Daemon, start_daemon
@@ -84,3 +88,15 @@ def test_demo_removes_its_directory_and_processes_on_a_stop_signal(tmp_path: Pat
     assert [] == list(temp.iterdir())
     assert 8 == len(pids)
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+def test_compose_passes_an_incident_to_the_demo(tmp_path: Path) -> None:
+    compose = yaml.safe_load((README.parent / "deploy" / "compose" / "compose.yaml").read_text())
+    service = compose["services"]["trainmon"]
+
+    assert "demo" == service["command"][0]
+    assert "${TRAINMON_INCIDENT:-}" == service["environment"]["TRAINMON_INCIDENT"]
+    result = subprocess.run([sys.executable, "-m", "trainmon", "demo"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "TRAINMON_INCIDENT": "fire"})
+    assert 2 == result.returncode
+    assert "--incident='fire': unknown incident" in result.stderr
