@@ -22,6 +22,7 @@ from tests.helpers.net import wait_until
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import RULE_FILES, alert_rules
 from trainmon.demo.incidents import INCIDENTS
+from trainmon.demo.job import JOB_ID
 
 pytestmark = pytest.mark.slow
 
@@ -39,14 +40,15 @@ LABELS = {"straggler": {"rank": "5"}, "gpu-lost": {"gpu": "6"}, "ib-down": {"dev
           "nvme-slow": {"device": "nvme3n1"}}
 
 
-def alerts_of(prom: Prometheus, instance: str) -> list[dict[str, str]]:
-    return [r["metric"] for r in prom.query(f'ALERTS{{instance="{instance}"}}')]
+def alerts_of(prom: Prometheus, instance: str, job_id: str) -> list[dict[str, str]]:
+    """The alerts of one demo: on its instance, or on its job (job-level alerts carry no instance)."""
+    return [r["metric"] for r in prom.query(f'ALERTS{{instance="{instance}"}} or ALERTS{{job_id="{job_id}"}}')]
 
 
-def active(prom: Prometheus, instance: str, incident: str, state: str | None = None) -> bool:
+def active(prom: Prometheus, demo: tuple[str, str], incident: str, state: str | None = None) -> bool:
     wanted = {"alertname": INCIDENTS[incident], **LABELS.get(incident, {})}
     return any(wanted.items() <= a.items() and (state is None or a["alertstate"] == state)
-               for a in alerts_of(prom, instance))
+               for a in alerts_of(prom, *demo))
 
 
 def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
@@ -59,6 +61,7 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
         (tmp_path / name).mkdir()
         daemons.append(demos.setdefault(name, start_daemon(tmp_path / name, args, command="demo")))
     instance = {name: f"127.0.0.1:{d.port}" for name, d in demos.items()}
+    demo = {name: (instance[name], JOB_ID if name == "healthy" else f"{JOB_ID}-{name}") for name in demos}
     stall_rule = next(r for r in alert_rules() if r["alert"] == INCIDENTS["stall"])
     stall_instance = f'up{{instance="{instance["stall"]}"}}'
     stalled = f'({shorten_expr(stall_rule["expr"], STALL_FACTOR)}) and on (instance) {stall_instance}'
@@ -67,18 +70,18 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
                     SCRAPE) as prom:
         for incident in INCIDENTS:
             if incident != "stall":
-                wait_until(lambda i=incident: active(prom, instance[i], i), timeout=240, interval=2)  # type: ignore[misc]
+                wait_until(lambda i=incident: active(prom, demo[i], i), timeout=240, interval=2)  # type: ignore[misc]
         wait_until(lambda: prom.query(stalled), timeout=120, interval=2)
         for incident in FIRES_IN_TEST:
-            wait_until(lambda i=incident: active(prom, instance[i], i, "firing"), timeout=200, interval=2)  # type: ignore[misc]
+            wait_until(lambda i=incident: active(prom, demo[i], i, "firing"), timeout=200, interval=2)  # type: ignore[misc]
 
-        healthy = alerts_of(prom, instance["healthy"])
+        healthy = alerts_of(prom, *demo["healthy"])
         overran = "still running after" in demos["healthy"].log()
         assert [] == [a for a in healthy if not (overran and a["alertname"] in OVERRUN_ALERTS)], healthy
         assert not [a for a in healthy if a["alertstate"] == "firing"]
         assert prom.query(f'max_over_time(trainmon_train_phase{{instance="{instance["healthy"]}",'
                           f'phase="checkpoint"}}[10m])'), "the healthy run had its checkpoint"
-        others = {name: sorted({a["alertname"] for a in alerts_of(prom, instance[name])} - {alert})
+        others = {name: sorted({a["alertname"] for a in alerts_of(prom, *demo[name])} - {alert})
                   for name, alert in INCIDENTS.items()}
         assert PANELS_NOT_YET_FED == panels_without_data(prom)
     print(others)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,7 +160,7 @@ class DemoTree:
         lines += ["   7       0 loop0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0"]
         self._put(self.proc / "diskstats", "\n".join(lines) + "\n")
 
-    def _write_port(self, port: _Port, counters: Sequence[str], hw_counters: Sequence[str]) -> None:
+    def _write_port(self, port: _Port, counters: Iterable[str], hw_counters: Iterable[str]) -> None:
         base = self.sys / "class" / "infiniband" / port.device / "ports" / "1"
         state, physical = DOWN if port.down else ACTIVE
         self._put(base / "state", state + "\n")
