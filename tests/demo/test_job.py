@@ -29,5 +29,5 @@ def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
     others = [sum(c.seconds for c in r.collectives) for rank, r in reports.items() if rank != STRAGGLER]
     assert min(others) > sum(c.seconds for c in reports[STRAGGLER].collectives)
     assert {r.loss_scaler for r in reports.values()} == {"torch_amp"}
-    assert {(JOB_ID, "clean"): RANKS, (SMOKE_TEST_SUFFIX, "clean"): 1} == exits
+    assert {(JOB_ID, "clean"): RANKS, (JOB_ID + SMOKE_TEST_SUFFIX, "clean"): 1} == exits
     assert {os.getpid()} == {r.pid for r in reports.values()}  # the daemon checks pids against the sender's

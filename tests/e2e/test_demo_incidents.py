@@ -18,7 +18,7 @@ import pytest
 from tests.e2e.alerting_stack import Prometheus, prometheus, shorten_expr
 from tests.e2e.test_alerting import panels_without_data
 from tests.helpers.daemon import Daemon, start_daemon
-from tests.helpers.net import wait_until
+from tests.helpers.net import free_port, wait_until
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import RULE_FILES, alert_rules
 from trainmon.demo.incidents import INCIDENTS
@@ -26,7 +26,7 @@ from trainmon.demo.job import JOB_ID
 
 pytestmark = pytest.mark.slow
 
-HEALTHY_SECONDS = 20  # --incident-after
+HEALTHY_SECONDS = 30  # --incident-after
 SCRAPE = "2s"
 FIRES_IN_TEST = {"gpu-lost", "ib-down"}  # `for: 2m`; the others' `for:` (5-15 min) is left to run in the demo
 STALL_FACTOR = 30
@@ -55,19 +55,23 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:
     prometheus_bin = require_tool("prometheus")
-    demos: dict[str, Daemon] = {}
-    for name in ["healthy", *INCIDENTS]:
-        args = [] if name == "healthy" else ["--incident", name, "--incident-after", str(HEALTHY_SECONDS)]
-        (tmp_path / name).mkdir()
-        daemons.append(demos.setdefault(name, start_daemon(tmp_path / name, args, command="demo")))
-    instance = {name: f"127.0.0.1:{d.port}" for name, d in demos.items()}
-    demo = {name: (instance[name], JOB_ID if name == "healthy" else f"{JOB_ID}-{name}") for name in demos}
+    names = ["healthy", *INCIDENTS]
+    instance = {name: f"127.0.0.1:{free_port()}" for name in names}
+    demo = {name: (instance[name], JOB_ID if name == "healthy" else f"{JOB_ID}-{name}") for name in names}
     stall_rule = next(r for r in alert_rules() if r["alert"] == INCIDENTS["stall"])
     stall_instance = f'up{{instance="{instance["stall"]}"}}'
     stalled = f'({shorten_expr(stall_rule["expr"], STALL_FACTOR)}) and on (instance) {stall_instance}'
 
+    # Prometheus first: it must see each demo healthy before the incident (a port never seen active is
+    # not an alert, by design).
     with prometheus(prometheus_bin, tmp_path, list(instance.values()), list(RULE_FILES), "http://127.0.0.1:9",
                     SCRAPE) as prom:
+        demos: dict[str, Daemon] = {}
+        for name in names:
+            args = [] if name == "healthy" else ["--incident", name, "--incident-after", str(HEALTHY_SECONDS)]
+            (tmp_path / name).mkdir()
+            port = int(instance[name].rsplit(":", 1)[1])
+            daemons.append(demos.setdefault(name, start_daemon(tmp_path / name, args, command="demo", port=port)))
         for incident in INCIDENTS:
             if incident != "stall":
                 wait_until(lambda i=incident: active(prom, demo[i], i), timeout=240, interval=2)  # type: ignore[misc]

@@ -27,6 +27,13 @@ STRAGGLER_RANK = 5  # healthy: computes 15% slower than its peers, under the 25%
 LOST_GPU = 6
 DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down
 SLOW_NAMESPACE = "nvme3n1"
+# The healthy run's checkpoints, in seconds since start: the job enters its phase and the GPUs go quiet
+# at the same moments (the phase keeps the idle-GPU and stall alerts quiet).
+CHECKPOINT_FIRST_S, CHECKPOINT_EVERY_S, CHECKPOINT_S = 20.0, 120.0, 8.0
+
+
+def checkpointing(elapsed: float) -> bool:
+    return elapsed >= CHECKPOINT_FIRST_S and (elapsed - CHECKPOINT_FIRST_S) % CHECKPOINT_EVERY_S < CHECKPOINT_S
 
 
 @dataclass(frozen=True)

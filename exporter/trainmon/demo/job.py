@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from trainmon import wire
-from trainmon.demo.incidents import STRAGGLER_RANK, Plan
+from trainmon.demo.incidents import STRAGGLER_RANK, Plan, checkpointing
 from trainmon.demo.tree import Traffic
 from trainmon.settings import Settings
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
@@ -40,9 +40,6 @@ RANKS = 8
 STRAGGLER = STRAGGLER_RANK  # this rank computes 15% slower; the others wait for it inside collectives
 SLOWDOWN = {"healthy": 1.15, "straggler": 1.5}  # the straggler's compute time against its peers'
 TICK_SECONDS = 1.0
-CHECKPOINT_EVERY = 120  # steps; the first comes early, at CHECKPOINT_FIRST
-CHECKPOINT_FIRST = 20
-CHECKPOINT_SECONDS = 8.0
 CHECKPOINT_BPS = 2_000_000_000  # written while the checkpoint phase lasts
 SAMPLES_PER_STEP = 32
 SAMPLE_BYTES = 512 * 1024  # what the data loader reads from NVMe per sample
@@ -116,19 +113,13 @@ class SimulatedJob:
             sim.reporter.stop(bye=True)
 
     def _run(self) -> None:
-        pause_until = 0.0
+        started = time.monotonic()
         ticks = 0
         while not self._stop.wait(TICK_SECONDS):
             ticks += 1
             if ticks == VISITORS_TICK:
                 self._earlier_visitors()
-            now = time.monotonic()
-            steps = self.ranks[0].state.steps
-            in_phase = now < pause_until
-            if (not in_phase and steps % CHECKPOINT_EVERY == CHECKPOINT_FIRST
-                    and self.ranks[0].state.phase is None):
-                pause_until = now + CHECKPOINT_SECONDS
-                in_phase = True
+            in_phase = checkpointing(time.monotonic() - started)
             stalled = self._plan.active("stall")  # a hung input pipeline: heartbeats go on, steps do not
             collapse = self._plan.active("loss-scale")  # every step overflows in fp16
             skip = collapse or (not in_phase and self._random.random() < 0.004)  # an overflow, all ranks alike

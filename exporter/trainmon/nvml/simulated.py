@@ -21,7 +21,7 @@ from typing import Any
 
 import pynvml
 
-from trainmon.demo.incidents import LOST_GPU, Plan
+from trainmon.demo.incidents import LOST_GPU, Plan, checkpointing
 from trainmon.nvml.pylib import Scenario, ScenarioLibrary
 from trainmon.settings import Settings
 
@@ -36,7 +36,6 @@ POWER_LIMIT_W = 700.0
 IDLE_W, COMM_W, COMPUTE_W = 95.0, 330.0, 680.0
 STEP_S = 4.0  # one training step: compute, then gradient all-reduce
 COMPUTE_SHARE = 0.68
-CHECKPOINT_EVERY_S, CHECKPOINT_S = 180.0, 12.0
 THERMAL_TAU_S = 25.0
 NVLINK_COMM_BPS = 310e9  # during the all-reduce, per direction
 PCIE_BPS = 3e9  # input batches at the start of each step
@@ -72,7 +71,7 @@ class _GpuState:
 
 
 def _load(index: int, t: float) -> _Load:
-    if t % CHECKPOINT_EVERY_S > CHECKPOINT_EVERY_S - CHECKPOINT_S:  # checkpoint: GPUs wait on storage
+    if checkpointing(t):  # GPUs wait on storage while the job writes its checkpoint
         return _Load(0.02, 0.0, 0.03, 0.02, IDLE_W + 25, 0.0, 0.4e9)
     slow = 1.08 if index == 5 else 1.0  # the straggler: longer compute, less time waiting
     phase = (t / STEP_S) % 1.0
