@@ -6,7 +6,8 @@ alert must become active (pending, then firing once its `for:` has passed) for i
 whose `for:` fits the test (2 minutes) must fire. The stall's rule waits 900 s before it even goes
 pending, so for it the test evaluates the shipped expression with that one age divided by 30
 (`shorten_expr`), the same logic over a shorter wait. The healthy demo, whose run includes a checkpoint
-phase, has no alert at all, pending or firing, and every dashboard panel has data.
+phase, fires nothing and has no alert pending for longer than 90 s at any time (every `for:` it could
+reach is 2 minutes or more), and every dashboard panel has data.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ FIRES_IN_TEST = {"gpu-lost", "ib-down"}  # `for: 2m`; the others' `for:` (5-15 m
 STALL_FACTOR = 30
 # Panels fed by metrics other engineers are adding (NCCL in-flight, phase seconds, model FLOPs, GPU ownership).
 PANELS_NOT_YET_FED: set[str] = set()
-# A collector that overruns its 1 s cycle on a loaded machine is reported, rightly, as failing (and a GPU
-# collector overrunning as GPUs missing); both alerts then wait 15 and 2 minutes, which this test never reaches.
-OVERRUN_ALERTS = {"TrainmonCollectorFailing", "TrainmonGPULost"}
+# Nothing in the healthy run may be on its way to firing. An alert may go pending for an evaluation or two
+# where a recorded value lags a raw one: GPUs quiet in a checkpoint whose phase series has already ended, or a
+# collector overrunning its 1 s cycle on a loaded machine. Every `for:` is minutes longer than this.
+MAX_PENDING_SECONDS = 90
 # What each incident's alert carries, so that it is seen on the right rank or device.
 LABELS = {"straggler": {"rank": "5"}, "gpu-lost": {"gpu": "6"}, "ib-down": {"device": "mlx5_3"},
           "nvme-slow": {"device": "nvme3n1"}}
@@ -80,9 +82,12 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
             wait_until(lambda i=incident: active(prom, demo[i], i, "firing"), timeout=200, interval=2)  # type: ignore[misc]
 
         healthy = alerts_of(prom, *demo["healthy"])
-        overran = "still running after" in demos["healthy"].log()
-        assert [] == [a for a in healthy if not (overran and a["alertname"] in OVERRUN_ALERTS)], healthy
-        assert not [a for a in healthy if a["alertstate"] == "firing"]
+        assert [] == [a for a in healthy if a["alertstate"] == "firing"]
+        host, job_id = demo["healthy"]
+        longest = prom.query(f'max_over_time((time() - ALERTS_FOR_STATE{{instance="{host}"}})[10m:5s]) '
+                             f'or max_over_time((time() - ALERTS_FOR_STATE{{job_id="{job_id}"}})[10m:5s])')
+        assert [] == [(r["metric"]["alertname"], r["value"][1]) for r in longest
+                      if float(r["value"][1]) > MAX_PENDING_SECONDS]
         assert prom.query(f'max_over_time(trainmon_train_phase{{instance="{instance["healthy"]}",'
                           f'phase="checkpoint"}}[10m])'), "the healthy run had its checkpoint"
         others = {name: sorted({a["alertname"] for a in alerts_of(prom, *demo[name])} - {alert})
