@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.helpers.net import wait_until
 from trainmon.collectors.training import TrainingCollector
-from trainmon.demo.job import JOB_ID, RANKS, SMOKE_TEST_SUFFIX, STRAGGLER, VISITORS_TICK, start_simulated_job
+from trainmon.demo.job import JOB_ID, RANKS, SMOKE_TEST_SUFFIX, STRAGGLER, start_simulated_job
 from trainmon.settings import Settings
 
 
@@ -17,12 +17,13 @@ def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
     collector.collect()
     job = start_simulated_job(settings)
     try:
-        wait_until(lambda: all(r["steps"] >= VISITORS_TICK + 1 for r in collector.collect().details["ranks"])  # type: ignore[union-attr]
+        wait_until(lambda: all(r["steps"] >= 2 for r in collector.collect().details["ranks"])  # type: ignore[union-attr]
                    and len(collector.table.view().ranks) == RANKS, timeout=30)
         reports = {s.report.rank: s.report for s in collector.table.view().ranks}
     finally:
         job.stop()
     wait_until(lambda: collector.table.view().exits.get((JOB_ID, "clean")) == RANKS)
+    wait_until(lambda: collector.table.view().exits.get((JOB_ID + SMOKE_TEST_SUFFIX, "clean")) == 1)
     exits = collector.table.view().exits
     collector.close()
 

@@ -35,7 +35,6 @@ from trainmon.torch._state import Identity, RankState
 
 JOB_ID = "demo-llama-8b"  # with an incident, `demo-llama-8b-<incident>`: two demos never mix in Prometheus
 SMOKE_TEST_SUFFIX = "-smoke-test"
-VISITORS_TICK = 3  # the daemon's socket is bound by then
 RANKS = 8
 STRAGGLER = STRAGGLER_RANK  # this rank computes 15% slower; the others wait for it inside collectives
 SLOWDOWN = {"healthy": 1.15, "straggler": 1.5}  # the straggler's compute time against its peers'
@@ -93,18 +92,24 @@ class SimulatedJob:
                         nccl_env=dict(DEMO_ENV),
                         parallel={"tp": 1, "pp": 1, "dp": RANKS, "micro_batch": 4, "global_batch": 256})
 
-    def _earlier_visitors(self) -> None:
+    def _earlier_visitors(self) -> bool:
         """A one-step smoke test of the job that exited cleanly (a rank exit), and a datagram from a hook
-        of another wire version (an ingest rejection), so that those series have something to show."""
+        of another wire version (an ingest rejection), so that those series have something to show.
+
+        Returns whether the daemon took them; until then they are tried again every tick.
+        """
         smoke = SimulatedRank(self._identity(self.job_id + SMOKE_TEST_SUFFIX, 0, self.ranks[0].identity.uuid),
                               self._connect())
         smoke.state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * 4096)
         smoke.reporter.send_now()
-        smoke.reporter.stop(bye=True)
-        other_version = self._connect()
-        with contextlib.suppress(OSError):  # no daemon there yet: the rejection is not shown, nothing else changes
-            other_version.send(b'{"v": 99, "type": "report"}')
-        other_version.close()
+        delivered = smoke.reporter.sent == 1
+        smoke.reporter.stop(bye=delivered)
+        if delivered:
+            other_version = self._connect()
+            with contextlib.suppress(OSError):
+                other_version.send(b'{"v": 99, "type": "report"}')
+            other_version.close()
+        return delivered
 
     def stop(self) -> None:
         self._stop.set()
@@ -114,11 +119,9 @@ class SimulatedJob:
 
     def _run(self) -> None:
         started = time.monotonic()
-        ticks = 0
+        visited = False
         while not self._stop.wait(TICK_SECONDS):
-            ticks += 1
-            if ticks == VISITORS_TICK:
-                self._earlier_visitors()
+            visited = visited or self._earlier_visitors()
             in_phase = checkpointing(time.monotonic() - started)
             stalled = self._plan.active("stall")  # a hung input pipeline: heartbeats go on, steps do not
             collapse = self._plan.active("loss-scale")  # every step overflows in fp16
