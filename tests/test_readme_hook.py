@@ -7,6 +7,7 @@ import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -32,12 +33,12 @@ def reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[wi
     monkeypatch.setenv("TRAINMON_INGEST_SOCKET", str(path))
     model = torch.nn.Linear(3, 1)
     data = torch.utils.data.TensorDataset(torch.randn(BATCH * BATCHES, 3), torch.randn(BATCH * BATCHES, 1))
-    namespace = {"ddp_model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1), "scaler": None,
+    namespace: dict[str, Any] = {"ddp_model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1), "scaler": None,
                  "loader": torch.utils.data.DataLoader(data, batch_size=BATCH),
                  "loss_fn": torch.nn.functional.mse_loss, "save": lambda *args: None}
     exec(snippet(), namespace)
     namespace["mon"].close()
-    received = []
+    received: list[wire.Report] = []
     while not received or received[-1].kind != "bye":
         received.append(wire.decode(daemon.recv(wire.MAX_DATAGRAM)))
     daemon.close()

@@ -79,8 +79,8 @@ def test_demo_removes_its_directory_and_processes_on_a_stop_signal(tmp_path: Pat
     try:
         [directory] = list(temp.glob("trainmon-demo-*"))
         assert (directory / "proc" / "diskstats").is_file()
-        pids = wait_until(lambda: re.findall(r'trainmon_gpu_process_info\{name="simulated-rank\d",pid="(\d+)"\}',
-                                             daemon.metrics_text()), timeout=20)
+        named = r'trainmon_gpu_process_info\{name="simulated-rank\d",pid="(\d+)"\}'
+        pids: list[str] = wait_until(lambda: re.findall(named, daemon.metrics_text()), timeout=20)  # type: ignore[assignment]
     finally:
         code = daemon.stop(sig)
 

@@ -24,7 +24,7 @@ class Clock:
 
 def read(tree: DemoTree) -> dict[SampleKey, float]:
     settings = Settings(procfs=tree.proc, sysfs=tree.sys)
-    values = {}
+    values: dict[SampleKey, float] = {}
     for collector in (NvmeCollector(settings), InfinibandCollector(settings)):
         collection = collector.collect()
         assert () == collection.skipped
