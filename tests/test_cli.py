@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import venv
@@ -120,3 +121,80 @@ def test_first_run_as_a_normal_user_socket_dir_does_not_stop_serving(tmp_path: P
     assert status["nvme"]["ok"]
     assert not status["training"]["ok"]
     assert str(blocker) in status["training"]["error"]
+
+
+def test_dash_dash_version() -> None:
+    result = trainmon("--version")
+
+    assert 0 == result.returncode
+    assert result.stdout.startswith("trainmon 0.")
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["check", "--listen", "127.0.0.1:1"], "--listen"),
+    (["check", "--web-config", "web.yml"], "--web-config"),
+    (["demo", "--procfs", "/proc"], "--procfs"),
+    (["demo", "--ingest-socket", "/tmp/x.sock"], "--ingest-socket"),
+    (["serve", "--incident", "stall"], "--incident"),
+])
+def test_check_and_demo_take_only_the_flags_they_use(args: list[str], flag: str) -> None:
+    result = trainmon(*args)
+
+    assert 2 == result.returncode
+    assert f"unrecognized arguments: {flag}" in result.stderr
+
+
+def test_demo_help_shows_its_own_defaults() -> None:
+    result = trainmon("demo", "--help")
+
+    assert 0 == result.returncode
+    interval = result.stdout.split("  --interval INTERVAL", 1)[1].split("  --", 1)[0]
+    assert "default '1'" in " ".join(interval.split())
+    assert "--incident" in result.stdout and "nvme-slow" in result.stdout and "--procfs" not in result.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["demo", "--incident", "hang"], "--incident='hang': not yet available"),
+    (["demo", "--incident", "fire"], "--incident='fire': unknown incident; known: straggler, comm-bound"),
+    (["serve", "--ingest-socket-group", "no-such-group-here"], "--ingest-socket-group='no-such-group-here': no such"),
+])
+def test_bad_demo_and_group_values_get_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    result = trainmon(*args, *(["--ingest-socket", str(tmp_path / "s.sock")] if args[0] == "serve" else []))
+
+    assert 2 == result.returncode, result.stderr
+    assert [f"trainmon: error: {message}"] == [line[:len(message) + 17] for line in result.stderr.splitlines()]
+    assert not (tmp_path / "s.sock").exists()  # stopped before the training collector bound it
+
+
+def test_an_address_that_cannot_be_bound_stops_start_up_before_any_collector(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = trainmon("serve", "--listen", f"127.0.0.1:{port}", "--ingest-socket", str(tmp_path / "s.sock"))
+
+    assert 2 == result.returncode
+    assert [f"trainmon: error: --listen='127.0.0.1:{port}': cannot bind it (Address already in use)"] == \
+        result.stderr.strip().splitlines()
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_check_beside_a_running_daemon_probes_its_socket_and_leaves_it_alone(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+    write_diskstats(tmp_path / "proc", [Disk("nvme0n1")])
+    path = tmp_path / "ingest.sock"
+    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "nvme,training", "--procfs",
+                                                     str(tmp_path / "proc"), "--ingest-socket", str(path)]))
+    bound = path.stat().st_ino
+
+    result = trainmon("check", "--collectors", "nvme,training", "--procfs", str(tmp_path / "proc"),
+                      "--ingest-socket", str(path))
+    missing = trainmon("check", "--collectors", "training", "--ingest-socket", str(tmp_path / "none.sock"))
+
+    assert 0 == result.returncode, result.stdout + result.stderr
+    assert f"ingest socket {path} is answered by a running daemon" in result.stdout
+    assert bound == path.stat().st_ino
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as hook:
+        hook.connect(str(path))  # the daemon still owns it
+    assert 200 == daemon.get("/healthz").status_code
+    assert 0 == missing.returncode
+    assert "no daemon answers ingest socket" in missing.stdout and "start trainmon serve" in missing.stdout

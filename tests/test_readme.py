@@ -8,16 +8,6 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.daemon import Daemon, start_daemon
-from tests.helpers.trees import (
-    DEFAULT_HW_COUNTERS,
-    Disk,
-    IbDevice,
-    IbPort,
-    NvmeController,
-    write_diskstats,
-    write_infiniband,
-    write_nvme,
-)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 CI_RUN = Path(__file__).resolve().parents[1] / ".ci" / "run"
@@ -33,12 +23,8 @@ def test_readme_starts_with_the_two_commands() -> None:
 
 
 def test_every_served_metric_is_in_the_readme(tmp_path: Path, daemons: list[Daemon]) -> None:
-    """The demo (GPUs and a job) plus an NVMe and InfiniBand tree: every family it serves is documented."""
-    write_diskstats(tmp_path / "proc", [Disk("nvme0n1")])
-    write_nvme(tmp_path / "sys", [NvmeController("nvme0", entries=["nvme0n1"])])
-    write_infiniband(tmp_path / "sys", [IbDevice("mlx5_0", ports=[IbPort("mlx5_0", hw_counters=DEFAULT_HW_COUNTERS)])])
-    daemons.append(daemon := start_daemon(tmp_path, ["--procfs", str(tmp_path / "proc"),
-                                                     "--sysfs", str(tmp_path / "sys")], command="demo"))
+    """The demo (GPUs, its NVMe and InfiniBand tree, a job): every family it serves is documented."""
+    daemons.append(daemon := start_daemon(tmp_path, ["--gpu-processes"], command="demo"))
     text = README.read_text()
 
     def served() -> set[str]:

@@ -6,14 +6,15 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
-import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
 from trainmon import __version__
 from trainmon.errors import ConfigError
-from trainmon.settings import Option, Settings, serve_options, settings_from, systemd_socket_fd
+from trainmon.settings import Address, Option, Settings, command_options, settings_from, systemd_socket_fd
 
 if TYPE_CHECKING:
     from trainmon.webconfig import WebConfig
@@ -56,15 +57,20 @@ def raw_values(args: argparse.Namespace, options: Sequence[Option]) -> dict[str,
     return values
 
 
-def build_parser(options: Sequence[Option]) -> OneLineParser:
+COMMANDS = (
+    ("serve", "run the daemon"),
+    ("check", "collect once, print what each collector found, exit 1 if one failed"),
+    ("demo", "run the daemon on a simulated 8-GPU node with a simulated training job"),
+)
+
+
+def build_parser(available: Sequence[str]) -> OneLineParser:
     parser = OneLineParser(prog="trainmon", description="GPU-cluster training monitor.")
+    parser.add_argument("--version", action="version", version=f"trainmon {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for name, description in (
-        ("serve", "run the daemon"),
-        ("check", "collect once, print what each collector found, exit 1 if one failed"),
-        ("demo", "run the daemon on a simulated 8-GPU node with a simulated training job"),
-    ):
-        add_options(commands.add_parser(name, help=description, description=description), options)
+    for name, description in COMMANDS:
+        add_options(commands.add_parser(name, help=description, description=description),
+                    command_options(name, available))
     commands.add_parser("version", help="print the version")
     commands.add_parser("diagnose", help="what holds a training job back, from Prometheus (see diagnose --help)",
                         add_help=False)
@@ -84,7 +90,7 @@ def configure_logging(level: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["version"]:
+    if argv[:1] in (["version"], ["--version"]):
         print(f"trainmon {__version__}")
         return 0
     if argv[:1] == ["diagnose"]:  # standard library only: no daemon dependencies needed
@@ -96,16 +102,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trainmon: the daemon needs its dependencies, the [daemon] extra: pip install '.[daemon]' in a "
               f"trainmon checkout, not on the package index yet (missing: {', '.join(missing)})", file=sys.stderr)
         return 1
-    options = serve_options(available_collectors())
-    args = build_parser(options).parse_args(argv)
+    available = available_collectors()
+    args = build_parser(available).parse_args(argv)
+    options = command_options(args.command, available)
     values = raw_values(args, options)
     web = None
     try:
-        settings = settings_from(values, options, **command_overrides(args.command, values))
+        settings = settings_from(values, options, **command_overrides(args.command))
         if settings.web_config is not None:
             from trainmon.webconfig import load_web_config
 
             web = load_web_config(settings.web_config)  # a broken file stops start-up before anything runs
+        if args.command != "check":
+            require_bindable(settings.listen)
     except ConfigError as exc:
         print(f"trainmon: error: {exc}", file=sys.stderr)
         return 2
@@ -121,24 +130,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     return serve(settings, web)
 
 
-def command_overrides(command: str, values: dict[str, str]) -> dict[str, object]:
+def command_overrides(command: str) -> dict[str, object]:
     if command == "serve":
         return {"ingest_socket_fd": systemd_socket_fd(os.environ, os.getpid())}
-    if command != "demo":
-        return {}
-    overrides: dict[str, object] = {"simulated": True}
-    if "interval" not in values:
-        overrides["interval"] = 1.0  # GPM needs two samples: SM activity shows after one interval
-    if "ingest_socket" not in values:
-        # A private socket, so the demo never takes the path a real daemon on this host uses.
-        overrides["ingest_socket"] = os.path.join(tempfile.mkdtemp(prefix="trainmon-demo-"), "ingest.sock")
-    return overrides
+    if command == "demo":
+        return {"simulated": True}
+    return {}
+
+
+def require_bindable(listen: Address) -> None:
+    """Fail start-up, before any collector runs, when the HTTP address cannot be bound.
+
+    Raises:
+        ConfigError: naming `--listen` and the kernel's reason.
+    """
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(listen.host, listen.port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
+            probe.bind(sockaddr)
+    except OSError as exc:
+        raise ConfigError("listen", str(listen), f"cannot bind it ({exc.strerror or exc})") from None
+
+
+def ingest_socket_answer(path: str) -> str:
+    """Whether a daemon is bound at `path`: `connect` asks the kernel and sends nothing."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            return f"no daemon answers ingest socket {path} ({exc.strerror or exc}); start trainmon serve"
+    return f"ingest socket {path} is answered by a running daemon"
 
 
 def check(settings: Settings) -> int:
+    """One cycle of the hardware collectors; the training collector's socket is probed, never bound."""
     from trainmon.daemon import collect_once
 
-    snapshot = collect_once(settings)
+    hardware = tuple(c for c in settings.collectors if c != "training")
+    snapshot = collect_once(replace(settings, collectors=hardware))
     for status in snapshot.statuses:
         print(f"{status.name:<12} {status.state.upper():<8} {status.duration_s * 1000:8.1f} ms"
               + (f"  {status.error}" if status.error else ""))
@@ -146,6 +176,8 @@ def check(settings: Settings) -> int:
             print(f"    {line}")
         for line in status.skipped:
             print(f"    skipped: {line}")
+    if "training" in settings.collectors and settings.ingest_socket:
+        print(f"{'training':<12} {'PROBED':<8}\n    {ingest_socket_answer(settings.ingest_socket)}")
     failing = [s.name for s in snapshot.statuses if not s.ok]
     if failing:
         print(f"failing: {', '.join(failing)}")
@@ -154,12 +186,6 @@ def check(settings: Settings) -> int:
 
 
 def demo(settings: Settings, web: WebConfig | None) -> int:
-    from trainmon.daemon import serve
-    from trainmon.demo_job import start_simulated_job
+    from trainmon.demo.runner import run_demo
 
-    logging.getLogger(__name__).warning("SIMULATED node: trainmon demo serves made-up GPUs and a made-up job")
-    job = start_simulated_job(settings)
-    try:
-        return serve(settings, web)
-    finally:
-        job.stop()
+    return run_demo(settings, web)

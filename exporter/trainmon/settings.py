@@ -6,12 +6,12 @@ command line, the environment and the documentation agree.
 
 from __future__ import annotations
 
-import dataclasses
+import grp
 import ipaddress
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainmon.errors import ConfigError
@@ -68,6 +68,11 @@ class Settings:
     log_level: str = "info"
     # Set by `trainmon demo`: the GPU collector reads a simulated node and every surface says so.
     simulated: bool = False
+    # `trainmon demo --incident NAME`: the scenario planted after `incident_after` healthy seconds.
+    incident: str | None = None
+    incident_after: float = 60.0
+    # `trainmon demo`: the pids of its simulated GPU processes, one per GPU.
+    simulated_pids: tuple[int, ...] = ()
 
     @property
     def collector_timeout(self) -> float:
@@ -159,11 +164,17 @@ def parse_optional_address(flag: str, text: str) -> Address | None:
     return parse_address(flag, text) if text else None
 
 
-def parse_optional_text(flag: str, text: str) -> str | None:
-    return text or None
-
-
 def parse_text(flag: str, text: str) -> str:
+    return text
+
+
+def parse_group(flag: str, text: str) -> str | None:
+    if not text:
+        return None
+    try:
+        grp.getgrnam(text) if not text.isdigit() else grp.getgrgid(int(text))
+    except KeyError:
+        raise ConfigError(flag, text, "no such group on this host") from None
     return text
 
 
@@ -201,7 +212,7 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("ingest-socket", parse_text, "/run/trainmon/ingest.sock",
                'Unix datagram socket the training hook reports to; "" disables'),
         Option("ingest-socket-mode", parse_mode, "0660", "ingest socket permissions (octal)"),
-        Option("ingest-socket-group", parse_optional_text, "", "group that owns the ingest socket"),
+        Option("ingest-socket-group", parse_group, "", "group that owns the ingest socket"),
         Option("ingest-udp", parse_optional_address, "", "HOST:PORT for UDP ingest (off by default)"),
         Option("ingest-udp-allow-remote", parse_bool, "false", "allow a non-loopback --ingest-udp host",
                is_switch=True),
@@ -226,6 +237,46 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
     )
 
 
+# The flags `check` and `demo` use (`serve` takes every option); `demo` has its own defaults.
+CHECK_FLAGS = frozenset({"collectors", "procfs", "sysfs", "nvme-devices", "infiniband-devices", "gpu-processes",
+                         "ingest-socket", "kubelet-pod-resources-socket", "hpc-job-mapping-dir", "log-level"})
+DEMO_FLAGS = frozenset({"listen", "interval", "collectors", "gpu-processes", "web-config", "log-level"})
+DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows after one interval
+
+
+def parse_incident(flag: str, text: str) -> str | None:
+    from trainmon.demo.incidents import INCIDENTS, NOT_YET_AVAILABLE
+
+    if not text:
+        return None
+    if text in NOT_YET_AVAILABLE:
+        raise ConfigError(flag, text, f"not yet available: {NOT_YET_AVAILABLE[text]}")
+    if text not in INCIDENTS:
+        raise ConfigError(flag, text, f"unknown incident; known: {', '.join(INCIDENTS)}")
+    return text
+
+
+def demo_options() -> tuple[Option, ...]:
+    from trainmon.demo.incidents import INCIDENTS
+
+    return (
+        Option("incident", parse_incident, "",
+               f"scenario planted after the healthy period, ending in its alert ({', '.join(INCIDENTS)})"),
+        Option("incident-after", parse_seconds, "60", "seconds of healthy running before the incident"),
+    )
+
+
+def command_options(command: str, available_collectors: Sequence[str]) -> tuple[Option, ...]:
+    """The options of one subcommand: `serve` takes all, `check` and `demo` only those they use."""
+    options = serve_options(available_collectors)
+    if command == "check":
+        return tuple(o for o in options if o.flag in CHECK_FLAGS)
+    if command == "demo":
+        own = tuple(replace(o, default=DEMO_DEFAULTS.get(o.flag, o.default)) for o in options if o.flag in DEMO_FLAGS)
+        return own + demo_options()
+    return options
+
+
 SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed descriptor
 
 
@@ -248,7 +299,7 @@ def settings_from(values: Mapping[str, str], options: Sequence[Option], **overri
     flagged = tuple(name for field_name, name in FLAG_COLLECTORS.items()
                     if getattr(settings, field_name) is not None and name not in settings.collectors)
     if flagged:
-        settings = dataclasses.replace(settings, collectors=settings.collectors + flagged)
+        settings = replace(settings, collectors=settings.collectors + flagged)
     udp = settings.ingest_udp
     if udp is not None and not udp.is_loopback and not settings.ingest_udp_allow_remote:
         raise ConfigError("ingest-udp", str(udp),

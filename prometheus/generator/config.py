@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RUNBOOK = "https://github.com/trainmon/trainmon/blob/main/docs/runbook.md"
+# Where the project's documentation is published: the alerts' runbook_url and the systemd unit's
+# Documentation= (deploy/systemd/trainmon.service, checked against it by a test) start with it.
+DOCS_BASE = "https://github.com/trainmon/trainmon/blob/main/docs"
+RUNBOOK = f"{DOCS_BASE}/runbook.md"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

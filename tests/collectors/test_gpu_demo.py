@@ -44,3 +44,16 @@ def test_demo_serves_every_spec_gpu_metric_for_eight_gpus(tmp_path: Path, daemon
     assert 'trainmon_gpu_up{gpu="7",uuid=' in daemon.metrics_text()
     assert "simulated" in daemon.get("/").text.lower()
     assert "simulated" in daemon.get("/api/v1/status").text
+
+
+def test_demo_gpu_processes_are_simulated_processes_not_the_daemon(tmp_path: Path, daemons: list[Daemon]) -> None:
+    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "gpu", "--gpu-processes"], command="demo"))
+
+    def processes() -> dict[str, str] | None:
+        names = {s.labels["pid"]: s.labels["name"] for f in text_string_to_metric_families(daemon.metrics_text())
+                 for s in f.samples if s.name == "trainmon_gpu_process_info"}
+        return names if len(names) == 8 else None
+
+    names = wait_until(processes, timeout=20)
+    assert {f"simulated-rank{i}" for i in range(8)} == set(names.values())  # type: ignore[union-attr]
+    assert str(daemon.process.pid) not in names  # type: ignore[operator]

@@ -121,7 +121,7 @@ class GpuCollector:
         if settings.simulated and library is None:
             from trainmon.nvml.simulated import SimulatedNode
 
-            node = SimulatedNode()
+            node = SimulatedNode.for_settings(settings)
             library, expected = node.library(), node.pci_gpus
         self._settings = settings
         self._clock = clock

@@ -6,21 +6,24 @@ steps alternate a compute phase (SMs and tensor cores busy, high power) and a co
 phase (NVLink busy, SMs mostly waiting in NCCL kernels while coarse utilization still reads
 100%); every few minutes a checkpoint pauses the GPUs. Power drives temperature through a
 thermal lag, energy and traffic counters integrate their rates, and a rank on GPU 5 straggles.
+Each GPU runs one simulated process (a pid of its own, named `simulated-rankN`, started by the demo);
+`--incident gpu-lost` makes GPU 6 fail every call once the healthy period is over.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 
+from trainmon.demo.incidents import LOST_GPU, Plan, checkpointing
 from trainmon.nvml.pylib import Scenario, ScenarioLibrary
+from trainmon.settings import Settings
 
 GPUS = 8
 NAME = "NVIDIA H100 80GB HBM3"
@@ -33,7 +36,6 @@ POWER_LIMIT_W = 700.0
 IDLE_W, COMM_W, COMPUTE_W = 95.0, 330.0, 680.0
 STEP_S = 4.0  # one training step: compute, then gradient all-reduce
 COMPUTE_SHARE = 0.68
-CHECKPOINT_EVERY_S, CHECKPOINT_S = 180.0, 12.0
 THERMAL_TAU_S = 25.0
 NVLINK_COMM_BPS = 310e9  # during the all-reduce, per direction
 PCIE_BPS = 3e9  # input batches at the start of each step
@@ -69,7 +71,7 @@ class _GpuState:
 
 
 def _load(index: int, t: float) -> _Load:
-    if t % CHECKPOINT_EVERY_S > CHECKPOINT_EVERY_S - CHECKPOINT_S:  # checkpoint: GPUs wait on storage
+    if checkpointing(t):  # GPUs wait on storage while the job writes its checkpoint
         return _Load(0.02, 0.0, 0.03, 0.02, IDLE_W + 25, 0.0, 0.4e9)
     slow = 1.08 if index == 5 else 1.0  # the straggler: longer compute, less time waiting
     phase = (t / STEP_S) % 1.0
@@ -93,13 +95,21 @@ def _window_mean(index: int, t: float, points: int = 16) -> _Load:
 class SimulatedNode:
     """Eight H100s under a training-like load; `library()` answers pynvml from them."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, pids: Sequence[int] = (),
+                 plan: Plan | None = None) -> None:
+        """`pids`: the simulated process on each GPU (none where absent)."""
         self._clock = clock
         self._start = clock()
+        self._pids = tuple(pids)
+        self._plan = plan or Plan(clock=clock)
         self._lock = threading.Lock()
         self._last_t = 0.0
         self._states = [_GpuState(i) for i in range(GPUS)]
         self._scenario: Scenario = self._build(0.0)
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> SimulatedNode:
+        return cls(pids=settings.simulated_pids, plan=Plan(settings.incident, settings.incident_after))
 
     def library(self) -> ScenarioLibrary:
         return ScenarioLibrary(self.scenario)
@@ -149,7 +159,9 @@ class SimulatedNode:
         reasons = pynvml.nvmlClocksEventReasonSwPowerCap if capped else 0
         if load.sm < 0.05:
             reasons |= pynvml.nvmlClocksEventReasonGpuIdle
+        lost = i == LOST_GPU and self._plan.active("gpu-lost")
         return {
+            "errors": {"*": pynvml.NVML_ERROR_GPU_IS_LOST} if lost else {},
             "name": NAME,
             "uuid": f"GPU-5e1a7ed0-{i:04x}-4c0d-8e5a-0000d0e0{i:04x}",
             "pci_bus_id": f"00000000:{BUS_IDS[i].upper()}:00.0",
@@ -182,8 +194,7 @@ class SimulatedNode:
                 str(pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION): 0,
                 str(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY): 0,
             },
-            # The demo process itself stands in for the training ranks, so its name resolves.
-            "processes": [{"pid": os.getpid(), "used_memory": used - 512 * MIB}],
+            "processes": [{"pid": self._pids[i], "used_memory": used - 512 * MIB}] if i < len(self._pids) else [],
             "gpm_supported": True,
             "gpm": {
                 str(pynvml.NVML_GPM_METRIC_SM_UTIL): mean.sm * 100,

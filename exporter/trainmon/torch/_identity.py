@@ -72,3 +72,13 @@ def nccl_env(env: Mapping[str, str]) -> dict[str, str]:
 def int_env(env: Mapping[str, str], name: str) -> int | None:
     value = env.get(name, "")
     return int(value) if value.isdigit() else None
+
+
+def launch_layout(env: Mapping[str, str]) -> tuple[int, int, int | None]:
+    """Rank, world size and local rank outside `torch.distributed`: torchrun's variables, else a lone
+    process, rank 0 of 1 on local rank 0."""
+    world_size = int_env(env, "WORLD_SIZE") or 1
+    local_rank = int_env(env, "LOCAL_RANK")
+    if local_rank is None and world_size == 1:
+        local_rank = 0
+    return int_env(env, "RANK") or 0, world_size, local_rank

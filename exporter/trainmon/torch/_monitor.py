@@ -28,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from trainmon import wire
 from trainmon.flops import FlopsRate
 from trainmon.torch._collectives import CollectiveRecorder
-from trainmon.torch._identity import int_env, kubernetes_pod, nccl_env, resolve_job_id
+from trainmon.torch._identity import int_env, kubernetes_pod, launch_layout, nccl_env, resolve_job_id
 from trainmon.torch._scaler import HostCopies, Patches, watch_deepspeed, watch_grad_scaler, watch_megatron
 from trainmon.torch._sender import Reporter, Transport, interval_from_env, transport_from_env
 from trainmon.torch._state import Identity, RankState
@@ -285,9 +285,9 @@ class TrainingMonitor:
         if dist.is_available() and dist.is_initialized():
             ident.rank, ident.world_size = dist.get_rank(), dist.get_world_size()
             ident.backend = str(dist.get_backend())
+            ident.local_rank = int_env(env, "LOCAL_RANK")
         else:
-            ident.rank, ident.world_size = int_env(env, "RANK") or 0, int_env(env, "WORLD_SIZE")
-        ident.local_rank = int_env(env, "LOCAL_RANK")
+            ident.rank, ident.world_size, ident.local_rank = launch_layout(env)
         ident.uuid = env.get("TRAINMON_GPU_UUID", "") or _gpu_uuid()
         ident.parallel = {k: v for k, v in (self._parallel or _megatron_parallel()).items()
                           if k in wire.PARALLEL_KEYS and isinstance(v, int) and v >= 0}

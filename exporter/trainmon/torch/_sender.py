@@ -13,6 +13,7 @@ import errno
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/run/trainmon/ingest.sock"
 DEFAULT_INTERVAL = 1.0  # seconds between reports (and heartbeats)
+UNREACHABLE_WARNING_S = 60.0  # a daemon that is restarting is back well within this
 
 
 class Transport(Protocol):
@@ -91,8 +93,12 @@ class Reporter:
         errors: reports that failed to build or send for any other reason.
     """
 
-    def __init__(self, encode: Callable[[str], bytes], transport: Transport, interval: float) -> None:
+    def __init__(self, encode: Callable[[str], bytes], transport: Transport, interval: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._encode = encode
+        self._clock = clock
+        self._unreachable_since: float | None = None
+        self._warned_unreachable = False
         self._transport = transport
         self._interval = interval
         self._stop = threading.Event()
@@ -116,6 +122,7 @@ class Reporter:
                     raise ValueError(f"report of {len(payload)} bytes exceeds {MAX_DATAGRAM}")
                 self._transport.send(payload)
                 self.sent += 1
+                self._unreachable_since = None
             except (BlockingIOError, InterruptedError):
                 self.dropped += 1
             except OSError as exc:
@@ -123,11 +130,23 @@ class Reporter:
                     self.dropped += 1
                 else:
                     self.unreachable += 1
+                    self._note_unreachable(exc)
             except Exception as exc:  # the hook never raises into training
                 self.errors += 1
                 if not self._warned:
                     self._warned = True
                     log.warning("trainmon report failed error=%r", exc)
+
+    def _note_unreachable(self, exc: OSError) -> None:
+        """Warn once, when no daemon has answered for a minute: a hook pointed at the wrong socket."""
+        now = self._clock()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        if not self._warned_unreachable and now - self._unreachable_since >= UNREACHABLE_WARNING_S:
+            self._warned_unreachable = True
+            log.warning("trainmon: no daemon has taken this rank's reports for %.0fs (%s); the daemon's socket "
+                        "is set with TRAINMON_INGEST_SOCKET (default %s) or TRAINMON_INGEST_UDP; training "
+                        "goes on unaffected", now - self._unreachable_since, exc.strerror or exc, DEFAULT_SOCKET)
 
     def stop(self, *, bye: bool) -> None:
         """Stop the thread; with `bye`, send the goodbye that marks a clean exit."""

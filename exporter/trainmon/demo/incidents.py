@@ -1,0 +1,53 @@
+"""The scenarios `trainmon demo --incident NAME` plants, and the shipped alert each one ends in.
+
+Every part of the simulation (the job, the procfs/sysfs tree, the simulated GPUs) asks the same
+`Plan` whether its incident is under way, so they turn together after the healthy period.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# incident -> the alert (prometheus/alerts.yml) it ends in
+INCIDENTS: dict[str, str] = {
+    "straggler": "TrainmonStragglerRank",
+    "comm-bound": "TrainmonCommunicationBound",
+    "stall": "TrainmonTrainingStalled",
+    "gpu-lost": "TrainmonGPULost",
+    "ib-down": "TrainmonInfinibandLinkDown",
+    "nvme-slow": "TrainmonNVMeLatencyHigh",
+    "loss-scale": "TrainmonLossScaleCollapse",
+}
+NOT_YET_AVAILABLE: dict[str, str] = {
+    "hang": "TrainmonCollectiveHang needs the trainmon_nccl_issued/completed/inflight metrics, not built yet",
+}
+STRAGGLER_RANK = 5  # healthy: computes 15% slower than its peers, under the 25% the alert wants
+LOST_GPU = 6
+DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down
+SLOW_NAMESPACE = "nvme3n1"
+# The healthy run's checkpoints, in seconds since start: the job enters its phase and the GPUs go quiet
+# at the same moments (the phase keeps the idle-GPU and stall alerts quiet).
+CHECKPOINT_FIRST_S, CHECKPOINT_EVERY_S, CHECKPOINT_S = 20.0, 120.0, 8.0
+
+
+def checkpointing(elapsed: float) -> bool:
+    return elapsed >= CHECKPOINT_FIRST_S and (elapsed - CHECKPOINT_FIRST_S) % CHECKPOINT_EVERY_S < CHECKPOINT_S
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which incident, if any, and when it starts (seconds after the plan was made)."""
+
+    incident: str | None = None
+    after: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        if not self.started:
+            object.__setattr__(self, "started", self.clock())
+
+    def active(self, incident: str) -> bool:
+        return self.incident == incident and self.clock() - self.started >= self.after

@@ -1,0 +1,189 @@
+"""A simulated 8-rank training job for `trainmon demo`, fed through the real ingest path.
+
+Each simulated rank is a `RankState` reported by a real `Reporter` over the real transport (the
+daemon's Unix socket, or its UDP address when the socket is disabled), so the daemon sees exactly
+what a `TrainingMonitor` would send. Standard library only.
+
+The job is plausible rather than random: steps of about a second, throughput numerators, one slow
+rank (its peers wait for it in their all-reduces, so they show more collective time), a loss
+that falls, fp16 loss-scale backoffs with skipped steps, a checkpoint phase now and then, and the
+NCCL environment and parallel layout of a real job. Each tick hands the traffic it made (dataset
+reads, checkpoint writes, all-reduce bytes) to `traffic`, which advances the demo's procfs/sysfs tree,
+and asks the `Plan` whether an incident has started.
+
+Every rank reports `pid = os.getpid()`: the daemon checks a report's pid against the kernel's sender
+pid, and all simulated ranks send from this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from trainmon import wire
+from trainmon.demo.incidents import STRAGGLER_RANK, Plan, checkpointing
+from trainmon.demo.tree import Traffic
+from trainmon.settings import Settings
+from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
+from trainmon.torch._state import Identity, RankState
+
+JOB_ID = "demo-llama-8b"  # with an incident, `demo-llama-8b-<incident>`: two demos never mix in Prometheus
+SMOKE_TEST_SUFFIX = "-smoke-test"
+RANKS = 8
+STRAGGLER = STRAGGLER_RANK  # this rank computes 15% slower; the others wait for it inside collectives
+SLOWDOWN = {"healthy": 1.15, "straggler": 1.5}  # the straggler's compute time against its peers'
+TICK_SECONDS = 1.0
+CHECKPOINT_BPS = 2_000_000_000  # written while the checkpoint phase lasts
+SAMPLES_PER_STEP = 32
+SAMPLE_BYTES = 512 * 1024  # what the data loader reads from NVMe per sample
+GRADIENT_BYTES = 8_000_000_000
+DEMO_ENV = {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def default_uuids() -> list[str]:
+    """The simulated node's GPU UUIDs (trainmon.nvml.simulated), so ranks join their GPUs."""
+    return [f"GPU-5e1a7ed0-{i:04x}-4c0d-8e5a-0000d0e0{i:04x}" for i in range(RANKS)]
+
+
+class SimulatedRank:
+    """One rank: its identity, its cumulative state, and a real `Reporter` that sends them."""
+
+    def __init__(self, identity: Identity, transport: Transport) -> None:
+        self.identity = identity
+        self.state = RankState()
+        self.state.loss_scale = 65536.0
+        self.state.cuda_alloc_retries = self.state.cuda_ooms = 0
+        self.reporter = Reporter(self._encode, transport, TICK_SECONDS)
+        self._seq = 0
+
+    def _encode(self, kind: str) -> bytes:
+        self._seq += 1
+        return wire.encode(self.state.report(self.identity, seq=self._seq, kind=kind))
+
+
+class SimulatedJob:
+    """Handle of a running simulated job; `stop()` says goodbye for every rank."""
+
+    def __init__(self, connect: Callable[[], Transport], uuids: Sequence[str], plan: Plan | None = None,
+                 traffic: Callable[[Traffic], None] | None = None, seed: int = 0) -> None:
+        """`connect()` makes one rank's transport to the daemon."""
+        self._random = random.Random(seed)
+        self._stop = threading.Event()
+        self._plan = plan or Plan()
+        self._traffic = traffic
+        self._connect = connect
+        self.job_id = JOB_ID if self._plan.incident is None else f"{JOB_ID}-{self._plan.incident}"
+        self.ranks = [SimulatedRank(self._identity(self.job_id, rank, uuids[rank % len(uuids)]), connect())
+                      for rank in range(RANKS)]
+        self._thread = threading.Thread(target=self._run, name="trainmon-demo-job", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _identity(job_id: str, rank: int, uuid: str) -> Identity:
+        return Identity(job_id=job_id, rank=rank, pid=os.getpid(), start_time=time.time(), local_rank=rank,
+                        world_size=RANKS, uuid=uuid, backend="nccl", framework="ddp", loss_scaler="torch_amp",
+                        nccl_env=dict(DEMO_ENV),
+                        parallel={"tp": 1, "pp": 1, "dp": RANKS, "micro_batch": 4, "global_batch": 256})
+
+    def _earlier_visitors(self) -> bool:
+        """A one-step smoke test of the job that exited cleanly (a rank exit), and a datagram from a hook
+        of another wire version (an ingest rejection), so that those series have something to show.
+
+        Returns whether the daemon took them; until then they are tried again every tick.
+        """
+        smoke = SimulatedRank(self._identity(self.job_id + SMOKE_TEST_SUFFIX, 0, self.ranks[0].identity.uuid),
+                              self._connect())
+        smoke.state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * 4096)
+        smoke.reporter.send_now()
+        delivered = smoke.reporter.sent == 1
+        smoke.reporter.stop(bye=delivered)
+        if delivered:
+            other_version = self._connect()
+            with contextlib.suppress(OSError):
+                other_version.send(b'{"v": 99, "type": "report"}')
+            other_version.close()
+        return delivered
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for sim in self.ranks:
+            sim.reporter.stop(bye=True)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        visited = False
+        while not self._stop.wait(TICK_SECONDS):
+            visited = visited or self._earlier_visitors()
+            in_phase = checkpointing(time.monotonic() - started)
+            stalled = self._plan.active("stall")  # a hung input pipeline: heartbeats go on, steps do not
+            collapse = self._plan.active("loss-scale")  # every step overflows in fp16
+            skip = collapse or (not in_phase and self._random.random() < 0.004)  # an overflow, all ranks alike
+            allreduce = [0] * len(self.ranks)
+            for sim in self.ranks:
+                sim.state.phase = "checkpoint" if in_phase else None
+                if not in_phase and not stalled:
+                    allreduce[sim.identity.rank] = self._advance(sim, skip)
+                sim.reporter.send_now()
+            if self._traffic is not None:
+                stepped = not in_phase and not stalled
+                self._traffic(Traffic(read_bytes=len(self.ranks) * SAMPLES_PER_STEP * SAMPLE_BYTES if stepped else 0,
+                                      written_bytes=int(CHECKPOINT_BPS * TICK_SECONDS) if in_phase else 0,
+                                      allreduce_bytes=allreduce))
+
+    def _advance(self, sim: SimulatedRank, skip: bool) -> int:
+        """One step of `sim`; returns the bytes its all-reduces put on its InfiniBand rail."""
+        state, rank, rnd = sim.state, sim.identity.rank, self._random
+        slowdown = SLOWDOWN["straggler" if self._plan.active("straggler") else "healthy"]
+        compute = 0.62 * (slowdown if rank == STRAGGLER else 1.0) * rnd.uniform(0.97, 1.03)
+        slowest = 0.62 * slowdown * 1.03
+        wait_for_peers = max(0.0, slowest - compute)  # the straggler's peers wait inside the all-reduce
+        congested = 5.0 if self._plan.active("comm-bound") else 1.0  # a degraded fabric: slow all-reduces
+        transfer = 0.18 * congested * rnd.uniform(0.95, 1.05)
+        data = 0.02 * rnd.uniform(0.5, 1.5)
+        step = compute + transfer + wait_for_peers + data
+        state.observe_step_seconds(step)
+        state.data_wait += data
+        gradient_bytes = GRADIENT_BYTES // len(self.ranks)
+        state.add_collective("all_reduce", "default_pg", 25, gradient_bytes, transfer * 0.7 + wait_for_peers,
+                             transfer * (1 - 0.7 / congested) + wait_for_peers)
+        state.add_collective("all_gather", "default_pg", 2, 4096, 0.002, 0.002)
+        state.add_collective("broadcast", "default_pg", 1, 8, 0.001, 0.001)
+        state.group_label("default_pg", len(self.ranks))
+        if skip:
+            state.skipped_steps += 1
+            state.loss_scale = max(1.0, (state.loss_scale or 1.0) / 2)
+        elif state.steps and state.steps % 2000 == 0:
+            state.loss_scale = (state.loss_scale or 1.0) * 2
+        state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * 4096)
+        state.set_loss(1.6 + 2.4 * math.exp(-state.steps / 1500) + rnd.gauss(0, 0.03))
+        state.grad_norm = abs(rnd.gauss(1.0, 0.15))
+        # Fields other engineers add to RankState (phase seconds, model FLOPs, NCCL sequence numbers) are
+        # one line each here.
+        return 2 * (len(self.ranks) - 1) * gradient_bytes // len(self.ranks)  # a ring all-reduce's share
+
+
+def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None, plan: Plan | None = None,
+                        traffic: Callable[[Traffic], None] | None = None) -> SimulatedJob:
+    """Start 8 simulated ranks reporting to the daemon configured by `settings`.
+
+    Reports go to `settings.ingest_socket`, or to `settings.ingest_udp` when the socket is disabled.
+
+    Raises:
+        ValueError: neither ingest path is configured.
+    """
+    connect: Callable[[], Transport]
+    if settings.ingest_socket:
+        connect = partial(UnixTransport, settings.ingest_socket)
+    elif settings.ingest_udp is not None:
+        connect = partial(UdpTransport, str(settings.ingest_udp))
+    else:
+        raise ValueError("the demo job needs --ingest-socket or --ingest-udp")
+    return SimulatedJob(connect, uuids or default_uuids(), plan, traffic)

@@ -1,0 +1,54 @@
+"""`trainmon demo`: the real daemon on a simulated node, fed by a simulated job, in a temporary directory
+that is removed on every way out (normal stop, SIGTERM, SIGINT, an exception).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from trainmon.demo.incidents import INCIDENTS, Plan
+from trainmon.demo.job import RANKS, start_simulated_job
+from trainmon.demo.processes import SimulatedProcesses
+from trainmon.demo.tree import DemoTree
+from trainmon.settings import Settings
+
+if TYPE_CHECKING:
+    from trainmon.webconfig import WebConfig
+
+log = logging.getLogger(__name__)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run_demo(settings: Settings, web: WebConfig | None) -> int:
+    from trainmon.daemon import serve
+
+    log.warning("SIMULATED node: trainmon demo serves made-up GPUs, NVMe, InfiniBand and a made-up job")
+    # Until uvicorn installs its own handlers, SIGTERM must still unwind through the `finally` below.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    processes = SimulatedProcesses(RANKS)  # forked before any thread starts
+    try:
+        with tempfile.TemporaryDirectory(prefix="trainmon-demo-") as directory:
+            root = Path(directory)
+            plan = Plan(settings.incident, settings.incident_after)
+            if settings.incident:
+                log.warning("incident %s planted: it starts in %.0fs and ends in %s", settings.incident,
+                            settings.incident_after, INCIDENTS[settings.incident])
+            tree = DemoTree(root, plan)
+            settings = replace(settings, procfs=tree.proc, sysfs=tree.sys, ingest_socket=str(root / "ingest.sock"),
+                               ingest_udp=None, simulated_pids=tuple(processes.pids))
+            job = start_simulated_job(settings, plan=plan, traffic=tree.advance)
+            try:
+                return serve(settings, web)
+            finally:
+                job.stop()
+    finally:
+        processes.stop()

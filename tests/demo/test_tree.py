@@ -1,0 +1,92 @@
+"""The demo's procfs/sysfs tree, read by the real NVMe and InfiniBand collectors as the job advances it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers.metrics import SampleKey, samples_of
+from trainmon.collectors.infiniband import HW_COUNTERS, InfinibandCollector
+from trainmon.collectors.nvme import NvmeCollector
+from trainmon.demo.incidents import Plan
+from trainmon.demo.tree import DemoTree, Traffic
+from trainmon.settings import Settings
+
+GIB = 1 << 30
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def read(tree: DemoTree) -> dict[SampleKey, float]:
+    settings = Settings(procfs=tree.proc, sysfs=tree.sys)
+    values: dict[SampleKey, float] = {}
+    for collector in (NvmeCollector(settings), InfinibandCollector(settings)):
+        collection = collector.collect()
+        assert () == collection.skipped
+        values |= samples_of(collection.families)
+    return values
+
+
+def value(values: dict[SampleKey, float], name: str, **labels: str) -> float:
+    return next(v for (n, ls), v in values.items() if n == name and labels.items() <= dict(ls).items())
+
+
+def advanced(tree: DemoTree, clock: Clock, traffic: Traffic, seconds: int) -> None:
+    for _ in range(seconds):
+        clock.now += 1
+        tree.advance(traffic)
+
+
+def test_sixteen_namespaces_and_eight_ports_with_every_hw_counter(tmp_path: Path) -> None:
+    values = read(DemoTree(tmp_path, Plan()))
+
+    assert 16 == len({dict(ls)["device"] for (n, ls) in values if n == "trainmon_nvme_info"})
+    ports = {dict(ls)["device"] for (n, ls), v in values.items() if n == "trainmon_infiniband_state_id" and v == 4}
+    assert {f"mlx5_{i}" for i in range(8)} == ports
+    served = {n for (n, ls) in values if dict(ls).get("device") == "mlx5_0"}
+    assert {f"trainmon_infiniband_{suffix}" for suffix, _ in HW_COUNTERS.values()} <= served
+
+
+def test_traffic_moves_the_counters_it_should(tmp_path: Path) -> None:
+    clock = Clock()
+    tree = DemoTree(tmp_path, Plan(clock=clock), clock)
+    before = read(tree)
+    advanced(tree, clock, Traffic(read_bytes=16 * GIB, written_bytes=0, allreduce_bytes=[GIB] * 8), 4)
+    after = read(tree)
+
+    read_bytes = value(after, "trainmon_nvme_read_bytes_total", device="nvme0n1") - value(
+        before, "trainmon_nvme_read_bytes_total", device="nvme0n1")
+    sent = value(after, "trainmon_infiniband_port_data_transmitted_bytes_total", device="mlx5_7") - value(
+        before, "trainmon_infiniband_port_data_transmitted_bytes_total", device="mlx5_7")
+    assert 4 * GIB == read_bytes  # 16 GiB a second striped over 16 namespaces
+    assert 4 * GIB == sent
+
+
+def test_incidents_take_a_port_down_and_slow_a_namespace(tmp_path: Path) -> None:
+    clock = Clock()
+    for incident in ("ib-down", "nvme-slow"):
+        tree = DemoTree(tmp_path / incident, Plan(incident, after=10, clock=clock), clock)
+        traffic = Traffic(read_bytes=GIB, written_bytes=0, allreduce_bytes=[GIB] * 8)
+        advanced(tree, clock, traffic, 5)
+        healthy = read(tree)
+        advanced(tree, clock, traffic, 10)
+        values = read(tree)
+
+        if incident == "ib-down":
+            assert 4 == value(healthy, "trainmon_infiniband_state_id", device="mlx5_3")
+            assert 1 == value(values, "trainmon_infiniband_state_id", device="mlx5_3")
+            assert 4 == value(values, "trainmon_infiniband_state_id", device="mlx5_2")
+            assert 1 == value(values, "trainmon_infiniband_link_downed_total", device="mlx5_3")
+        else:
+            def latency(vs: dict[SampleKey, float], device: str) -> float:
+                return (value(vs, "trainmon_nvme_read_time_seconds_total", device=device)
+                        / value(vs, "trainmon_nvme_reads_completed_total", device=device))
+            assert latency(healthy, "nvme3n1") < 0.001
+            assert latency(values, "nvme3n1") > 0.05
+            assert latency(values, "nvme3n2") < 0.001
+        clock.now = 0.0

@@ -1,0 +1,20 @@
+"""The documentation's base URL is set in one place, the generator's config, for alerts and the systemd unit."""
+
+from __future__ import annotations
+
+from prometheus.generator.config import DOCS_BASE, RulesConfig
+
+from tests.prometheus.rulefiles import REPO, alert_rules
+
+UNIT = REPO / "deploy" / "systemd" / "trainmon.service"
+
+
+def test_runbook_urls_start_with_the_docs_base() -> None:
+    assert RulesConfig().runbook.startswith(DOCS_BASE + "/")
+    assert all(r["annotations"]["runbook_url"].startswith(DOCS_BASE + "/runbook.md#") for r in alert_rules())
+
+
+def test_the_unit_documentation_line_starts_with_the_docs_base() -> None:
+    [line] = [line for line in UNIT.read_text().splitlines() if line.startswith("Documentation=")]
+
+    assert line.removeprefix("Documentation=").startswith(DOCS_BASE + "/")

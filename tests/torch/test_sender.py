@@ -1,0 +1,62 @@
+"""The sender tells a user once, at warning, when no daemon takes its reports for a minute."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import pytest
+
+from trainmon.torch._sender import Reporter, UnixTransport
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def send_at(reporter: Reporter, clock: Clock, *times: float) -> None:
+    for t in times:
+        clock.now = t
+        reporter.send_now()
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_no_daemon_for_a_minute_warns_once_naming_the_variable(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    reporter = Reporter(lambda kind: b"{}", UnixTransport(str(tmp_path / "nobody.sock")), 1.0, clock=clock)
+
+    with caplog.at_level(logging.WARNING, logger="trainmon.torch._sender"):
+        send_at(reporter, clock, 0.0, 30.0, 59.0)
+        before = warnings(caplog)
+        send_at(reporter, clock, 60.0, 90.0, 600.0)
+
+    assert [] == before
+    [message] = warnings(caplog)
+    assert "TRAINMON_INGEST_SOCKET" in message and "60s" in message
+    assert 6 == reporter.unreachable
+
+
+def test_a_daemon_that_answers_starts_the_minute_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "ingest.sock"
+    clock = Clock()
+    reporter = Reporter(lambda kind: b"{}", UnixTransport(str(path)), 1.0, clock=clock)
+
+    with caplog.at_level(logging.WARNING, logger="trainmon.torch._sender"):
+        send_at(reporter, clock, 0.0, 50.0)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as daemon:
+            daemon.bind(str(path))
+            send_at(reporter, clock, 55.0)
+        path.unlink()
+        send_at(reporter, clock, 70.0, 110.0)
+
+    assert 1 == reporter.sent
+    assert [] == warnings(caplog)
