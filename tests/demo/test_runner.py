@@ -22,7 +22,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 NOT_YET_BUILT = frozenset({
     "trainmon_nccl_issued_total", "trainmon_nccl_completed_total", "trainmon_nccl_inflight_oldest_seconds",
     "trainmon_train_phase_seconds_total", "trainmon_train_model_flops_total", "trainmon_gpu_allocation_info",
-    "trainmon_gpu_job_info",
+    "trainmon_gpu_job_info", "trainmon_train_first_step_timestamp_seconds", "trainmon_train_hook_errors_total",
 })
 # A healthy demo cannot show these without an alert firing: ranks evicted only when lost (TrainmonRankLost).
 ONLY_IN_TROUBLE = frozenset({"trainmon_ingest_evicted_total"})
