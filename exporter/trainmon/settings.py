@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.errors import ConfigError
+from trainmon.wire import DEFAULT_SOCKET
 
 DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training")
 # Setting one of these flags enables its collector (GPU ownership, SPEC §4) beside --collectors.
@@ -51,7 +52,7 @@ class Settings:
     nvme_devices: re.Pattern[str] | None = None
     infiniband_devices: re.Pattern[str] | None = None
     gpu_processes: bool = False
-    ingest_socket: str = "/run/trainmon/ingest.sock"
+    ingest_socket: str = DEFAULT_SOCKET
     ingest_socket_mode: int = 0o660
     ingest_socket_group: str | None = None
     # A Unix datagram socket systemd bound for us (trainmon.socket), used instead of binding ingest_socket.
