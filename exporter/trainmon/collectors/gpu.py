@@ -26,7 +26,7 @@ from trainmon.errors import CollectorError
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.gpu_inventory import INVENTORY, InventoryGpu
 from trainmon.nvml.backoff import Backoff
-from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
+from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
 from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
 from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
@@ -90,7 +90,7 @@ METRICS: dict[str, Spec] = {
 class GpuStatus:
     """One GPU in one cycle: read (`reading`) or failed (`error`)."""
 
-    identity: Identity
+    identity: GpuIdentity
     reading: GpuReading | None
     error: str | None = None
 
@@ -322,7 +322,7 @@ def _inventory(statuses: Sequence[GpuStatus]) -> Iterable[InventoryGpu]:
         yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids)
 
 
-def _peak_flops_family(identities: Iterable[Identity]) -> Metric:
+def _peak_flops_family(identities: Iterable[GpuIdentity]) -> Metric:
     family = gauge("gpu_peak_flops", "Dense peak FLOP/s of the GPU model, by dtype; absent for a model "
                    "trainmon does not know.", (*GPU_LABELS, "dtype"))
     for identity in identities:
@@ -331,11 +331,11 @@ def _peak_flops_family(identities: Iterable[Identity]) -> Metric:
     return family
 
 
-def _ids(identity: Identity) -> list[str]:
+def _ids(identity: GpuIdentity) -> list[str]:
     return [str(identity.index), identity.uuid]
 
 
-def _value_families(read: Sequence[tuple[Identity, GpuReading]]) -> list[Metric]:
+def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
     families = []
     for name, spec in METRICS.items():
         short = name.removeprefix("gpu_")
@@ -352,7 +352,7 @@ def _value_families(read: Sequence[tuple[Identity, GpuReading]]) -> list[Metric]
     return families
 
 
-def _process_families(read: Sequence[tuple[Identity, GpuReading]], *, per_process: bool) -> list[Metric]:
+def _process_families(read: Sequence[tuple[GpuIdentity, GpuReading]], *, per_process: bool) -> list[Metric]:
     count = gauge("gpu_processes", "Compute processes on the GPU.", GPU_LABELS)
     used = gauge("gpu_process_fb_used_bytes", "Framebuffer used by one process.", (*GPU_LABELS, "pid"))
     names: dict[int, str] = {}

@@ -11,7 +11,7 @@ import pynvml
 
 from trainmon.nvml import fields, gpm
 from trainmon.nvml.errors import NVML_FAILURES, is_absent
-from trainmon.nvml.session import _text
+from trainmon.nvml.session import as_text
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ ALL_REASONS = sum(CLOCK_EVENT_REASONS.values())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Identity:
+class GpuIdentity:
     index: int
     uuid: str
     name: str
@@ -59,18 +59,18 @@ class GpuReading:
     skipped: tuple[str, ...]
 
 
-def identify(index: int) -> tuple[Any, Identity]:
+def identify(index: int) -> tuple[Any, GpuIdentity]:
     """The handle and identity of the GPU at NVML index `index` (5 NVML calls, once per init)."""
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     try:
         minor = str(pynvml.nvmlDeviceGetMinorNumber(handle))
     except pynvml.NVMLError:
         minor = ""
-    identity = Identity(
+    identity = GpuIdentity(
         index=index,
-        uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-        name=_text(pynvml.nvmlDeviceGetName(handle)),
-        pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId),
+        uuid=as_text(pynvml.nvmlDeviceGetUUID(handle)),
+        name=as_text(pynvml.nvmlDeviceGetName(handle)),
+        pci_bus_id=as_text(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId),
         minor_number=minor,
     )
     return handle, identity
@@ -97,7 +97,7 @@ class _Reads:
 class Gpu:
     """A GPU across cycles and NVML re-initialisations: counters only grow, GPM windows follow on."""
 
-    def __init__(self, identity: Identity) -> None:
+    def __init__(self, identity: GpuIdentity) -> None:
         self.identity = identity
         self.handle: Any = None
         self._gpm: gpm.GpmSampler | None = None
@@ -107,7 +107,7 @@ class Gpu:
         self._counters = {f.field_id: fields.Unwrapped() for f in fields.FIELDS if f.wraps}
         self._sm_active_s: float | None = None  # None until the first GPM window
 
-    def attach(self, handle: Any, identity: Identity, now: float) -> None:
+    def attach(self, handle: Any, identity: GpuIdentity, now: float) -> None:
         """Take a fresh handle after (re-)initialisation and read what does not change until the next.
 
         A fresh GPM sample is taken at once, so a re-initialisation between two cycles costs the next

@@ -12,7 +12,7 @@ import contextlib
 import pynvml
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
@@ -30,7 +30,7 @@ class NvmlSession:
         pynvml.nvmlInit()
         self.is_open = True
         try:
-            self.driver_version = _text(pynvml.nvmlSystemGetDriverVersion())
+            self.driver_version = as_text(pynvml.nvmlSystemGetDriverVersion())
         except pynvml.NVMLError:
             self.driver_version = ""
 
