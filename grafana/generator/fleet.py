@@ -5,10 +5,10 @@ from __future__ import annotations
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
 from .config import DashboardConfig
-from .node import JOB
+from .node import job_variable
 from .panels import Board, Query, graph, single
 
-F = 'job=~"$job"'
+FLEET = 'job=~"$job"'  # after the selector (DashboardConfig.matchers)
 RATE = "[$__rate_interval]"
 
 
@@ -19,6 +19,7 @@ OWNERS = (("namespace", "namespace", "namespace"), ("Slurm job", "job_id", "job_
 
 def _owners(board: Board, config: DashboardConfig) -> Board:
     """Allocated and idle GPUs by Kubernetes namespace and by Slurm job, and the GPU-hours each held."""
+    F = config.matchers(FLEET)
     idle = (f"SM activity under {config.idle_sm_ratio:.0%}, or low power against the limit where SM activity is "
             "not measured (as TrainmonGPUIdleDuringTraining judges it)")
     panels = []
@@ -41,6 +42,7 @@ def _owners(board: Board, config: DashboardConfig) -> Board:
 
 
 def build(config: DashboardConfig) -> DashboardModel:
+    F = config.matchers(FLEET)
     sm = f"trainmon_gpu_sm_utilization_ratio{{{F}}}"
     idle = f"{sm} < {config.idle_sm_ratio}"
     busy = f"{sm} >= {config.idle_sm_ratio}"
@@ -49,7 +51,7 @@ def build(config: DashboardConfig) -> DashboardModel:
         name="fleet",
         title="Fleet",
         description="Every trainmon node: GPU usage, training jobs and errors.",
-        variables=(JOB,),
+        variables=(job_variable(config),),
     )
     board.row(
         "Overview",
