@@ -23,7 +23,7 @@ import psutil
 
 from trainmon.collectors.base import Collection
 from trainmon.errors import CollectorError
-from trainmon.families import Metric, counter, gauge, info
+from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import INVENTORY, InventoryGpu
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
@@ -46,7 +46,7 @@ NOT_FOUND = "not found by NVML since re-initialisation"
 class Spec:
     """One per-GPU metric: its kind, help text, and the label that splits it (if any)."""
 
-    kind: Callable[..., Metric]
+    kind: Callable[..., ValueFamily]
     help: str
     label: str | None = None
 
@@ -336,7 +336,7 @@ def _ids(identity: Identity) -> list[str]:
 
 
 def _value_families(read: Sequence[tuple[Identity, GpuReading]]) -> list[Metric]:
-    families = []
+    families: list[Metric] = []
     for name, spec in METRICS.items():
         short = name.removeprefix("gpu_")
         labels = GPU_LABELS + ((spec.label,) if spec.label else ())
