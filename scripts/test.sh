@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs everything the test suite needs and runs it all: ruff, then pytest (arguments go to pytest).
+# Installs everything the test suite needs and runs it all: ruff, mypy, then pytest (arguments go to pytest).
 # Works as root on a fresh Debian 12 and on a machine where it all is installed already; a second run
 # installs nothing. Python packages go into .venv in the checkout (PEP 668 refuses system-wide ones).
 set -euo pipefail
@@ -29,4 +29,5 @@ fi
 
 export PATH="$PWD/.venv/bin:$PATH"
 python -m ruff check .
+python -m mypy
 python -m pytest "$@"

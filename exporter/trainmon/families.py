@@ -14,7 +14,10 @@ from prometheus_client.core import (
 
 NAMESPACE = "trainmon"
 
-__all__ = ["NAMESPACE", "Metric", "counter", "gauge", "histogram", "info"]
+__all__ = ["NAMESPACE", "Metric", "ValueFamily", "counter", "gauge", "histogram", "info"]
+
+# What `gauge` and `counter` make: one value per label set, added with `add_metric(labels, value)`.
+ValueFamily = GaugeMetricFamily | CounterMetricFamily
 
 
 def gauge(name: str, documentation: str, labels: Sequence[str] = ()) -> GaugeMetricFamily:

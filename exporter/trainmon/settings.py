@@ -137,7 +137,7 @@ def parse_bool(flag: str, text: str) -> bool:
 
 def parse_log_level(flag: str, text: str) -> str:
     level = text.strip().lower()
-    if level.upper() not in logging.getLevelNamesMapping():
+    if not isinstance(logging.getLevelName(level.upper()), int):  # a name's number; getLevelNamesMapping is 3.11+
         raise ConfigError(flag, text, "expected one of debug, info, warning, error")
     return level
 
@@ -326,9 +326,11 @@ def settings_from(values: Mapping[str, str], options: Sequence[Option], **overri
     Raises:
         ConfigError: the first value that does not parse, or a combination that is refused.
     """
-    parsed = {opt.field_name: opt.parse(opt.flag, values.get(opt.field_name, opt.default)) for opt in options}
+    # Any: each option's parser makes the type of its own field.
+    parsed: dict[str, Any] = {opt.field_name: opt.parse(opt.flag, values.get(opt.field_name, opt.default))
+                              for opt in options}
     parsed.update(overrides)
-    settings = Settings(**parsed)  # type: ignore[arg-type]
+    settings = Settings(**parsed)
     flagged = tuple(name for field_name, name in FLAG_COLLECTORS.items()
                     if getattr(settings, field_name) is not None and name not in settings.collectors)
     if flagged:

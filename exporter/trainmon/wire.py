@@ -41,7 +41,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from trainmon.errors import MessageRejected
 
@@ -152,18 +152,22 @@ class Report:
         return (self.pid, self.start_time)
 
 
-class Kind(Protocol):
+# The Python value of one kind of field: what `decode` makes and `encode` and `decreased` take.
+V = TypeVar("V")
+
+
+class Kind(Protocol[V]):
     """How one field is checked on the way in and written on the way out."""
 
-    def decode(self, name: str, raw: object) -> object:
+    def decode(self, name: str, raw: object) -> V:
         """The value for `Report`, or MessageRejected."""
         ...
 
-    def encode(self, value: object) -> object:
+    def encode(self, value: V) -> object:
         """The JSON value for the datagram."""
         ...
 
-    def decreased(self, new: object, old: object) -> bool:
+    def decreased(self, new: V, old: V) -> bool:
         """Whether a cumulative value went backwards (only asked of fields marked cumulative)."""
         ...
 
@@ -181,11 +185,11 @@ class Int:
             raise MessageRejected("range", f"{name} out of range")
         return raw
 
-    def encode(self, value: object) -> object:
+    def encode(self, value: int) -> object:
         return value
 
-    def decreased(self, new: object, old: object) -> bool:
-        return new < old  # type: ignore[operator]
+    def decreased(self, new: int, old: int) -> bool:
+        return new < old
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,10 +201,10 @@ class Number:
     nan_ok: bool = False
 
     def decode(self, name: str, raw: object) -> float:
-        if type(raw) not in (int, float):
+        if type(raw) is not int and type(raw) is not float:
             raise MessageRejected("schema", f"{name} is {type(raw).__name__}")
         try:
-            value = float(raw)  # type: ignore[arg-type]
+            value = float(raw)
         except OverflowError:  # a 400-digit integer
             raise MessageRejected("range", f"{name} does not fit a float") from None
         if self.nan_ok and not math.isfinite(value):
@@ -209,11 +213,11 @@ class Number:
             raise MessageRejected("range", f"{name}={value}")
         return value
 
-    def encode(self, value: object) -> object:
+    def encode(self, value: float) -> object:
         return value
 
-    def decreased(self, new: object, old: object) -> bool:
-        return new < old  # type: ignore[operator]
+    def decreased(self, new: float, old: float) -> bool:
+        return new < old
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,10 +252,10 @@ class Text:
             raise MessageRejected("range", f"{name} is not an identifier")
         return raw
 
-    def encode(self, value: object) -> object:
+    def encode(self, value: str) -> object:
         return value
 
-    def decreased(self, new: object, old: object) -> bool:
+    def decreased(self, new: str, old: str) -> bool:
         return False
 
 
@@ -269,11 +273,11 @@ class Buckets:
             raise MessageRejected("range", f"{name} not cumulative")
         return tuple(raw)
 
-    def encode(self, value: object) -> object:
-        return list(value)  # type: ignore[call-overload]
+    def encode(self, value: tuple[int, ...]) -> object:
+        return list(value)
 
-    def decreased(self, new: object, old: object) -> bool:
-        return any(n < o for n, o in zip(new, old, strict=True))  # type: ignore[call-overload]
+    def decreased(self, new: tuple[int, ...], old: tuple[int, ...]) -> bool:
+        return any(n < o for n, o in zip(new, old, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +285,7 @@ class Map:
     """A JSON object of at most `most` entries; each key becomes a label value."""
 
     key: Text
-    value: Kind
+    value: Kind[Any]
     most: int
 
     def decode(self, name: str, raw: object) -> dict[str, object]:
@@ -291,17 +295,17 @@ class Map:
             raise MessageRejected("range", f"{name} has {len(raw)} entries > {self.most}")
         return {self.key.decode(name, k): self.value.decode(f"{name}.{k[:20]}", v) for k, v in raw.items()}
 
-    def encode(self, value: object) -> object:
-        return dict(value)  # type: ignore[call-overload]
+    def encode(self, value: Mapping[str, object]) -> object:
+        return dict(value)
 
-    def decreased(self, new: object, old: object) -> bool:
-        return any(k in old and self.value.decreased(v, old[k]) for k, v in new.items())  # type: ignore[attr-defined,index,operator]
+    def decreased(self, new: Mapping[str, object], old: Mapping[str, object]) -> bool:
+        return any(k in old and self.value.decreased(v, old[k]) for k, v in new.items())
 
 
 @dataclass(frozen=True, slots=True)
 class Column:
     name: str
-    kind: Kind
+    kind: Kind[Any]
     cumulative: bool = False
 
 
@@ -340,13 +344,13 @@ class Rows:
                 raise MessageRejected("range", f"{name} has more than {most} distinct {column} values")
         return tuple(rows)
 
-    def encode(self, value: object) -> object:
-        return [[getattr(row, c.name) for c in self.columns] for row in value]  # type: ignore[attr-defined]
+    def encode(self, value: tuple[object, ...]) -> object:
+        return [[getattr(row, c.name) for c in self.columns] for row in value]
 
-    def decreased(self, new: object, old: object) -> bool:
+    def decreased(self, new: tuple[object, ...], old: tuple[object, ...]) -> bool:
         cumulative = [c.name for c in self.columns if c.cumulative]
-        before = {self._key(row): row for row in old}  # type: ignore[attr-defined]
-        for row in new:  # type: ignore[attr-defined]
+        before = {self._key(row): row for row in old}
+        for row in new:
             prev = before.get(self._key(row))
             if prev is not None and any(getattr(row, c) < getattr(prev, c) for c in cumulative):
                 return True
@@ -362,7 +366,7 @@ class Field:
 
     path: str
     attr: str
-    kind: Kind
+    kind: Kind[Any]
     required: bool = False
     cumulative: bool = False  # never goes backwards within one incarnation
 
@@ -435,14 +439,14 @@ _CUMULATIVE = tuple(f for f in FIELDS if f.cumulative)
 
 def encode(report: Report) -> bytes:
     """The datagram for `report`; optional values that are unknown (None) are left out."""
-    msg: dict[str, object] = {"v": VERSION}
+    msg: dict[str, Any] = {"v": VERSION}  # JSON: nested objects, one per dotted path prefix
     for f, path in _PATHS:
         value = getattr(report, f.attr)
         if value is None:
             continue
         parent = msg
         for part in path[:-1]:
-            parent = parent.setdefault(part, {})  # type: ignore[assignment]
+            parent = parent.setdefault(part, {})
         parent[path[-1]] = f.kind.encode(value)
     return json.dumps(msg, separators=(",", ":")).encode()
 
@@ -482,22 +486,25 @@ def validate(msg: Mapping[str, object]) -> Report:
     """
     if msg.get("v") != VERSION or type(msg.get("v")) is not int:
         raise MessageRejected("version", repr(msg.get("v"))[:20])
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # each of the type its field's kind decodes, as `Report` declares
     for attr, path, decode, parents, leaf, required in _PLAN:
-        parent: object = msg
+        parent: Mapping[str, object] = msg
+        raw: object = None
         for part in parents:
-            parent = parent.get(part)  # type: ignore[attr-defined]
-            if parent is None:
+            child = parent.get(part)
+            if child is None:
                 break
-            if type(parent) is not dict:
-                raise MessageRejected("schema", f"{part} is {type(parent).__name__}")
-        raw = None if parent is None else parent.get(leaf)  # type: ignore[attr-defined]
+            if type(child) is not dict:
+                raise MessageRejected("schema", f"{part} is {type(child).__name__}")
+            parent = child
+        else:
+            raw = parent.get(leaf)
         if raw is None:
             if required:
                 raise MessageRejected("schema", f"{path} missing")
             continue
         values[attr] = decode(path, raw)
-    return Report(**values)  # type: ignore[arg-type]
+    return Report(**values)
 
 
 def went_backwards(new: Report, old: Report) -> str | None:

@@ -7,6 +7,7 @@ Adding a collector means one module here, a parser module if it reads text, one 
 from __future__ import annotations
 
 import importlib
+from typing import cast
 
 from trainmon.collectors.base import Collection, Collector, CollectorFactory
 from trainmon.settings import Settings
@@ -26,7 +27,7 @@ __all__ = ["AVAILABLE", "Collection", "Collector", "build_collector"]
 
 def factory(name: str) -> CollectorFactory:
     module_name, _, attr = AVAILABLE[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    return cast(CollectorFactory, getattr(importlib.import_module(module_name), attr))  # AVAILABLE names one
 
 
 def build_collector(name: str, settings: Settings) -> Collector:

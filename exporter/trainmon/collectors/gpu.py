@@ -23,7 +23,7 @@ import psutil
 
 from trainmon.collectors.base import Collection
 from trainmon.errors import CollectorError
-from trainmon.families import Metric, counter, gauge, info
+from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import INVENTORY, InventoryGpu
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
@@ -47,7 +47,7 @@ NOT_FOUND = "not found by NVML since re-initialisation"
 class Spec:
     """One per-GPU metric: its kind, help text, and the label that splits it (if any)."""
 
-    kind: Callable[..., Metric]
+    kind: Callable[..., ValueFamily]
     help: str
     label: str | None = None
 
@@ -337,7 +337,7 @@ def _ids(identity: GpuIdentity) -> list[str]:
 
 
 def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
-    families = []
+    families: list[Metric] = []
     for metric, spec in METRICS.items():
         labels = GPU_LABELS + ((spec.label,) if spec.label else ())
         family = spec.kind(metric.family, spec.help, labels)

@@ -8,9 +8,10 @@ is listed as skipped in /api/v1/status), never the port or the collector.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from trainmon.collectors.base import Collection
 from trainmon.errors import NoData
@@ -18,6 +19,8 @@ from trainmon.families import Metric, counter, gauge, info
 from trainmon.parsers.infiniband import parse_counter, parse_rate, parse_state
 from trainmon.roots import Root, Unavailable, list_directory, read_attribute, read_name
 from trainmon.settings import Settings
+
+T = TypeVar("T")
 
 WORD_BYTES = 4  # port_rcv_data and port_xmit_data count 32-bit words
 
@@ -174,7 +177,7 @@ class DeviceReader:
             hw_counters=self._counters(base + "hw_counters", HW_COUNTERS, quiet_missing_dir=True),
         )
 
-    def _counters(self, directory: str, known: dict[str, tuple], quiet_missing_dir: bool = False) -> dict[str, int]:
+    def _counters(self, directory: str, known: Mapping[str, object], quiet_missing_dir: bool = False) -> dict[str, int]:
         values = {}
         for name in self._list(directory, quiet=quiet_missing_dir):
             if name in known:
@@ -183,7 +186,7 @@ class DeviceReader:
                     values[name] = value
         return values
 
-    def _parsed(self, relative: str, parse: Callable[[str], object]) -> object:
+    def _parsed(self, relative: str, parse: Callable[[str], T | None]) -> T | None:
         text = self._attr(relative)
         if text is None:
             return None
@@ -238,9 +241,9 @@ def families(devices: list[DeviceReading]) -> list[Metric]:
         key = [p.device, p.port]
         port_info.add_metric([*key, p.link_layer or "", p.state[1] if p.state else "",
                               p.physical_state[1] if p.physical_state else ""], {})
-        for family, value in ((state, p.state), (phys, p.physical_state)):
+        for state_family, value in ((state, p.state), (phys, p.physical_state)):
             if value is not None:
-                family.add_metric(key, value[0])
+                state_family.add_metric(key, value[0])
         if p.rate_bytes_per_second is not None:
             rate.add_metric(key, p.rate_bytes_per_second)
     out: list[Metric] = [device_info, port_info, state, phys, rate]
@@ -252,9 +255,9 @@ def families(devices: list[DeviceReading]) -> list[Metric]:
         out.append(family)
     for source, (suffix, documentation) in HW_COUNTERS.items():
         make = gauge if not suffix.endswith("_total") else counter
-        family = make(f"infiniband_{suffix}", f"{documentation} From hw_counters/{source}.", labels)
+        hw_family = make(f"infiniband_{suffix}", f"{documentation} From hw_counters/{source}.", labels)
         for p in ports:
             if source in p.hw_counters:
-                family.add_metric([p.device, p.port], p.hw_counters[source])
-        out.append(family)
+                hw_family.add_metric([p.device, p.port], p.hw_counters[source])
+        out.append(hw_family)
     return out

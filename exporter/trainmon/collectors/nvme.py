@@ -95,12 +95,12 @@ class NvmeCollector:
         listed = list_directory(class_dir)
         controllers = _controllers([] if isinstance(listed, Unavailable) else listed)
         owner: dict[str, str] = {}
-        for controller in controllers:
-            entries = list_directory(class_dir / controller)
+        for name in controllers:
+            entries = list_directory(class_dir / name)
             for entry in [] if isinstance(entries, Unavailable) else entries:
                 namespace = namespace_of(entry)
                 if namespace is not None:
-                    owner.setdefault(namespace, controller)
+                    owner.setdefault(namespace, name)
         identities: dict[str, NvmeIdentity] = {}
         attrs_of: dict[str, dict[str, str]] = {}  # each controller's files are read once, and only if used
         for namespace in namespaces:

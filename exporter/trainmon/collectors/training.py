@@ -20,7 +20,7 @@ from prometheus_client.utils import floatToGoString
 
 from trainmon.collectors.base import Collection
 from trainmon.errors import NoData
-from trainmon.families import Metric, counter, gauge, histogram, info
+from trainmon.families import Metric, ValueFamily, counter, gauge, histogram, info
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
 from trainmon.settings import Settings
@@ -37,7 +37,7 @@ class Scalar:
 
     name: str
     help: str
-    make: Callable[[str, str, tuple[str, ...]], Metric]
+    make: Callable[[str, str, tuple[str, ...]], ValueFamily]
     read: Callable[[Report], float | None]
 
 

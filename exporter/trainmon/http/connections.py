@@ -112,6 +112,7 @@ class GuardedH11Protocol(H11Protocol):
         """No request in progress: waiting for the first, or between two on a kept-alive connection."""
         return self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete)
 
+    # uvicorn's H11Protocol narrows asyncio's BaseTransport to Transport here, and so must we.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._watch_headers()

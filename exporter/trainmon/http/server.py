@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -102,13 +103,14 @@ class Server(uvicorn.Server):
         """Serve new connections with `context` (None: plain HTTP) on the same sockets; open connections
         keep theirs. Two SIGHUPs in quick succession take turns."""
         loop = asyncio.get_running_loop()
-        protocol = self.config.http_protocol_class
+        # uvicorn's own protocol classes (ours is GuardedH11Protocol), whose constructors take these arguments
+        protocol: Callable[..., asyncio.Protocol] = self.config.http_protocol_class
         async with self._relisten:
             replaced = []
             for old in self.servers:
                 for listener in old.sockets:
                     server = await loop.create_server(
-                        lambda: protocol(config=self.config, server_state=self.server_state,  # type: ignore[call-arg]
+                        lambda: protocol(config=self.config, server_state=self.server_state,
                                          app_state=self.lifespan.state),
                         sock=socket.socket(fileno=os.dup(listener.fileno())), ssl=context, backlog=ACCEPT_BURST,
                         ssl_handshake_timeout=self._handshake_timeout if context else None)

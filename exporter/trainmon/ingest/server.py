@@ -24,6 +24,7 @@ import stat
 import struct
 import threading
 from pathlib import Path
+from typing import cast
 
 from trainmon.errors import CollectorError
 from trainmon.ingest.ranks import Datagram, RankTable
@@ -199,7 +200,7 @@ class IngestServer:
                 if key.fileobj is self._wake_reader:
                     continue
                 try:
-                    self._drain(key.fileobj)  # type: ignore[arg-type]
+                    self._drain(cast(socket.socket, key.fileobj))  # only sockets are registered
                 except Exception:  # the table rejects bad datagrams itself; this is a bug, and the receiver lives on
                     if not failed:
                         log.exception("ingest receive failed")

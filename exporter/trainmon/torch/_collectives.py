@@ -33,7 +33,7 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -42,6 +42,9 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from trainmon.torch._state import GroupSeqs, RankState
 from trainmon.torch._timing import DeviceSpans
+
+if TYPE_CHECKING:  # torch.distributed imports it without re-exporting it
+    from torch._C._distributed_c10d import GradBucket
 
 MAX_PENDING_WORKS = 1024
 MAX_CACHED_GROUPS = 256
@@ -241,13 +244,14 @@ class CollectiveRecorder:
                 elif event is None:  # CPU: the call blocked until the collective finished
                     seconds = perf_counter() - t0
                     complete(seqs, n, op, nbytes, seconds, seconds)
-                else:  # CUDA: the current stream now waits for the collective, so all of it is exposed
-                    self.spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, s or 0.0))  # type: ignore[union-attr]
+                elif self.spans is not None:  # CUDA (an event comes from spans): the current stream now waits
+                    # for the collective, so all of it is exposed
+                    self.spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, s or 0.0))
             except Exception:
                 self.errors += 1
             return result
 
-        trainmon_collective.__trainmon_original__ = fn  # type: ignore[attr-defined]
+        trainmon_collective.__trainmon_original__ = fn  # type: ignore[attr-defined]  # a marker on a function object
         return trainmon_collective
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -272,8 +276,8 @@ class CollectiveRecorder:
         try:
             if event is None:
                 complete(seqs, n, op, nbytes, now - t0, now - blocked_since if blocked_since is not None else 0.0)
-            elif waited:  # the current stream waits for the collective from here
-                self.spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, 0.0))  # type: ignore[union-attr]
+            elif waited and self.spans is not None:  # the current stream waits for the collective from here
+                self.spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, 0.0))
             else:
                 complete(seqs, n, op, nbytes, 0.0, 0.0)
         except Exception:
@@ -327,10 +331,10 @@ class CollectiveRecorder:
             slot.hook, slot.state = hook, state
             model._comm_hooks.append((hook, state))
 
-        model.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
+        model.register_comm_hook = register_comm_hook  # type: ignore[method-assign]  # this instance only
         return True
 
-    def _time_bucket(self, slot: HookSlot, bucket: dist.GradBucket, seqs: GroupSeqs) -> Any:
+    def _time_bucket(self, slot: HookSlot, bucket: GradBucket, seqs: GroupSeqs) -> Any:
         """One bucket: issued when DDP hands it over, complete when the hook's future is (the `.then`
         DDP needs anyway), so the default hook's division by the world size is inside the time."""
         complete = self.state.complete
@@ -356,8 +360,8 @@ class CollectiveRecorder:
         def done(fut: torch.futures.Future[Any]) -> Any:
             try:
                 # The last bucket's wait ends backward: its launch-to-completion is exposed.
-                if event is not None:
-                    self.spans.close(event, lambda s: complete(  # type: ignore[union-attr]
+                if event is not None and self.spans is not None:
+                    self.spans.close(event, lambda s: complete(
                         seqs, n, "all_reduce", nbytes, s or 0.0, (s or 0.0) if last else 0.0))
                 else:
                     seconds = perf_counter() - t0

@@ -24,7 +24,7 @@ class HostCopies:
     """Small tensors read without a sync: CPU ones at once, CUDA ones when their copy has landed."""
 
     def __init__(self) -> None:
-        self._pending: deque[tuple[torch.Tensor, torch.cuda.Event | None, ValuesSink]] = deque()
+        self._pending: deque[tuple[torch.Tensor, torch.cuda.Event, ValuesSink]] = deque()
         self.dropped = 0
 
     def read(self, values: list[torch.Tensor], sink: ValuesSink) -> None:
@@ -43,7 +43,7 @@ class HostCopies:
         self._pending.append((host, event, sink))
 
     def poll(self) -> None:
-        while self._pending and self._pending[0][1].query():  # type: ignore[union-attr]
+        while self._pending and self._pending[0][1].query():
             host, _, sink = self._pending.popleft()
             sink(host.tolist())
 

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from trainmon.wire import DEFAULT_SOCKET, MAX_DATAGRAM
 
@@ -53,14 +53,14 @@ class UdpTransport:
         host, _, port = address.rpartition(":")
         self._target = (host.strip("[]"), int(port))
         self._sock: socket.socket | None = None
-        self._sockaddr: object = None
+        self._sockaddr: tuple[Any, ...] = ()  # getaddrinfo's, for the family
 
     def send(self, payload: bytes) -> None:
         if self._sock is None:
             family, kind, proto, _, self._sockaddr = socket.getaddrinfo(*self._target, type=socket.SOCK_DGRAM)[0]
             self._sock = socket.socket(family, kind, proto)
             self._sock.setblocking(False)
-        self._sock.sendto(payload, self._sockaddr)  # type: ignore[arg-type]
+        self._sock.sendto(payload, self._sockaddr)
 
     def close(self) -> None:
         if self._sock is not None:

@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field, fields
 from time import perf_counter
+from typing import Any
 
 from trainmon.wire import FIELDS, MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, GroupSeq, Inflight, Report
 
@@ -233,11 +234,12 @@ class RankState:
     def report(self, identity: Identity, *, seq: int, kind: str = "report") -> Report:
         """The report of this process now; `pid` is the caller's real one (a forked child's is its own)."""
         with self.lock:
-            values = {name: _copy(getattr(self, name)) for name in STATE_FIELDS}
+            # Any: each of the type `Report` declares for it, as this state holds it.
+            values: dict[str, Any] = {name: _copy(getattr(self, name)) for name in STATE_FIELDS}
         values.update((name, _copy(getattr(identity, name))) for name in IDENTITY_FIELDS)
-        return Report(kind=kind, pid=os.getpid(), seq=seq, sent_at=time.time(), **values)  # type: ignore[arg-type]
+        return Report(kind=kind, pid=os.getpid(), seq=seq, sent_at=time.time(), **values)
 
 
 def _copy(value: object) -> object:
     """Maps are copied so that the report does not change under the sender."""
-    return dict(value) if isinstance(value, dict) else value  # type: ignore[arg-type]
+    return dict(value) if isinstance(value, dict) else value

@@ -19,7 +19,7 @@ except ImportError as exc:
 from trainmon.torch._monitor import TrainingMonitor
 
 
-class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
+class TrainmonCallback(TrainerCallback):
     """Reports a `transformers.Trainer` run through a `TrainingMonitor`.
 
     Args:

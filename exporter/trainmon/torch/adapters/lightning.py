@@ -8,16 +8,19 @@ training starts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
-    from lightning.pytorch import Callback
-except ImportError:  # the standalone distribution
+if TYPE_CHECKING:  # type-checked against the standalone distribution, the one the test extra installs
+    from pytorch_lightning import Callback
+else:
     try:
-        from pytorch_lightning import Callback
-    except ImportError as exc:
-        raise ImportError("trainmon.torch.adapters.lightning needs PyTorch Lightning: "
-                          "pip install pytorch-lightning") from exc
+        from lightning.pytorch import Callback
+    except ImportError:  # the standalone distribution
+        try:
+            from pytorch_lightning import Callback
+        except ImportError as exc:
+            raise ImportError("trainmon.torch.adapters.lightning needs PyTorch Lightning: "
+                              "pip install pytorch-lightning") from exc
 
 from trainmon.torch._monitor import Phase, TrainingMonitor
 
@@ -30,7 +33,7 @@ def batch_size(batch: Any) -> int:
     return int(shape[0]) if shape else 0
 
 
-class TrainmonCallback(Callback):  # type: ignore[misc]
+class TrainmonCallback(Callback):
     """Reports a Lightning run through a `TrainingMonitor`.
 
     Args:
@@ -71,7 +74,7 @@ class TrainmonCallback(Callback):  # type: ignore[misc]
         self._pending[1] += self._tokens(batch) if self._tokens is not None else 0
         if self._open_at is None or trainer.global_step == self._open_at:
             return  # accumulating gradients: the optimizer has not stepped yet
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
         self.monitor.step_end(samples=self._pending[0], tokens=self._pending[1],
                               loss=loss.detach() if hasattr(loss, "detach") else loss)
         self._open_at, self._pending = None, [0, 0]
