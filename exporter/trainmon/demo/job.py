@@ -135,7 +135,8 @@ class SimulatedJob:
             visited = visited or self._earlier_visitors()
             hung = self._plan.active("hang")
             in_phase = checkpointing(time.monotonic() - started) and not hung
-            stalled = self._plan.active("stall") or hung  # a hung input pipeline: heartbeats go on, steps do not
+            # no rank steps, heartbeats go on: a hung input pipeline (stall), or a rank stuck before a collective
+            stalled = self._plan.active("stall") or hung
             if hung and not self._hang_issued:
                 self._hang()
             collapse = self._plan.active("loss-scale")  # every step overflows in fp16
