@@ -9,7 +9,7 @@ rank (its peers wait for it in their all-reduces, so they show more collective t
 that falls, fp16 loss-scale backoffs with skipped steps, a checkpoint phase now and then, and the
 NCCL environment and parallel layout of a real job. Every collective goes through the rank's per-group
 sequence numbers (issued == completed between steps), the model FLOPs are those of an 8B-parameter
-transformer (so MFU on the simulated H100s is about 50%), and each rank has swallowed one hook error (a
+transformer (so MFU on the simulated H100s is 45-50%), and each rank has swallowed one hook error (a
 dropped report at start-up, as a real hook under a restarting daemon would). Each tick hands the
 traffic it made (dataset reads, checkpoint writes, all-reduce bytes) to `traffic`, which advances the
 demo's procfs/sysfs tree, and asks the `Plan` whether an incident has started.
