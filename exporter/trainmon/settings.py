@@ -278,12 +278,10 @@ DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows af
 
 
 def parse_incident(flag: str, text: str) -> str | None:
-    from trainmon.demo.incidents import INCIDENTS, NOT_YET_AVAILABLE
+    from trainmon.demo.incidents import INCIDENTS
 
     if not text:
         return None
-    if text in NOT_YET_AVAILABLE:
-        raise ConfigError(flag, text, f"not yet available: {NOT_YET_AVAILABLE[text]}")
     if text not in INCIDENTS:
         raise ConfigError(flag, text, f"unknown incident; known: {', '.join(INCIDENTS)}")
     return text

@@ -8,8 +8,22 @@ from pathlib import Path
 from tests.helpers.net import wait_until
 from trainmon.collectors.training import TrainingCollector
 from trainmon.daemon import build_ingest
-from trainmon.demo.job import JOB_ID, RANKS, SMOKE_TEST_SUFFIX, STRAGGLER, start_simulated_job
+from trainmon.demo.incidents import HUNG_RANK, Plan
+from trainmon.demo.job import (
+    FLOPS_PER_TOKEN,
+    JOB_ID,
+    RANKS,
+    SAMPLES_PER_STEP,
+    SEQUENCE_TOKENS,
+    SMOKE_TEST_SUFFIX,
+    STRAGGLER,
+    TICK_SECONDS,
+    start_simulated_job,
+)
+from trainmon.nvml.peaks import peak_flops
+from trainmon.nvml.simulated import NAME
 from trainmon.settings import Settings
+from trainmon.wire import Report
 
 
 def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
@@ -34,3 +48,47 @@ def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
     assert {r.loss_scaler for r in reports.values()} == {"torch_amp"}
     assert {(JOB_ID, "clean"): RANKS, (JOB_ID + SMOKE_TEST_SUFFIX, "clean"): 1} == exits
     assert {os.getpid()} == {r.pid for r in reports.values()}  # the daemon checks pids against the sender's
+    for report in reports.values():  # between steps every collective issued has completed
+        assert [(g.group, g.issued) for g in report.group_seqs] == [("default_pg", g.completed)
+                                                                     for g in report.group_seqs]
+        assert report.group_seqs[0].completed == sum(c.calls for c in report.collectives) > 0
+        assert () == report.inflight
+        assert report.model_flops == report.tokens * FLOPS_PER_TOKEN
+        assert report.first_step is not None and report.first_step <= (report.last_step or 0)
+        assert {"send_drops": 1} == report.hook_errors
+
+
+def test_the_model_flops_put_mfu_on_the_simulated_h100s_near_half() -> None:
+    flops_per_second = SAMPLES_PER_STEP * SEQUENCE_TOKENS * FLOPS_PER_TOKEN / TICK_SECONDS
+
+    assert 0.40 < flops_per_second / peak_flops(NAME)["bf16"] < 0.55
+
+
+def test_in_a_hang_one_rank_stops_issuing_while_its_peers_wait_in_a_collective(tmp_path: Path) -> None:
+    settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
+    ingest = build_ingest(settings)
+    collector = TrainingCollector(settings, ingest)
+    job = start_simulated_job(settings, plan=Plan("hang", after=3.0))
+
+    def hung() -> dict[int, Report] | None:
+        collector.collect()
+        reports = {s.report.rank: s.report for s in ingest.table.view().ranks if s.report.job_id == f"{JOB_ID}-hang"}
+        return reports if sum(1 for r in reports.values() if r.inflight) == RANKS - 1 else None
+
+    try:
+        first: dict[int, Report] = wait_until(hung, timeout=30)  # type: ignore[assignment]
+        wait_until(lambda: collector.collect() and min(s.report.seq for s in ingest.table.view().ranks)
+                   > max(r.seq for r in first.values()) + 2, timeout=30)
+        later = {s.report.rank: s.report for s in ingest.table.view().ranks}
+    finally:
+        job.stop()
+        ingest.close()
+
+    issued = {rank: r.group_seqs[0].issued for rank, r in later.items()}
+    peers = {rank: n for rank, n in issued.items() if rank != HUNG_RANK}
+    assert {max(peers.values())} == set(peers.values())
+    assert issued[HUNG_RANK] == max(peers.values()) - 1
+    assert () == later[HUNG_RANK].inflight
+    moved = [abs(r.inflight[0].since - first[rank].inflight[0].since) for rank, r in later.items() if rank != HUNG_RANK]
+    assert max(moved) < 0.01  # the same collective, ageing (`since` is re-derived from perf_counter per report)
+    assert {r.steps for r in later.values()} == {r.steps for r in first.values()}

@@ -5,9 +5,11 @@ One demo per incident plus a healthy one, all at once, at the demo's own interva
 alert must become active (pending, then firing once its `for:` has passed) for its demo only; those
 whose `for:` fits the test (2 minutes) must fire. The stall's rule waits 900 s before it even goes
 pending, so for it the test evaluates the shipped expression with that one age divided by 30
-(`shorten_expr`), the same logic over a shorter wait. The healthy demo, whose run includes a checkpoint
-phase, fires nothing and has no alert pending for longer than 90 s at any time (every `for:` it could
-reach is 2 minutes or more), and every dashboard panel has data.
+(`shorten_expr`), the same logic over a shorter wait; the hang's rule has no `for:` but needs a collective
+300 s old, so for it the test evaluates the shipped expression with that age divided by 30 and checks
+that it names the hung rank (the real alert fires 5.5 to 6 minutes in). The healthy demo, whose run
+includes a checkpoint phase, fires nothing and has no alert pending for longer than 90 s at any time
+(every `for:` it could reach is 2 minutes or more), and every dashboard panel has data.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import free_port, wait_until
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import RULE_FILES, alert_rules
-from trainmon.demo.incidents import INCIDENTS
+from trainmon.demo.incidents import HUNG_RANK, INCIDENTS
 from trainmon.demo.job import JOB_ID
 
 pytestmark = pytest.mark.slow
@@ -31,8 +33,8 @@ HEALTHY_SECONDS = 30  # --incident-after
 SCRAPE = "2s"
 FIRES_IN_TEST = {"gpu-lost", "ib-down"}  # `for: 2m`; the others' `for:` (5-15 min) is left to run in the demo
 STALL_FACTOR = 30
-# Panels fed by metrics other engineers are adding (NCCL in-flight, phase seconds, model FLOPs, GPU ownership).
-PANELS_NOT_YET_FED: set[str] = set()
+HANG_AGE = 300  # seconds, in the shipped TrainmonCollectiveHang (lagging rank)
+SHORTENED = {"stall", "hang"}  # their alerts go pending only after minutes: checked by shortened expressions
 # Nothing in the healthy run may be on its way to firing. An alert may go pending for an evaluation or two
 # where a recorded value lags a raw one: GPUs quiet in a checkpoint whose phase series has already ended, or a
 # collector overrunning its 1 s cycle on a loaded machine. Every `for:` is minutes longer than this.
@@ -63,6 +65,10 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
     stall_rule = next(r for r in alert_rules() if r["alert"] == INCIDENTS["stall"])
     stall_instance = f'up{{instance="{instance["stall"]}"}}'
     stalled = f'({shorten_expr(stall_rule["expr"], STALL_FACTOR)}) and on (instance) {stall_instance}'
+    hang_rule = next(r for r in alert_rules() if r["alert"] == INCIDENTS["hang"] and "lag" in r["expr"])
+    assert f"> {HANG_AGE}\n" in hang_rule["expr"]
+    hung = hang_rule["expr"].replace(f"> {HANG_AGE}\n", f"> {HANG_AGE // STALL_FACTOR}\n")
+    hung_job = f"{JOB_ID}-hang"
 
     # Prometheus first: it must see each demo healthy before the incident (a port never seen active is
     # not an alert, by design).
@@ -75,9 +81,12 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
             port = int(instance[name].rsplit(":", 1)[1])
             daemons.append(demos.setdefault(name, start_daemon(tmp_path / name, args, command="demo", port=port)))
         for incident in INCIDENTS:
-            if incident != "stall":
+            if incident not in SHORTENED:
                 wait_until(lambda i=incident: active(prom, demo[i], i), timeout=240, interval=2)  # type: ignore[misc]
         wait_until(lambda: prom.query(stalled), timeout=120, interval=2)
+        hung_ranks = wait_until(lambda: {r["metric"]["rank"] for r in prom.query(hung)
+                                         if r["metric"]["job_id"] == hung_job}, timeout=120, interval=2)
+        assert {str(HUNG_RANK)} == hung_ranks
         for incident in FIRES_IN_TEST:
             wait_until(lambda i=incident: active(prom, demo[i], i, "firing"), timeout=200, interval=2)  # type: ignore[misc]
 
@@ -92,5 +101,5 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
                           f'phase="checkpoint"}}[10m])'), "the healthy run had its checkpoint"
         others = {name: sorted({a["alertname"] for a in alerts_of(prom, *demo[name])} - {alert})
                   for name, alert in INCIDENTS.items()}
-        assert PANELS_NOT_YET_FED == panels_without_data(prom)
+        assert set() == panels_without_data(prom)  # hang feeds Collectives in flight
     print(others)

@@ -19,10 +19,9 @@ INCIDENTS: dict[str, str] = {
     "ib-down": "TrainmonInfinibandLinkDown",
     "nvme-slow": "TrainmonNVMeLatencyHigh",
     "loss-scale": "TrainmonLossScaleCollapse",
+    "hang": "TrainmonCollectiveHang",
 }
-NOT_YET_AVAILABLE: dict[str, str] = {
-    "hang": "TrainmonCollectiveHang needs the trainmon_nccl_issued/completed/inflight metrics, not built yet",
-}
+HUNG_RANK = 2  # stops before a collective; its peers wait in theirs
 STRAGGLER_RANK = 5  # healthy: computes 15% slower than its peers, under the 25% the alert wants
 LOST_GPU = 6
 DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down

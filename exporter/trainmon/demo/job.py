@@ -7,9 +7,12 @@ what a `TrainingMonitor` would send. Standard library only.
 The job is plausible rather than random: steps of about a second, throughput numerators, one slow
 rank (its peers wait for it in their all-reduces, so they show more collective time), a loss
 that falls, fp16 loss-scale backoffs with skipped steps, a checkpoint phase now and then, and the
-NCCL environment and parallel layout of a real job. Each tick hands the traffic it made (dataset
-reads, checkpoint writes, all-reduce bytes) to `traffic`, which advances the demo's procfs/sysfs tree,
-and asks the `Plan` whether an incident has started.
+NCCL environment and parallel layout of a real job. Every collective goes through the rank's per-group
+sequence numbers (issued == completed between steps), the model FLOPs are those of an 8B-parameter
+transformer (so MFU on the simulated H100s is 45-50%), and each rank has swallowed one hook error (a
+dropped report at start-up, as a real hook under a restarting daemon would). Each tick hands the
+traffic it made (dataset reads, checkpoint writes, all-reduce bytes) to `traffic`, which advances the
+demo's procfs/sysfs tree, and asks the `Plan` whether an incident has started.
 
 Every rank reports `pid = os.getpid()`: the daemon checks a report's pid against the kernel's sender
 pid, and all simulated ranks send from this process.
@@ -27,7 +30,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from trainmon import wire
-from trainmon.demo.incidents import STRAGGLER_RANK, Plan, checkpointing
+from trainmon.demo.incidents import HUNG_RANK, STRAGGLER_RANK, Plan, checkpointing
 from trainmon.demo.tree import Traffic
 from trainmon.settings import Settings
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
@@ -40,8 +43,13 @@ STRAGGLER = STRAGGLER_RANK  # this rank computes 15% slower; the others wait for
 SLOWDOWN = {"healthy": 1.15, "straggler": 1.5}  # the straggler's compute time against its peers'
 TICK_SECONDS = 1.0
 CHECKPOINT_BPS = 2_000_000_000  # written while the checkpoint phase lasts
-SAMPLES_PER_STEP = 32
-SAMPLE_BYTES = 512 * 1024  # what the data loader reads from NVMe per sample
+SAMPLES_PER_STEP = 5  # per rank: a global batch of 40 sequences
+SEQUENCE_TOKENS = 2048
+READ_BYTES_PER_STEP = 16 << 20  # what a rank's data loader reads from NVMe per step (shards read ahead)
+# Training FLOPs per token of a Llama-3-8B-like model: 6 x 8.03e9 parameters, plus the attention scores
+# (12 x 32 layers x 4096 wide x 2048 tokens). 10240 tokens a second per H100 (989 TFLOP/s bf16) is 53% MFU.
+FLOPS_PER_TOKEN = 6 * 8.03e9 + 12 * 32 * 4096 * SEQUENCE_TOKENS
+GROUP = "default_pg"
 GRADIENT_BYTES = 8_000_000_000
 DEMO_ENV = {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
@@ -60,6 +68,7 @@ class SimulatedRank:
         self.state = RankState()
         self.state.loss_scale = 65536.0
         self.state.cuda_alloc_retries = self.state.cuda_ooms = 0
+        self.state.hook_errors["send_drops"] = 1
         self.reporter = Reporter(self._encode, transport, TICK_SECONDS)
         self._seq = 0
 
@@ -79,6 +88,7 @@ class SimulatedJob:
         self._plan = plan or Plan()
         self._traffic = traffic
         self._connect = connect
+        self._hang_issued = False
         self.job_id = JOB_ID if self._plan.incident is None else f"{JOB_ID}-{self._plan.incident}"
         self.ranks = [SimulatedRank(self._identity(self.job_id, rank, uuids[rank % len(uuids)]), connect())
                       for rank in range(RANKS)]
@@ -90,7 +100,8 @@ class SimulatedJob:
         return Identity(job_id=job_id, rank=rank, pid=os.getpid(), start_time=time.time(), local_rank=rank,
                         world_size=RANKS, uuid=uuid, backend="nccl", framework="ddp", loss_scaler="torch_amp",
                         nccl_env=dict(DEMO_ENV),
-                        parallel={"tp": 1, "pp": 1, "dp": RANKS, "micro_batch": 4, "global_batch": 256})
+                        parallel={"tp": 1, "pp": 1, "dp": RANKS, "micro_batch": SAMPLES_PER_STEP,
+                                  "global_batch": SAMPLES_PER_STEP * RANKS})
 
     def _earlier_visitors(self) -> bool:
         """A one-step smoke test of the job that exited cleanly (a rank exit), and a datagram from a hook
@@ -100,7 +111,7 @@ class SimulatedJob:
         """
         smoke = SimulatedRank(self._identity(self.job_id + SMOKE_TEST_SUFFIX, 0, self.ranks[0].identity.uuid),
                               self._connect())
-        smoke.state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * 4096)
+        smoke.state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * SEQUENCE_TOKENS)
         smoke.reporter.send_now()
         delivered = smoke.reporter.sent == 1
         smoke.reporter.stop(bye=delivered)
@@ -122,8 +133,12 @@ class SimulatedJob:
         visited = False
         while not self._stop.wait(TICK_SECONDS):
             visited = visited or self._earlier_visitors()
-            in_phase = checkpointing(time.monotonic() - started)
-            stalled = self._plan.active("stall")  # a hung input pipeline: heartbeats go on, steps do not
+            hung = self._plan.active("hang")
+            in_phase = checkpointing(time.monotonic() - started) and not hung
+            # no rank steps, heartbeats go on: a hung input pipeline (stall), or a rank stuck before a collective
+            stalled = self._plan.active("stall") or hung
+            if hung and not self._hang_issued:
+                self._hang()
             collapse = self._plan.active("loss-scale")  # every step overflows in fp16
             skip = collapse or (not in_phase and self._random.random() < 0.004)  # an overflow, all ranks alike
             allreduce = [0] * len(self.ranks)
@@ -134,9 +149,16 @@ class SimulatedJob:
                 sim.reporter.send_now()
             if self._traffic is not None:
                 stepped = not in_phase and not stalled
-                self._traffic(Traffic(read_bytes=len(self.ranks) * SAMPLES_PER_STEP * SAMPLE_BYTES if stepped else 0,
+                self._traffic(Traffic(read_bytes=len(self.ranks) * READ_BYTES_PER_STEP if stepped else 0,
                                       written_bytes=int(CHECKPOINT_BPS * TICK_SECONDS) if in_phase else 0,
                                       allreduce_bytes=allreduce))
+
+    def _hang(self) -> None:
+        """Rank `HUNG_RANK` stops before its next collective; its peers issue theirs and wait in it for good."""
+        self._hang_issued = True
+        for sim in self.ranks:
+            if sim.identity.rank != HUNG_RANK:
+                sim.state.issue(sim.state.sequences(GROUP), "all_reduce", time.perf_counter())
 
     def _advance(self, sim: SimulatedRank, skip: bool) -> int:
         """One step of `sim`; returns the bytes its all-reduces put on its InfiniBand rail."""
@@ -152,22 +174,33 @@ class SimulatedJob:
         state.observe_step_seconds(step)
         state.data_wait += data
         gradient_bytes = GRADIENT_BYTES // len(self.ranks)
-        state.add_collective("all_reduce", "default_pg", 25, gradient_bytes, transfer * 0.7 + wait_for_peers,
-                             transfer * (1 - 0.7 / congested) + wait_for_peers)
-        state.add_collective("all_gather", "default_pg", 2, 4096, 0.002, 0.002)
-        state.add_collective("broadcast", "default_pg", 1, 8, 0.001, 0.001)
-        state.group_label("default_pg", len(self.ranks))
+        state.group_label(GROUP, len(self.ranks))
+        if state.first_step is None:
+            state.first_step = time.time() - step
+        collective(state, "all_reduce", 25, gradient_bytes, transfer * 0.7 + wait_for_peers,
+                   transfer * (1 - 0.7 / congested) + wait_for_peers)
+        collective(state, "all_gather", 2, 4096, 0.002, 0.002)
+        collective(state, "broadcast", 1, 8, 0.001, 0.001)
         if skip:
             state.skipped_steps += 1
             state.loss_scale = max(1.0, (state.loss_scale or 1.0) / 2)
         elif state.steps and state.steps % 2000 == 0:
             state.loss_scale = (state.loss_scale or 1.0) * 2
-        state.finish_step(samples=SAMPLES_PER_STEP, tokens=SAMPLES_PER_STEP * 4096)
+        tokens = SAMPLES_PER_STEP * SEQUENCE_TOKENS
+        state.finish_step(samples=SAMPLES_PER_STEP, tokens=tokens)
+        state.add_flops(tokens * FLOPS_PER_TOKEN)
         state.set_loss(1.6 + 2.4 * math.exp(-state.steps / 1500) + rnd.gauss(0, 0.03))
         state.grad_norm = abs(rnd.gauss(1.0, 0.15))
-        # Fields other engineers add to RankState (phase seconds, model FLOPs, NCCL sequence numbers) are
-        # one line each here.
         return 2 * (len(self.ranks) - 1) * gradient_bytes // len(self.ranks)  # a ring all-reduce's share
+
+
+def collective(state: RankState, op: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
+    """`calls` collectives of `op` on the default group, issued and completed: `nbytes`, `seconds` and
+    `blocked` are their totals."""
+    seqs = state.sequences(GROUP)
+    for _ in range(calls):
+        n = state.issue(seqs, op, time.perf_counter())
+        state.complete(seqs, n, op, nbytes // calls, seconds / calls, blocked / calls)
 
 
 def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None, plan: Plan | None = None,

@@ -13,7 +13,8 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from trainmon.demo.incidents import INCIDENTS, Plan
-from trainmon.demo.job import RANKS, start_simulated_job
+from trainmon.demo.job import RANKS, default_uuids, start_simulated_job
+from trainmon.demo.owners import Kubelet, kubelet_available, write_job_mapping
 from trainmon.demo.processes import SimulatedProcesses
 from trainmon.demo.tree import DemoTree
 from trainmon.settings import Settings
@@ -44,11 +45,22 @@ def run_demo(settings: Settings, web: WebConfig | None) -> int:
                             settings.incident_after, INCIDENTS[settings.incident])
             tree = DemoTree(root, plan)
             settings = replace(settings, procfs=tree.proc, sysfs=tree.sys, ingest_socket=str(root / "ingest.sock"),
-                               ingest_udp=None, simulated_pids=tuple(processes.pids))
+                               ingest_udp=None, simulated_pids=tuple(processes.pids),
+                               hpc_job_mapping_dir=write_job_mapping(root / "job-mapping", RANKS))
+            kubelet = None
+            if kubelet_available():
+                kubelet = Kubelet(root / "kubelet.sock", default_uuids())
+                settings = replace(settings, kubelet_pod_resources_socket=root / "kubelet.sock")
+            else:
+                log.warning("no grpcio (the kubernetes extra): the demo serves no trainmon_gpu_allocation_info")
+            owners = ("hpc_jobs", "pod_resources") if kubelet is not None else ("hpc_jobs",)
+            settings = replace(settings, collectors=settings.collectors + tuple(set(owners) - set(settings.collectors)))
             job = start_simulated_job(settings, plan=plan, traffic=tree.advance)
             try:
                 return serve(settings, web)
             finally:
                 job.stop()
+                if kubelet is not None:
+                    kubelet.stop()
     finally:
         processes.stop()

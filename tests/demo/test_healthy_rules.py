@@ -1,0 +1,126 @@
+"""The healthy demo fires nothing for 20 minutes of its time, judged by promtool over series it served.
+
+A real demo is scraped for a minute (a checkpoint included); the samples become a promtool input series
+that repeats that minute for 20 (counters go on rising by what they rose, "now" timestamps go on
+advancing, series absent from a scrape are stale there), and `promtool test rules` evaluates the
+shipped rules over it, unchanged. A planted incident fails the same check (the second test), so the
+check can see an alert. The recorded minute must be steady: what changes within it comes back every
+minute (the healthy run's checkpoint does, as it would every 2 minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.net import wait_until
+from tests.helpers.tools import require_tool
+from tests.prometheus.rulefiles import RULE_FILES, alert_rules
+
+SCRAPE_SECONDS = 5
+SCRAPES = 13  # a minute: the first checkpoint (20 s after start, 8 s long) falls inside it
+SIMULATED_MINUTES = 20  # beyond every `for:` a healthy run could reach (15 min at most)
+TARGET = {"job": "trainmon", "instance": "demo:9400"}
+CUMULATIVE_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
+
+
+@dataclass
+class Recording:
+    """Each series' value at each scrape (None where the scrape lacked it), and whether it only rises."""
+
+    walls: list[float] = field(default_factory=list)
+    values: dict[str, list[float | None]] = field(default_factory=dict)
+    cumulative: set[str] = field(default_factory=set)
+
+    def add(self, text: str, wall: float) -> None:
+        index = len(self.walls)
+        self.walls.append(wall)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if not math.isfinite(sample.value):
+                    continue
+                key = sample.name + "{" + ",".join(f"{k}={json.dumps(v)}" for k, v in
+                                                   sorted({**sample.labels, **TARGET}.items())) + "}"
+                series = self.values.setdefault(key, [None] * index)
+                series.extend([None] * (index - len(series)))
+                series.append(sample.value)
+                if family.type in ("counter", "histogram", "summary") and sample.name.endswith(CUMULATIVE_SUFFIXES):
+                    self.cumulative.add(key)
+
+    def repeated(self, key: str, points: int) -> str:
+        """The promtool `values` of `key` over `points` scrapes, the recording repeated."""
+        recorded = self.values[key] + [None] * (len(self.walls) - len(self.values[key]))
+        period = len(recorded)
+        present = [v for v in recorded if v is not None]
+        per_scrape = (present[-1] - present[0]) / max(1, len(present) - 1)  # a counter's rise across a repeat
+        timestamp = key.split("{", 1)[0].endswith("_timestamp_seconds")
+        now_like = timestamp and len(set(present)) > 1
+        out: list[str] = []
+        total, last = 0.0, None
+        for point in range(points):
+            value = recorded[point % period]
+            if value is None:
+                out.append("stale")
+                continue
+            if key in self.cumulative:
+                if last is None:
+                    total = value
+                else:
+                    total += value - last if point % period else per_scrape
+                last = value
+                value = total
+            elif now_like:  # a "now" timestamp follows the simulated clock
+                value += point * SCRAPE_SECONDS - self.walls[point % period]
+            elif timestamp:  # a constant one keeps its distance from the recording's start
+                value -= self.walls[0]
+            out.append(repr(float(value)))
+        return " ".join(out)
+
+
+def record_demo(tmp_path: Path, daemons: list[Daemon], args: list[str]) -> Recording:
+    daemons.append(daemon := start_daemon(tmp_path, args, command="demo"))
+    wait_until(lambda: daemon.metrics_text().count("trainmon_train_steps_total{") >= 8, timeout=30)
+    recording = Recording()
+    for _ in range(SCRAPES):
+        recording.add(daemon.metrics_text(), time.time())
+        time.sleep(SCRAPE_SECONDS)
+    return recording
+
+
+def fired(tmp_path: Path, recording: Recording) -> str:
+    """promtool's report of the alerts that fire over the repeated recording ('' when none do)."""
+    promtool = require_tool("promtool")
+    points = SIMULATED_MINUTES * 60 // SCRAPE_SECONDS + 1
+    series = [{"series": key, "values": recording.repeated(key, points)} for key in sorted(recording.values)]
+    series.append({"series": 'up{instance="demo:9400",job="trainmon"}', "values": " ".join(["1"] * points)})
+    names = sorted({rule["alert"] for rule in alert_rules()})
+    checks = [{"eval_time": f"{minute}m", "alertname": name, "exp_alerts": []}
+              for minute in range(1, SIMULATED_MINUTES + 1) for name in names]
+    test = {"rule_files": [str(f) for f in RULE_FILES], "evaluation_interval": "30s",
+            "tests": [{"interval": f"{SCRAPE_SECONDS}s", "input_series": series, "alert_rule_test": checks}]}
+    (path := tmp_path / "healthy.test.yml").write_text(yaml.safe_dump(test, width=1 << 20))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+def test_the_healthy_demo_fires_no_alert_in_twenty_minutes(tmp_path: Path, daemons: list[Daemon]) -> None:
+    recording = record_demo(tmp_path, daemons, [])
+
+    assert any('phase="checkpoint"' in key for key in recording.values), "the recording has a checkpoint"
+    assert "" == fired(tmp_path, recording)
+
+
+def test_the_same_check_sees_a_planted_incident_fire(tmp_path: Path, daemons: list[Daemon]) -> None:
+    """An incident that holds steady through the recorded minute (a collapsing loss scale would restart with
+    every repeat)."""
+    recording = record_demo(tmp_path, daemons, ["--incident", "gpu-lost", "--incident-after", "1"])
+
+    assert "TrainmonGPULost" in fired(tmp_path, recording)
