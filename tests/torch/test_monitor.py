@@ -216,7 +216,8 @@ def test_a_report_that_would_be_oversized_drops_the_nccl_environment_first(trans
     mon = TrainingMonitor(job_id="unit", transport=transport, env=env)
     for op in wire.OPS:
         for g in range(wire.MAX_GROUPS):
-            mon.state.add_collective(op, f"{g}{'g' * 120}", 1, 1, 0.1, 0.0)
+            seqs = mon.state.sequences(f"{g}{'g' * 120}")
+            mon.state.complete(seqs, mon.state.issue(seqs, op, 0.0), op, 1, 0.1, 0.0)
     mon.close()
     bye = wire.decode(transport.sent[-1])
 

@@ -44,7 +44,7 @@ class Kubelet:
             name=pod, namespace=namespace, containers=[api_pb2.ContainerResources(name=container, devices=[
                 api_pb2.ContainerDevices(resource_name=GPU_RESOURCE, device_ids=list(uuids))])])])
 
-        class Lister(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[misc]
+        class Lister(api_pb2_grpc.PodResourcesListerServicer):
             def List(self, request: Any, context: Any) -> Any:  # the gRPC method name
                 return answer
 

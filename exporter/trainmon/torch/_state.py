@@ -189,15 +189,6 @@ class RankState:
             entry[2] += nbytes
             self.comm_wait += blocked
 
-    def add_collective(self, op: str, group: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
-        """Add to the (op, group) totals and to the exposed wait, outside the sequence numbers (the demo)."""
-        with self.lock:
-            entry = self.collective_totals.setdefault((op, group), [0.0, 0, 0])
-            entry[0] += seconds
-            entry[1] += calls
-            entry[2] += nbytes
-            self.comm_wait += blocked
-
     def _entry(self, seqs: GroupSeqs, op: str) -> list[float]:
         seqs.totals[op] = self.collective_totals.setdefault((op, seqs.label), [0.0, 0, 0])
         return seqs.totals[op]
