@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainmon.errors import ConfigError
+from trainmon.profiles import PROFILES
 
 DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training")
 # Setting one of these flags enables its collector (GPU ownership, SPEC §4) beside --collectors.
@@ -66,6 +67,7 @@ class Settings:
     web_max_requests: int = 40
     web_header_timeout: float = 10.0
     log_level: str = "info"
+    profile: str = "full"
     # Set by `trainmon demo`: the GPU collector reads a simulated node and every surface says so.
     simulated: bool = False
     # `trainmon demo --incident NAME`: the scenario planted after `incident_after` healthy seconds.
@@ -148,6 +150,12 @@ def parse_collectors(available: Sequence[str]) -> Callable[[str, str], tuple[str
         return names
 
     return parse
+
+
+def parse_profile(flag: str, text: str) -> str:
+    if text not in PROFILES:
+        raise ConfigError(flag, text, f"expected one of {', '.join(PROFILES)}")
+    return text
 
 
 def parse_path(flag: str, text: str) -> Path:
@@ -234,6 +242,8 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
                "seconds a connection has to send its request headers (from connecting, or its first byte "
                "after a keep-alive pause) before it is closed"),
         Option("log-level", parse_log_level, "info", "debug, info, warning or error"),
+        Option("profile", parse_profile, "full",
+               "full serves every family; fleet only those the shipped alerts, rules and Fleet dashboard read"),
     )
 
 
