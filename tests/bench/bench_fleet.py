@@ -1,7 +1,7 @@
 """N simulated nodes scraped by a real Prometheus 2.42 running the shipped rules: rule-group evaluation
 time and the range-query time of every dashboard panel, per N.
 
-    python -m tests.bench.bench_fleet --nodes 100,300,1000 --minutes 3
+    python -m tests.bench.bench_fleet --nodes 100,300,1000 --minutes 2
 
 One real node (the daemon on the fake NVML and a synthetic tree, 8 ranks fed through the hook's wire)
 gives the exposition; each simulated node is that text with its own GPU UUIDs and its share of a
@@ -71,6 +71,13 @@ def node_exposition(template: str, node: int, placement: Placement) -> str:
     return RANK.sub(lambda m: f'rank="{placement.first_rank + int(m[1])}"', text)
 
 
+class QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A scrape Prometheus gave up on (its timeout) resets the connection: counted by `up`, not logged."""
+
+
 @contextmanager
 def fleet_server(bodies: list[bytes]) -> Iterator[int]:
     """One HTTP server answering /metrics/<node> with that node's exposition; yields its port."""
@@ -89,8 +96,7 @@ def fleet_server(bodies: list[bytes]) -> Iterator[int]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = QuietServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -165,19 +171,21 @@ def measure(binary: str, template: str, nodes: int, minutes: float) -> None:
         argv = [binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{prom_port}"]
         with served(argv, work / "prometheus.log", url + "/-/ready"):
-            wait_until(lambda: _up(url) == nodes, timeout=300, interval=2)
+            wait_until(lambda: _query(url, "sum(up)") == nodes, timeout=300, interval=2)
             time.sleep(minutes * 60)
             head = _scalar(url, "prometheus_tsdb_head_series")
-            print(f"\n## {nodes} nodes: {series} series per node, {head:.0f} head series, ran {minutes} min")
+            print(f"\n## {nodes} nodes: {series} series per node, {head:.0f} head series, ran {minutes} min, "
+                  f"{_query(url, 'sum(up)'):.0f} targets up, mean scrape "
+                  f"{_query(url, 'avg(scrape_duration_seconds)') * 1000:.0f} ms")
             print(table(["rule group", "last eval ms", "of interval"], rule_durations(url)))
             print(table(["dashboard", "panel", *[f"{r} ms" for r in RANGES], "series"],
                         query_times(url, time.time())))
 
 
-def _up(url: str) -> int:
-    answer = httpx.get(url + "/api/v1/query", params={"query": "sum(up)"}, timeout=30).json()
-    result = answer["data"]["result"]
-    return int(float(result[0]["value"][1])) if result else 0
+def _query(url: str, expr: str) -> float:
+    """The value of a one-sample instant query, 0 when it has none."""
+    result = httpx.get(url + "/api/v1/query", params={"query": expr}, timeout=30).json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
 
 
 def _scalar(url: str, name: str) -> float:
