@@ -77,7 +77,7 @@ def test_the_fleet_profile_serves_every_used_series_the_full_profile_serves(expo
     full, fleet = set(sample_names(expositions["full"])), set(sample_names(expositions["fleet"]))
 
     assert (full & used_series()) - fleet == set()
-    assert "trainmon_train_step_duration_seconds_bucket" in fleet
+    assert {"trainmon_train_step_duration_seconds_bucket", "trainmon_gpu_info", "trainmon_build_info"} <= fleet
 
 
 def test_the_fleet_profile_drops_what_the_fleet_tier_does_not_read(expositions: dict[str, str]) -> None:
