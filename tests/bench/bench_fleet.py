@@ -1,7 +1,7 @@
 """N simulated nodes scraped by a real Prometheus 2.42 running the shipped rules: rule-group evaluation
 time and the range-query time of every dashboard panel, per N.
 
-    python -m tests.bench.bench_fleet --nodes 100,300,1000 --minutes 2
+    python -m tests.bench.bench_fleet                    # --nodes 100,300,1000 --minutes 2
 
 One real node (the daemon on the fake NVML and a synthetic tree, 8 ranks fed through the hook's wire)
 gives the exposition; each simulated node is that text with its own GPU UUIDs and its share of a
@@ -195,7 +195,7 @@ def _scalar(url: str, name: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="100,300,1000", help="comma-separated fleet sizes")
-    parser.add_argument("--minutes", type=float, default=3.0, help="scraping and rule evaluation before measuring")
+    parser.add_argument("--minutes", type=float, default=2.0, help="scraping and rule evaluation before measuring")
     args = parser.parse_args()
     binary = require_tool("prometheus")
     with started_node(interval=1.0, with_node_exporter=False) as node:
