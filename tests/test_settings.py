@@ -1,4 +1,4 @@
-"""Settings: the GPU-ownership flags enable their collectors beside --collectors."""
+"""Settings: defaults have one source; the GPU-ownership flags enable their collectors beside --collectors."""
 
 from __future__ import annotations
 
@@ -7,9 +7,19 @@ from pathlib import Path
 import pytest
 
 from trainmon.collectors import AVAILABLE
-from trainmon.settings import serve_options, settings_from
+from trainmon.settings import Option, Settings, command_options, demo_options, serve_options, settings_from
 
 OPTIONS = serve_options(list(AVAILABLE))
+
+
+@pytest.mark.parametrize("option", OPTIONS + demo_options(), ids=lambda o: o.flag)
+def test_each_default_shown_in_help_parses_back_to_the_settings_default(option: Option) -> None:
+    assert option.parse(option.flag, option.default) == getattr(Settings(), option.field_name)
+
+
+def test_no_options_are_the_settings_defaults_and_demo_keeps_its_own_interval() -> None:
+    assert Settings() == settings_from({}, OPTIONS)
+    assert ["1"] == [o.default for o in command_options("demo", list(AVAILABLE)) if o.flag == "interval"]
 
 
 @pytest.mark.parametrize(("values", "collectors"), [

@@ -3,7 +3,7 @@
 TrainmonError
     ConfigError       a bad flag or environment value: one line, exit 2
     CollectorError    a collection failed: success 0
-        NoData        the hardware is absent: success 0, logged at debug only
+        NoData        the hardware is absent: success 1 (not a failure), logged at info when it starts
     MessageRejected   a bad ingest datagram: trainmon_ingest_rejected_total{reason}
 """
 

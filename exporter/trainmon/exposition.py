@@ -6,14 +6,12 @@ encoding; every later scrape of the same snapshot reuses the bytes.
 
 from __future__ import annotations
 
-import functools
 import gzip
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.openmetrics import exposition as openmetrics
 
+from trainmon.compat import without_name_escaping
 from trainmon.snapshot import Snapshot
 
 
@@ -30,22 +28,6 @@ def gzip_accepted(accept_encoding: str) -> bool:
         if coding.strip().lower() == "gzip":
             return params.replace(" ", "").lower() not in {"q=0", "q=0.0", "q=0.00", "q=0.000"}
     return False
-
-
-def without_name_escaping(encoder: Callable[..., bytes]) -> Callable[..., bytes]:
-    """The same OpenMetrics bytes at half the cost, for our names.
-
-    With `escaping=underscores` (what Prometheus asks for) prometheus_client rewrites every sample
-    name character by character, which is half of rendering. Every trainmon name already fits the
-    legacy character set (`families.py` builds them; a test checks the output is identical), so the
-    rewrite changes nothing and `allow-utf-8`, which only escapes label values the same way, gives
-    the same output.
-    """
-    if (isinstance(encoder, functools.partial) and encoder.func is openmetrics.generate_latest
-            and encoder.keywords.get("escaping") == openmetrics.UNDERSCORES):
-        return functools.partial(encoder.func, *encoder.args, **{**encoder.keywords,
-                                                                 "escaping": openmetrics.ALLOWUTF8})
-    return encoder
 
 
 def render(snapshot: Snapshot, accept: str, accept_encoding: str) -> Rendered:

@@ -16,6 +16,7 @@ from trainmon.errors import CollectorError
 UNAVAILABLE = frozenset({
     errno.ENOENT, errno.EACCES, errno.EPERM, errno.EINVAL, errno.EOPNOTSUPP, errno.EAGAIN,
     errno.EISDIR, errno.ENODEV, errno.ENXIO, errno.EIO, errno.ENOTDIR, errno.ELOOP,
+    errno.ESRCH,  # /proc/<pid>/... of a process that exited while it was read
 })
 PAGE_BYTES = 4096  # what the kernel lets one sysfs attribute hold
 DISKSTATS_BYTES = 4 << 20  # /proc/diskstats grows with the block devices: ~25,000 lines of ~160 bytes

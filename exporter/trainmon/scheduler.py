@@ -26,7 +26,7 @@ from trainmon import __version__
 from trainmon.collectors.base import Collection, Collector
 from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, gauge, info
-from trainmon.snapshot import CollectorStatus, Snapshot, SnapshotStore
+from trainmon.snapshot import CollectorState, CollectorStatus, Snapshot, SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Scheduler:
         self._timeout = timeout
         self._clock = clock
         self._last_success: dict[str, float] = {}
-        self._previous_state: dict[str, str] = {}
+        self._previous_state: dict[str, CollectorState] = {}
         self._process = ProcessCollector(registry=None)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)

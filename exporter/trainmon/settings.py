@@ -1,7 +1,8 @@
 """The daemon's configuration: flags and their `TRAINMON_*` environment twins (SPEC §2).
 
-`Settings` is frozen; `OPTIONS` is the one table of flags, each with its parser and default, so the
-command line, the environment and the documentation agree.
+`Settings` is frozen and its field defaults are the defaults; `serve_options` is the one table of
+flags, each with its parser and help, showing the `Settings` default as its text, so the command
+line, the environment and the documentation agree.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from trainmon.errors import ConfigError
 from trainmon.profiles import PROFILES
+from trainmon.wire import DEFAULT_SOCKET
 
 DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training")
 # Setting one of these flags enables its collector (GPU ownership, SPEC §4) beside --collectors.
@@ -50,7 +53,7 @@ class Settings:
     nvme_devices: re.Pattern[str] | None = None
     infiniband_devices: re.Pattern[str] | None = None
     gpu_processes: bool = False
-    ingest_socket: str = "/run/trainmon/ingest.sock"
+    ingest_socket: str = DEFAULT_SOCKET
     ingest_socket_mode: int = 0o660
     ingest_socket_group: str | None = None
     # A Unix datagram socket systemd bound for us (trainmon.socket), used instead of binding ingest_socket.
@@ -186,15 +189,46 @@ def parse_group(flag: str, text: str) -> str | None:
     return text
 
 
+def show_default(value: object) -> str:
+    """A `Settings` default as option text: what `--help` shows and what the option's parser reads back."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def show_mode(mode: int) -> str:
+    return f"{mode:04o}"
+
+
+DEFAULT_SETTINGS = Settings()
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One `--flag`, its `TRAINMON_*` twin, and how its text becomes a `Settings` field."""
+    """One `--flag`, its `TRAINMON_*` twin, and how its text becomes a `Settings` field.
+
+    Its default is the `Settings` field's default, shown as text by `show` (one source for both);
+    a subcommand with its own default (`demo --interval`) sets `own_default`.
+    """
 
     flag: str
     parse: Callable[[str, str], object]
-    default: str
     help: str
     is_switch: bool = False
+    show: Callable[[Any], str] = show_default
+    own_default: str | None = None
+
+    @property
+    def default(self) -> str:
+        if self.own_default is not None:
+            return self.own_default
+        return self.show(getattr(DEFAULT_SETTINGS, self.field_name))
 
     @property
     def field_name(self) -> str:
@@ -207,42 +241,41 @@ class Option:
 
 def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
     return (
-        Option("listen", parse_address, "0.0.0.0:9842", "HTTP address, HOST:PORT"),
-        Option("interval", parse_seconds, "5", "background collection period in seconds (also the GPM window)"),
-        Option("collectors", parse_collectors(available_collectors), ",".join(DEFAULT_COLLECTORS),
+        Option("listen", parse_address, "HTTP address, HOST:PORT"),
+        Option("interval", parse_seconds, "background collection period in seconds (also the GPM window)"),
+        Option("collectors", parse_collectors(available_collectors),
                f"comma list of enabled collectors ({', '.join(available_collectors)})"),
-        Option("procfs", parse_path, "/proc", "procfs root (containers mount the host's here)"),
-        Option("sysfs", parse_path, "/sys", "sysfs root (containers mount the host's here)"),
-        Option("nvme-devices", parse_regex, "", "regex: only NVMe namespaces whose name matches"),
-        Option("infiniband-devices", parse_regex, "", "regex: only InfiniBand devices whose name matches"),
-        Option("gpu-processes", parse_bool, "false", "per-process framebuffer series (pids churn series)",
+        Option("procfs", parse_path, "procfs root (containers mount the host's here)"),
+        Option("sysfs", parse_path, "sysfs root (containers mount the host's here)"),
+        Option("nvme-devices", parse_regex, "regex: only NVMe namespaces whose name matches"),
+        Option("infiniband-devices", parse_regex, "regex: only InfiniBand devices whose name matches"),
+        Option("gpu-processes", parse_bool, "per-process framebuffer series (pids churn series)",
                is_switch=True),
-        Option("ingest-socket", parse_text, "/run/trainmon/ingest.sock",
-               'Unix datagram socket the training hook reports to; "" disables'),
-        Option("ingest-socket-mode", parse_mode, "0660", "ingest socket permissions (octal)"),
-        Option("ingest-socket-group", parse_group, "", "group that owns the ingest socket"),
-        Option("ingest-udp", parse_optional_address, "", "HOST:PORT for UDP ingest (off by default)"),
-        Option("ingest-udp-allow-remote", parse_bool, "false", "allow a non-loopback --ingest-udp host",
+        Option("ingest-socket", parse_text, 'Unix datagram socket the training hook reports to; "" disables'),
+        Option("ingest-socket-mode", parse_mode, "ingest socket permissions (octal)", show=show_mode),
+        Option("ingest-socket-group", parse_group, "group that owns the ingest socket"),
+        Option("ingest-udp", parse_optional_address, "HOST:PORT for UDP ingest (off by default)"),
+        Option("ingest-udp-allow-remote", parse_bool, "allow a non-loopback --ingest-udp host",
                is_switch=True),
-        Option("rank-ttl", parse_seconds, "600", "seconds of silence after which a training rank is dropped"),
-        Option("max-ranks", parse_positive_int, "128", "cap on live (job_id, rank) pairs"),
-        Option("max-training-series", parse_positive_int, "8000",
+        Option("rank-ttl", parse_seconds, "seconds of silence after which a training rank is dropped"),
+        Option("max-ranks", parse_positive_int, "cap on live (job_id, rank) pairs"),
+        Option("max-training-series", parse_positive_int,
                "cap on the series the training collector serves; a new rank that would pass it is refused"),
-        Option("exit-retention", parse_seconds, "3600",
+        Option("exit-retention", parse_seconds,
                "seconds a job's rank-exit series stay after its last rank is gone"),
-        Option("web-config", parse_optional_path, "", "TLS and basic auth file (exporter-toolkit format)"),
-        Option("kubelet-pod-resources-socket", parse_optional_path, "",
+        Option("web-config", parse_optional_path, "TLS and basic auth file (exporter-toolkit format)"),
+        Option("kubelet-pod-resources-socket", parse_optional_path,
                "kubelet PodResources gRPC socket (usually /var/lib/kubelet/pod-resources/kubelet.sock); "
                "enables trainmon_gpu_allocation_info"),
-        Option("hpc-job-mapping-dir", parse_optional_path, "",
+        Option("hpc-job-mapping-dir", parse_optional_path,
                "GPU-to-job mapping directory (DCGM format, written by Slurm prolog/epilog); "
                'enables trainmon_gpu_job_info{scheduler="slurm"}'),
-        Option("web-max-requests", parse_positive_int, "40", "HTTP requests served at once; beyond it 503 at once"),
-        Option("web-header-timeout", parse_seconds, "10",
+        Option("web-max-requests", parse_positive_int, "HTTP requests served at once; beyond it 503 at once"),
+        Option("web-header-timeout", parse_seconds,
                "seconds a connection has to send its request headers (from connecting, or its first byte "
                "after a keep-alive pause) before it is closed"),
-        Option("log-level", parse_log_level, "info", "debug, info, warning or error"),
-        Option("profile", parse_profile, "full",
+        Option("log-level", parse_log_level, "debug, info, warning or error"),
+        Option("profile", parse_profile,
                "full serves every family; fleet only those the shipped alerts, rules and Fleet dashboard read"),
     )
 
@@ -270,9 +303,9 @@ def demo_options() -> tuple[Option, ...]:
     from trainmon.demo.incidents import INCIDENTS
 
     return (
-        Option("incident", parse_incident, "",
+        Option("incident", parse_incident,
                f"scenario planted after the healthy period, ending in its alert ({', '.join(INCIDENTS)})"),
-        Option("incident-after", parse_seconds, "60", "seconds of healthy running before the incident"),
+        Option("incident-after", parse_seconds, "seconds of healthy running before the incident"),
     )
 
 
@@ -282,7 +315,7 @@ def command_options(command: str, available_collectors: Sequence[str]) -> tuple[
     if command == "check":
         return tuple(o for o in options if o.flag in CHECK_FLAGS)
     if command == "demo":
-        own = tuple(replace(o, default=DEMO_DEFAULTS.get(o.flag, o.default)) for o in options if o.flag in DEMO_FLAGS)
+        own = tuple(replace(o, own_default=DEMO_DEFAULTS.get(o.flag)) for o in options if o.flag in DEMO_FLAGS)
         return own + demo_options()
     return options
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from trainmon.families import Metric
+
+# `ok`; `no_data`: its hardware is absent, not a failure; `failing`: it raised or is still running.
+CollectorState = Literal["ok", "no_data", "failing"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectorStatus:
-    """How one collector did in one cycle.
-
-    `state` is `ok`, `no_data` (its hardware is absent: not a failure), or `failing`.
-    """
+    """How one collector did in one cycle."""
 
     name: str
-    state: str
+    state: CollectorState
     duration_s: float
     error: str | None = None
     last_success: float | None = None

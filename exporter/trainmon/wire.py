@@ -46,6 +46,8 @@ from typing import Protocol
 from trainmon.errors import MessageRejected
 
 VERSION = 1
+# Where the daemon binds its ingest socket and the hook sends by default; deploy/ spells it too (tests/deploy).
+DEFAULT_SOCKET = "/run/trainmon/ingest.sock"
 MAX_DATAGRAM = 16 * 1024
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "send_recv", "barrier", "other")

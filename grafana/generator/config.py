@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prometheus.generator.config import RulesConfig
+
+RULES = RulesConfig()  # the facts the rules and the dashboards share come from there
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DashboardConfig:
@@ -15,8 +19,14 @@ class DashboardConfig:
     refresh: str = "30s"
     # Default time range.
     time_from: str = "now-3h"
+    # The trainmon targets (the rules' --selector): the Job variable lists the jobs they are in.
+    selector: str = RULES.selector
     # SM activity under this counts a GPU as idle on the fleet dashboard (the idle alert uses the same).
-    idle_sm_ratio: float = 0.05
+    idle_sm_ratio: float = RULES.idle_sm_ratio
+
+    def matchers(self, dashboard_matchers: str) -> str:
+        """The label matchers of a query: the selector, then the dashboard's variables."""
+        return f"{self.selector}, {dashboard_matchers}"
 
     def uid(self, name: str) -> str:
         """Stable uid from the dashboard's name: re-imports replace instead of duplicating."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
 from .config import DashboardConfig
-from .node import JOB
+from .node import job_variable
 from .panels import Board, Query, graph, single
 
-F = 'job=~"$job"'
+FLEET = 'job=~"$job"'  # after the selector (DashboardConfig.matchers)
 
 
 # Owners (SPEC §4 "GPU ownership"), from prometheus/rules.yml's trainmon.ownership.rules:
@@ -18,6 +18,7 @@ OWNERS = (("namespace", "namespace", "namespace"), ("Slurm job", "job_id", "job_
 
 def _owners(board: Board, config: DashboardConfig) -> Board:
     """Allocated and idle GPUs by Kubernetes namespace and by Slurm job, and the GPU-hours each held."""
+    F = config.matchers(FLEET)
     idle = (f"SM activity under {config.idle_sm_ratio:.0%}, or low power against the limit where SM activity is "
             "not measured (as TrainmonGPUIdleDuringTraining judges it)")
     panels = []
@@ -40,6 +41,7 @@ def _owners(board: Board, config: DashboardConfig) -> Board:
 
 
 def build(config: DashboardConfig) -> DashboardModel:
+    F = config.matchers(FLEET)
     idle = f"instance:trainmon_gpu_idle:count{{{F}}}"
     busy = f"instance:trainmon_gpu_busy:count{{{F}}}"
     board = Board(
@@ -48,7 +50,7 @@ def build(config: DashboardConfig) -> DashboardModel:
         title="Fleet",
         description="Every trainmon node: GPU usage, training jobs and errors. Every panel reads per-node or "
                     "per-job recording rules (trainmon.fleet.rules), so it stays fast at 1,000 nodes.",
-        variables=(JOB,),
+        variables=(job_variable(config),),
     )
     board.row(
         "Overview",

@@ -8,11 +8,12 @@ from __future__ import annotations
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
 from .config import DashboardConfig
-from .node import JOB
+from .node import job_variable
 from .panels import Board, Query, Variable, graph, rows_heatmap, single
 
-J = 'job=~"$job", job_id=~"$job_id"'  # job-level series carry no instance
-R = 'job=~"$job", job_id=~"$job_id", instance=~"$instance"'
+# After the selector (DashboardConfig.matchers); job-level series carry no instance.
+JOB_LEVEL = 'job=~"$job", job_id=~"$job_id"'
+RANK_LEVEL = 'job=~"$job", job_id=~"$job_id", instance=~"$instance"'
 RANK = "rank {{rank}}"
 RATE = "[$__rate_interval]"
 ALL_RANKS = "sum without (instance, rank)"
@@ -30,7 +31,7 @@ INSTANCE = Variable(
 )
 
 
-def _algbw(ops: str) -> str:
+def _algbw(R: str, ops: str) -> str:
     """Algorithm bandwidth per (op, group): bytes over time in collectives, summed over ranks first."""
     return (
         f'{ALL_RANKS} (rate(trainmon_nccl_bytes_total{{{R}, op=~"{ops}"}}{RATE}))'
@@ -38,13 +39,14 @@ def _algbw(ops: str) -> str:
     )
 
 
-def _busbw(ops: str, factor: str) -> str:
+def _busbw(R: str, ops: str, factor: str) -> str:
     """Bus bandwidth = algorithm bandwidth x factor(n), n = the process group's size (nccl-tests' convention)."""
     n = f"max without (instance, rank) (trainmon_nccl_group_size{{{R}}})"
-    return f"({_algbw(ops)})\n* on (job, job_id, group) group_left ()\n({factor.format(n=n)})"
+    return f"({_algbw(R, ops)})\n* on (job, job_id, group) group_left ()\n({factor.format(n=n)})"
 
 
 def _throughput(b: Board) -> Board:
+    J = b.config.matchers(JOB_LEVEL)
     return b.row(
         "Throughput",
         single(
@@ -109,6 +111,8 @@ def _throughput(b: Board) -> Board:
 
 
 def _step_time(b: Board) -> Board:
+    J = b.config.matchers(JOB_LEVEL)
+    R = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Step time",
         graph(
@@ -148,6 +152,8 @@ def _step_time(b: Board) -> Board:
 
 
 def _communication(b: Board) -> Board:
+    J = b.config.matchers(JOB_LEVEL)
+    R = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Communication",
         graph(
@@ -176,9 +182,9 @@ def _communication(b: Board) -> Board:
             "Bus bandwidth by operation and group (nccl-tests' convention): bytes over time in the collective x "
             "2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1 otherwise.",
             "Bps",
-            Query(_busbw("all_reduce", "2 * ({n} - 1) / {n}"), "{{op}} {{group}}"),
-            Query(_busbw("all_gather|reduce_scatter", "({n} - 1) / {n}"), "{{op}} {{group}}"),
-            Query(_algbw("broadcast|all_to_all|send_recv|barrier|other"), "{{op}} {{group}}"),
+            Query(_busbw(R, "all_reduce", "2 * ({n} - 1) / {n}"), "{{op}} {{group}}"),
+            Query(_busbw(R, "all_gather|reduce_scatter", "({n} - 1) / {n}"), "{{op}} {{group}}"),
+            Query(_algbw(R, "broadcast|all_to_all|send_recv|barrier|other"), "{{op}} {{group}}"),
         ),
         graph(
             "Collectives in flight",
@@ -197,6 +203,7 @@ def _communication(b: Board) -> Board:
 
 
 def _precision(b: Board) -> Board:
+    R = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Loss and precision",
         graph(
@@ -226,6 +233,7 @@ def _precision(b: Board) -> Board:
 
 
 def _gpus(b: Board) -> Board:
+    R = b.config.matchers(RANK_LEVEL)
     gpu = RANK + " ({{instance}} gpu {{gpu}})"
     return b.row(
         "The job's GPUs",
@@ -267,6 +275,8 @@ def _gpus(b: Board) -> Board:
 
 
 def _efficiency(b: Board) -> Board:
+    J = b.config.matchers(JOB_LEVEL)
+    R = b.config.matchers(RANK_LEVEL)
     share = f"job_id_category:trainmon_train_time:ratio{{{J}}}"
     return b.row(
         "Efficiency",
@@ -350,6 +360,6 @@ def build(config: DashboardConfig) -> DashboardModel:
         name="training-job",
         title="Training job",
         description="One training job across its nodes: throughput, step time per rank, collectives and its GPUs.",
-        variables=(JOB, JOB_ID, INSTANCE),
+        variables=(job_variable(config), JOB_ID, INSTANCE),
     )
     return _gpus(_precision(_communication(_efficiency(_step_time(_throughput(board)))))).build()

@@ -7,17 +7,23 @@ from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 from .config import DashboardConfig
 from .panels import Board, Query, Variable, graph, single
 
-S = 'job=~"$job", instance=~"$instance"'
+NODE = 'job=~"$job", instance=~"$instance"'  # after the selector (DashboardConfig.matchers)
 GPU = "{{instance}} gpu {{gpu}}"
 DEV = "{{instance}} {{device}}"
 PORT = "{{instance}} {{device}}:{{port}}"
 RATE = "[$__rate_interval]"
 
-JOB = Variable(name="job", label="Job", query="label_values(trainmon_build_info, job)")
+
+def job_variable(config: DashboardConfig) -> Variable:
+    """The Job variable: the scrape jobs of the targets `config.selector` picks; every query matches it."""
+    return Variable(name="job", label="Job", query=f"label_values(trainmon_build_info{{{config.selector}}}, job)")
+
+
 INSTANCE = Variable(name="instance", label="Node", query='label_values(trainmon_build_info{job=~"$job"}, instance)')
 
 
 def _gpu(b: Board) -> Board:
+    S = b.config.matchers(NODE)
     return b.row(
         "GPU",
         single("GPUs up", "GPUs whose last NVML read succeeded.", "none", Query(f"sum(trainmon_gpu_up{{{S}}})", "up")),
@@ -125,6 +131,7 @@ def _gpu(b: Board) -> Board:
 
 
 def _nvme(b: Board) -> Board:
+    S = b.config.matchers(NODE)
     return b.row(
         "NVMe",
         graph(
@@ -164,6 +171,7 @@ def _nvme(b: Board) -> Board:
 
 
 def _infiniband(b: Board) -> Board:
+    S = b.config.matchers(NODE)
     return b.row(
         "InfiniBand",
         graph(
@@ -197,6 +205,7 @@ def _infiniband(b: Board) -> Board:
 
 
 def _exporter(b: Board) -> Board:
+    S = b.config.matchers(NODE)
     return b.row(
         "Exporter",
         graph(
@@ -226,6 +235,7 @@ def _exporter(b: Board) -> Board:
 
 def _owners(b: Board) -> Board:
     """Who holds each GPU: the owner `_info` series joined onto trainmon_gpu_up (1 up, 0 down)."""
+    S = b.config.matchers(NODE)
     up = f"trainmon_gpu_up{{{S}}}"
     return b.row(
         "GPU owners",
@@ -256,6 +266,6 @@ def build(config: DashboardConfig) -> DashboardModel:
         name="node",
         title="Node",
         description="GPUs, NVMe, InfiniBand and the trainmon daemon of the selected nodes.",
-        variables=(JOB, INSTANCE),
+        variables=(job_variable(config), INSTANCE),
     )
     return _exporter(_infiniband(_nvme(_owners(_gpu(board))))).build()

@@ -20,8 +20,10 @@ from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import Collection
-from trainmon.collectors.gpu import GpuCollector
+from trainmon.collectors.gpu import METRICS, GpuCollector
 from trainmon.errors import CollectorError
+from trainmon.nvml import fields, gpm
+from trainmon.nvml.metrics import GpuMetric
 from trainmon.nvml.pylib import ScenarioLibrary
 from trainmon.settings import Settings
 
@@ -420,3 +422,10 @@ def test_reinitialisation_backs_off_to_a_cap_of_five_minutes(tmp_path: Path,
     gaps = [later - earlier for earlier, later in itertools.pairwise(reinits)]
     assert [5, 10, 20, 40, 80, 160, 300, 300] == gaps[:8]
     assert {300} == set(gaps[6:])
+
+
+def test_every_gpu_metric_key_has_one_family_and_the_nvml_tables_use_only_those_keys() -> None:
+    """The reading's keys and the collector's families are one enum: nothing read goes unserved."""
+    assert list(METRICS) == list(GpuMetric)
+    assert {f.metric for f in fields.FIELDS} | set(gpm.METRICS.values()) <= set(GpuMetric)
+    assert all(isinstance(f.metric, GpuMetric) for f in fields.FIELDS)

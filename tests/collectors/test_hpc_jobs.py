@@ -106,10 +106,10 @@ def test_bad_mapping_files_drop_only_their_gpu(tmp_path: Path, caplog: pytest.Lo
         second = jobs.collect()
 
     assert {job(0, "4242"), job(1, "7001"), job(4, "4244")} == set(samples_of(first.families))
-    assert ["mapping file 1: empty", "mapping file 2: larger than 65536 bytes, not a mapping file",
+    assert ["mapping file 1: empty", "mapping file 2: over 65536 bytes",
             "mapping file 3: binary, not job ids a line",
             "mapping file 4: 1 line(s) that are not job ids, first '$(reboot)'",
-            "mapping file 5: removed while being read", "mapping file 6: empty",
+            "mapping file 5: removed while being read", "mapping file 6: not a regular file",
             "mapping file 9: no GPU 9 on this node"] == list(first.skipped)
     assert first.skipped == second.skipped
     assert len(first.skipped) == len([r for r in caplog.records if "collector dropped data" in r.getMessage()])

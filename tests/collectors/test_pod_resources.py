@@ -130,7 +130,7 @@ def test_garbage_answer_fails_with_a_clear_error(socket_path: Path) -> None:
 def test_the_base_daemon_never_imports_grpc() -> None:
     """Without the flag, building every default collector loads no gRPC (the extra may be absent)."""
     code = ("import sys; from trainmon.daemon import build_collectors; from trainmon.settings import Settings; "
-            "build_collectors(Settings()); print('grpc' in sys.modules)")
+            "build_collectors(Settings(), None); print('grpc' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert "False" == result.stdout.strip().splitlines()[-1]
 

@@ -18,7 +18,7 @@ from trainmon.collectors.base import Collection
 from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
 from trainmon.daemon import build_ingest
 from trainmon.errors import CollectorError, NoData
-from trainmon.ingest.ranks import RankState, TableView
+from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
 from trainmon.settings import Settings
 
@@ -146,7 +146,7 @@ NEW_FIELDS = dataclasses.replace(
 
 
 def test_the_new_wire_fields_become_their_families() -> None:
-    state = RankState(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
+    state = RankSlot(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
     reg = registry_of(rank_families([state], now=160.0))
     rank = {"job_id": "llama", "rank": "1"}
 
@@ -164,7 +164,7 @@ def test_the_new_wire_fields_become_their_families() -> None:
 
 
 def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() -> None:
-    state = RankState(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
+    state = RankSlot(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
     reg = registry_of(rank_families([state], now=50.0))
 
     assert 0 == reg.get_sample_value("trainmon_nccl_inflight_oldest_seconds",
@@ -173,7 +173,7 @@ def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() 
 
 @pytest.mark.parametrize("report", [REPORT, NEW_FIELDS, wire.Report(job_id="j", rank=0, pid=1, start_time=1.0, seq=1)])
 def test_rank_series_counts_exactly_the_samples_served(report: wire.Report) -> None:
-    state = RankState(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
+    state = RankSlot(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
 
     assert rank_series(report) == len(samples_of(rank_families([state], now=0.0)))
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.helpers.tools import require, require_tool
+from trainmon.wire import DEFAULT_SOCKET
 
 REPO = Path(__file__).resolve().parents[2]
 KUBERNETES = REPO / "deploy" / "kubernetes"
@@ -185,6 +186,8 @@ def test_ingest_socket_directory_is_shared_and_handed_to_trainmon(base: list[dic
 
     assert volume["hostPath"] == {"path": "/run/trainmon", "type": "DirectoryOrCreate"}
     assert f"--ingest-socket={mount['mountPath']}/ingest.sock" in container["args"]
+    assert f"{volume['hostPath']['path']}/ingest.sock" == DEFAULT_SOCKET  # the hook's default, on the node
+    assert {"name": "TRAINMON_INGEST_SOCKET", "value": DEFAULT_SOCKET} in example["containers"][0]["env"]
     assert pod["securityContext"]["runAsGroup"] == SOCKET_GID
     assert init["command"] == ["install", "-d", "-o", str(pod["securityContext"]["runAsUser"]),
                                "-g", str(SOCKET_GID), "-m", "0770", mount["mountPath"]]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.tools import require_tool
+from trainmon.wire import DEFAULT_SOCKET
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "deploy" / "systemd"
@@ -94,6 +95,7 @@ def test_unit_settings() -> None:
     assert found["EnvironmentFile"] == ["-/etc/default/trainmon"]
     assert found["RuntimeDirectory"] == ["trainmon"]
     assert found["RuntimeDirectoryMode"] == ["0750"]
+    assert f"TRAINMON_INGEST_SOCKET={DEFAULT_SOCKET}" in found["Environment"]
     assert "TRAINMON_INGEST_SOCKET_GROUP=trainmon" in found["Environment"]
     assert "TRAINMON_INGEST_SOCKET_MODE=0660" in found["Environment"]
     for key in ("NoNewPrivileges", "ProtectHome", "ProtectKernelTunables", "ProtectKernelModules",
@@ -141,7 +143,7 @@ def test_socket_unit_settings() -> None:
     """systemd holds the ingest socket with the daemon's permissions; the service keeps its directory."""
     found = directives(SYSTEMD / "trainmon.socket")
 
-    assert found["ListenDatagram"] == ["/run/trainmon/ingest.sock"]
+    assert found["ListenDatagram"] == [DEFAULT_SOCKET]
     assert (found["SocketUser"], found["SocketGroup"], found["SocketMode"]) == (["trainmon"], ["trainmon"], ["0660"])
     assert found["Service"] == ["trainmon.service"]
     assert directives(UNIT)["RuntimeDirectoryPreserve"] == ["yes"]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from grafana.generator.build import BUILDERS, DASHBOARDS, dashboard_files
+from grafana.generator.config import DashboardConfig
 from grafana_foundation_sdk.models.dashboard import Dashboard
+from prometheus.generator.config import RulesConfig
 
 from tests.grafana.dashboards import (
     BUILTIN_VARIABLES,
@@ -100,6 +103,26 @@ def test_every_selector_has_a_job_matcher(board: dict[str, Any]) -> None:
 
     assert selectors
     assert [s for s in selectors if 'job=~"$job"' not in s] == []
+
+
+def test_the_selector_and_the_idle_threshold_are_the_rules_own() -> None:
+    rules, boards = RulesConfig(), DashboardConfig()
+
+    assert (rules.selector, rules.idle_sm_ratio) == (boards.selector, boards.idle_sm_ratio)
+
+
+def test_the_selector_re_targets_every_query_and_the_job_variable(tmp_path: Path) -> None:
+    """`python -m grafana.generator --selector` takes the rules' flag: every selector and the Job list start with it."""
+    subprocess.run([sys.executable, "-m", "grafana.generator", "--selector", 'job="gpu-nodes"', "--out", str(tmp_path)],
+                   cwd=REPO, check=True)
+    boards = [load(tmp_path / name) for name in BUILDERS]
+    selectors = [s for b in boards for e in exprs(b) for s in re.findall(r"[a-zA-Z_:][\w:]*\{[^}]*\}", e)]
+    job_lists = [v["query"] for b in boards for v in b["templating"]["list"] if v["name"] == "job"]
+
+    assert selectors
+    assert [s for s in selectors if '{job="gpu-nodes", ' not in s] == []
+    assert job_lists == ['label_values(trainmon_build_info{job="gpu-nodes"}, job)'] * len(BUILDERS)
+    assert not any('job="trainmon"' in (tmp_path / name).read_text() for name in BUILDERS)
 
 
 @pytest.mark.parametrize("board", BOARDS)

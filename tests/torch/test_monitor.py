@@ -176,6 +176,24 @@ def test_send_failures_are_counted_never_raised(error: OSError) -> None:
     assert (0, 3 if full else 0, 0 if full else 3) == (reporter.sent, reporter.dropped, reporter.unreachable)
 
 
+def test_swallowed_errors_and_failed_sends_are_reported_by_kind() -> None:
+    """A hook error and an unreachable daemon show in the next report's hook_errors, by kind."""
+    mon = TrainingMonitor(job_id="unit", transport=ListTransport(FileNotFoundError(2, "no socket")),
+                          env={"TRAINMON_REPORT_INTERVAL": "60"})
+    with mon.step() as s:
+        s.loss = object()  # not a number: the hook swallows the error, the step still counts
+    reporter = mon.reporter
+    assert reporter is not None
+    reporter.send_now()
+    report = mon.report()
+    mon.close()
+
+    assert report.steps == 1
+    assert report.hook_errors.keys() == {"monitor", "send_unreachable"}
+    assert report.hook_errors["monitor"] == 1
+    assert report.hook_errors["send_unreachable"] >= 1  # send_now's, and the reporter thread's first if it ran
+
+
 def test_names_bound_at_import_time_are_patched_and_restored(transport: ListTransport) -> None:
     """Like DeepSpeed's `from torch.distributed import reduce_scatter_single` at import time."""
     framework = types.ModuleType("framework_under_test")

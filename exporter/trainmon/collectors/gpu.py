@@ -26,8 +26,9 @@ from trainmon.errors import CollectorError
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.gpu_inventory import INVENTORY, InventoryGpu
 from trainmon.nvml.backoff import Backoff
-from trainmon.nvml.device import Gpu, GpuReading, Identity, identify
+from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
 from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
+from trainmon.nvml.metrics import GpuMetric
 from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
@@ -51,38 +52,38 @@ class Spec:
     label: str | None = None
 
 
-# The GPU metrics read each cycle, by name without the prefix (SPEC §4). Value series only.
-METRICS: dict[str, Spec] = {
-    "gpu_utilization_ratio": Spec(gauge, "NVML utilization.gpu: time any kernel ran (an NCCL wait counts)."),
-    "gpu_sm_utilization_ratio": Spec(gauge, "SM activity over the last interval, from NVML GPM (Hopper+)."),
-    "gpu_sm_active_seconds_total": Spec(counter, "SM activity integrated over time, from NVML GPM."),
-    "gpu_sm_occupancy_ratio": Spec(gauge, "Resident warps against the maximum, from NVML GPM."),
-    "gpu_tensor_active_ratio": Spec(gauge, "Tensor-core activity, from NVML GPM."),
-    "gpu_dram_active_ratio": Spec(gauge, "DRAM bandwidth used against the maximum, from NVML GPM."),
-    "gpu_fb_used_bytes": Spec(gauge, "Framebuffer allocated (v2: excluding reserved)."),
-    "gpu_fb_free_bytes": Spec(gauge, "Framebuffer free."),
-    "gpu_fb_total_bytes": Spec(gauge, "Framebuffer total."),
-    "gpu_fb_reserved_bytes": Spec(gauge, "Framebuffer reserved by the driver (memory info v2 only)."),
-    "gpu_power_watts": Spec(gauge, "Power draw."),
-    "gpu_power_limit_watts": Spec(gauge, "Enforced power limit."),
-    "gpu_energy_joules_total": Spec(counter, "Energy used since the driver loaded."),
-    "gpu_temperature_celsius": Spec(gauge, "Temperature by sensor (gpu, memory).", "sensor"),
-    "gpu_clock_hertz": Spec(gauge, "Current clock (sm, memory).", "clock"),
-    "gpu_clocks_event_active": Spec(gauge, "1 while this clock event (throttle) reason holds the clocks.",
+# The GPU metrics read each cycle (SPEC §4), one for each GpuMetric. Value series only.
+METRICS: dict[GpuMetric, Spec] = {
+    GpuMetric.UTILIZATION_RATIO: Spec(gauge, "NVML utilization.gpu: time any kernel ran (an NCCL wait counts)."),
+    GpuMetric.SM_UTILIZATION_RATIO: Spec(gauge, "SM activity over the last interval, from NVML GPM (Hopper+)."),
+    GpuMetric.SM_ACTIVE_SECONDS_TOTAL: Spec(counter, "SM activity integrated over time, from NVML GPM."),
+    GpuMetric.SM_OCCUPANCY_RATIO: Spec(gauge, "Resident warps against the maximum, from NVML GPM."),
+    GpuMetric.TENSOR_ACTIVE_RATIO: Spec(gauge, "Tensor-core activity, from NVML GPM."),
+    GpuMetric.DRAM_ACTIVE_RATIO: Spec(gauge, "DRAM bandwidth used against the maximum, from NVML GPM."),
+    GpuMetric.FB_USED_BYTES: Spec(gauge, "Framebuffer allocated (v2: excluding reserved)."),
+    GpuMetric.FB_FREE_BYTES: Spec(gauge, "Framebuffer free."),
+    GpuMetric.FB_TOTAL_BYTES: Spec(gauge, "Framebuffer total."),
+    GpuMetric.FB_RESERVED_BYTES: Spec(gauge, "Framebuffer reserved by the driver (memory info v2 only)."),
+    GpuMetric.POWER_WATTS: Spec(gauge, "Power draw."),
+    GpuMetric.POWER_LIMIT_WATTS: Spec(gauge, "Enforced power limit."),
+    GpuMetric.ENERGY_JOULES_TOTAL: Spec(counter, "Energy used since the driver loaded."),
+    GpuMetric.TEMPERATURE_CELSIUS: Spec(gauge, "Temperature by sensor (gpu, memory).", "sensor"),
+    GpuMetric.CLOCK_HERTZ: Spec(gauge, "Current clock (sm, memory).", "clock"),
+    GpuMetric.CLOCKS_EVENT_ACTIVE: Spec(gauge, "1 while this clock event (throttle) reason holds the clocks.",
                                     "reason"),
-    "gpu_throttle_seconds_total": Spec(counter, "Time the clocks were held down, by policy (NVML violation "
+    GpuMetric.THROTTLE_SECONDS_TOTAL: Spec(counter, "Time the clocks were held down, by policy (NVML violation "
                                        "counters).", "reason"),
-    "gpu_ecc_errors_total": Spec(counter, "Volatile ECC errors since the driver loaded.", "error"),
-    "gpu_remapped_rows_total": Spec(counter, "Rows remapped for memory errors (Ampere+).", "error"),
-    "gpu_row_remap_pending": Spec(gauge, "1 when a row remap waits for a GPU reset."),
-    "gpu_row_remap_failure": Spec(gauge, "1 when a row remap failed."),
-    "gpu_pcie_link_generation": Spec(gauge, "PCIe link generation (current, max).", "kind"),
-    "gpu_pcie_link_width": Spec(gauge, "PCIe link width in lanes (current, max).", "kind"),
-    "gpu_pcie_replay_errors_total": Spec(counter, "PCIe replays."),
-    "gpu_pcie_received_bytes_total": Spec(counter, "PCIe bytes received (unwrapped field counter)."),
-    "gpu_pcie_transmitted_bytes_total": Spec(counter, "PCIe bytes transmitted (unwrapped field counter)."),
-    "gpu_nvlink_received_bytes_total": Spec(counter, "NVLink data bytes received, all links."),
-    "gpu_nvlink_transmitted_bytes_total": Spec(counter, "NVLink data bytes transmitted, all links."),
+    GpuMetric.ECC_ERRORS_TOTAL: Spec(counter, "Volatile ECC errors since the driver loaded.", "error"),
+    GpuMetric.REMAPPED_ROWS_TOTAL: Spec(counter, "Rows remapped for memory errors (Ampere+).", "error"),
+    GpuMetric.ROW_REMAP_PENDING: Spec(gauge, "1 when a row remap waits for a GPU reset."),
+    GpuMetric.ROW_REMAP_FAILURE: Spec(gauge, "1 when a row remap failed."),
+    GpuMetric.PCIE_LINK_GENERATION: Spec(gauge, "PCIe link generation (current, max).", "kind"),
+    GpuMetric.PCIE_LINK_WIDTH: Spec(gauge, "PCIe link width in lanes (current, max).", "kind"),
+    GpuMetric.PCIE_REPLAY_ERRORS_TOTAL: Spec(counter, "PCIe replays."),
+    GpuMetric.PCIE_RECEIVED_BYTES_TOTAL: Spec(counter, "PCIe bytes received (unwrapped field counter)."),
+    GpuMetric.PCIE_TRANSMITTED_BYTES_TOTAL: Spec(counter, "PCIe bytes transmitted (unwrapped field counter)."),
+    GpuMetric.NVLINK_RECEIVED_BYTES_TOTAL: Spec(counter, "NVLink data bytes received, all links."),
+    GpuMetric.NVLINK_TRANSMITTED_BYTES_TOTAL: Spec(counter, "NVLink data bytes transmitted, all links."),
 }
 
 
@@ -90,7 +91,7 @@ METRICS: dict[str, Spec] = {
 class GpuStatus:
     """One GPU in one cycle: read (`reading`) or failed (`error`)."""
 
-    identity: Identity
+    identity: GpuIdentity
     reading: GpuReading | None
     error: str | None = None
 
@@ -322,7 +323,7 @@ def _inventory(statuses: Sequence[GpuStatus]) -> Iterable[InventoryGpu]:
         yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids)
 
 
-def _peak_flops_family(identities: Iterable[Identity]) -> Metric:
+def _peak_flops_family(identities: Iterable[GpuIdentity]) -> Metric:
     family = gauge("gpu_peak_flops", "Dense peak FLOP/s of the GPU model, by dtype; absent for a model "
                    "trainmon does not know.", (*GPU_LABELS, "dtype"))
     for identity in identities:
@@ -331,28 +332,27 @@ def _peak_flops_family(identities: Iterable[Identity]) -> Metric:
     return family
 
 
-def _ids(identity: Identity) -> list[str]:
+def _ids(identity: GpuIdentity) -> list[str]:
     return [str(identity.index), identity.uuid]
 
 
-def _value_families(read: Sequence[tuple[Identity, GpuReading]]) -> list[Metric]:
+def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
     families = []
-    for name, spec in METRICS.items():
-        short = name.removeprefix("gpu_")
+    for metric, spec in METRICS.items():
         labels = GPU_LABELS + ((spec.label,) if spec.label else ())
-        family = spec.kind(name, spec.help, labels)
+        family = spec.kind(metric.family, spec.help, labels)
         for identity, reading in read:
             if spec.label is None:
-                if short in reading.values:
-                    family.add_metric(_ids(identity), reading.values[short])
+                if metric in reading.values:
+                    family.add_metric(_ids(identity), reading.values[metric])
             else:
-                for label, value in reading.labelled.get(short, {}).items():
+                for label, value in reading.labelled.get(metric, {}).items():
                     family.add_metric([*_ids(identity), label], value)
         families.append(family)
     return families
 
 
-def _process_families(read: Sequence[tuple[Identity, GpuReading]], *, per_process: bool) -> list[Metric]:
+def _process_families(read: Sequence[tuple[GpuIdentity, GpuReading]], *, per_process: bool) -> list[Metric]:
     count = gauge("gpu_processes", "Compute processes on the GPU.", GPU_LABELS)
     used = gauge("gpu_process_fb_used_bytes", "Framebuffer used by one process.", (*GPU_LABELS, "pid"))
     names: dict[int, str] = {}

@@ -11,7 +11,6 @@ exits before its cgroup is read, drop only what they affect and are listed in `s
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import time
@@ -26,6 +25,7 @@ from trainmon.families import info
 from trainmon.gpu_inventory import INVENTORY, GpuInventory, InventoryGpu
 from trainmon.parsers.cgroup import slurm_job_of
 from trainmon.parsers.job_mapping import gpu_index_of, parse_job_lines
+from trainmon.roots import Unavailable, read_attribute
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ MAX_MAPPING_BYTES = 64 << 10  # a GPU's file holds a few job ids; anything large
 MAX_CGROUP_BYTES = 64 << 10
 JOB_LABELS = ("gpu", "uuid", "scheduler", "job_id")
 SCHEDULER = "slurm"
-GONE = frozenset({errno.ENOENT, errno.ESRCH})
+GONE = frozenset({"ENOENT", "ESRCH"})  # the process exited between listing and reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,15 +44,6 @@ class Mapping:
 
     jobs: dict[int, tuple[str, ...]]
     problems: tuple[str, ...]
-
-
-def read_bounded(path: Path, limit: int) -> bytes:
-    """At most `limit + 1` bytes in one `read()`, so an oversized file is seen without reading it all."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO dropped there never blocks us
-    try:
-        return os.read(fd, limit + 1)
-    finally:
-        os.close(fd)
 
 
 def read_mapping(directory: Path) -> Mapping:
@@ -68,24 +59,12 @@ def read_mapping(directory: Path) -> Mapping:
         if index is None:
             continue
         name = f"mapping file {entry.name}"
-        try:
-            data = read_bounded(Path(entry.path), MAX_MAPPING_BYTES)
-        except IsADirectoryError:
+        text = read_attribute(entry.path, MAX_MAPPING_BYTES)
+        if isinstance(text, Unavailable):
+            if text.why != "EISDIR":
+                problems.append(f"{name}: {'removed while being read' if text.missing else text.why}")
             continue
-        except FileNotFoundError:
-            problems.append(f"{name}: removed while being read")
-            continue
-        except OSError as exc:
-            problems.append(f"{name}: {os.strerror(exc.errno or 0) or exc}")
-            continue
-        if len(data) > MAX_MAPPING_BYTES:
-            problems.append(f"{name}: larger than {MAX_MAPPING_BYTES} bytes, not a mapping file")
-            continue
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = "\0"
-        if "\0" in text:
+        if "\0" in text or "\ufffd" in text:
             problems.append(f"{name}: binary, not job ids a line")
             continue
         lines = parse_job_lines(text)
@@ -104,13 +83,12 @@ def cgroup_jobs(procfs: Path, pids: Iterable[int]) -> tuple[tuple[str, ...], lis
     jobs: dict[str, None] = {}
     problems: list[str] = []
     for pid in pids:
-        try:
-            data = read_bounded(procfs / str(pid) / "cgroup", MAX_CGROUP_BYTES)
-        except OSError as exc:
-            why = "exited before its cgroup was read" if exc.errno in GONE else os.strerror(exc.errno or 0)
+        text = read_attribute(procfs / str(pid) / "cgroup", MAX_CGROUP_BYTES)
+        if isinstance(text, Unavailable):
+            why = "exited before its cgroup was read" if text.why in GONE else text.why
             problems.append(f"pid {pid}: {why}")
             continue
-        job = slurm_job_of(data.decode(errors="replace"))
+        job = slurm_job_of(text)
         if job is not None:
             jobs[job] = None
     return tuple(jobs), problems

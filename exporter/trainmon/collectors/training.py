@@ -21,7 +21,7 @@ from prometheus_client.utils import floatToGoString
 from trainmon.collectors.base import Collection
 from trainmon.errors import NoData
 from trainmon.families import Metric, counter, gauge, histogram, info
-from trainmon.ingest.ranks import RankState, TableView
+from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
 from trainmon.settings import Settings
 from trainmon.wire import PARALLEL_KEYS, STEP_BUCKETS, Report
@@ -103,7 +103,7 @@ def rank_series(r: Report) -> int:
             + len(r.hook_errors))
 
 
-def rank_families(ranks: Iterable[RankState], now: float) -> list[Metric]:
+def rank_families(ranks: Iterable[RankSlot], now: float) -> list[Metric]:
     """The per-rank families; `now` (Unix time) ages the in-flight collectives."""
     reports = [s.report for s in ranks]
     out: list[Metric] = []
@@ -151,7 +151,7 @@ def ingest_families(view: TableView, rebinds: int) -> list[Metric]:
     return [messages, coalesced, rejected, live, evicted, exits, rebound]
 
 
-def rank_details(state: RankState) -> dict[str, object]:
+def rank_details(state: RankSlot) -> dict[str, object]:
     r = state.report
     return {"job_id": r.job_id, "rank": r.rank, "pid": r.pid, "world_size": r.world_size, "uuid": r.uuid,
             "steps": r.steps, "last_step": r.last_step, "phase": r.phase, "last_report": state.received_wall}

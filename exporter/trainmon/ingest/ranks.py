@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 RankKey = tuple[str, int]
 Datagram = tuple[bytes, int | None]  # the bytes and the kernel's sender pid (None: UDP, no proof)
-Sender = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one process's reports
+SenderProcess = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one process's reports
 MAX_SEQ_STEP = 1 << 24  # seq advances one per report: a larger leap within one process is a forgery
 
 
@@ -74,7 +74,7 @@ class Procfs:
 
 
 @dataclass(frozen=True, slots=True)
-class RankState:
+class RankSlot:
     report: Report
     received_at: float  # the table's clock (monotonic)
     received_wall: float  # Unix time, for /api/v1/status
@@ -87,7 +87,7 @@ class RankState:
 class TableView:
     """An immutable copy of the table, taken once per collection."""
 
-    ranks: tuple[RankState, ...]
+    ranks: tuple[RankSlot, ...]
     messages: int
     coalesced: int
     rejected: Mapping[str, int]
@@ -125,7 +125,7 @@ class RankTable:
         self._procfs = procfs or Procfs(Path("/proc"))
         self._clock = clock
         self._lock = threading.Lock()
-        self._ranks: dict[RankKey, RankState] = {}
+        self._ranks: dict[RankKey, RankSlot] = {}
         self._series = 0
         self._messages = 0
         self._coalesced = 0
@@ -141,18 +141,18 @@ class RankTable:
     def receive_burst(self, burst: Sequence[Datagram]) -> None:
         """Apply datagrams that arrived together, coalescing each process's reports to its newest."""
         parsed: list[tuple[dict[str, object], int | None] | None] = []
-        newest: dict[Sender, int] = {}
+        newest: dict[SenderProcess, int] = {}
         for index, (data, sender_pid) in enumerate(burst):
             msg = self._rejecting(parse, data)
             parsed.append(None if msg is None else (msg, sender_pid))
-            if msg is not None and (sender := _sender(msg, sender_pid)) is not None:
+            if msg is not None and (sender := _sender_process(msg, sender_pid)) is not None:
                 newest[sender] = index
         coalesced = 0
         for index, item in enumerate(parsed):
             if item is None:
                 continue
             msg, sender_pid = item
-            sender = _sender(msg, sender_pid)
+            sender = _sender_process(msg, sender_pid)
             if sender is not None and newest[sender] != index:
                 coalesced += 1
                 continue
@@ -228,11 +228,11 @@ class RankTable:
             if self._series - held + series > self._max_series:
                 raise MessageRejected("series_budget", f"{self._series} + {series} series")
             self._messages += 1
-            self._ranks[key] = RankState(report, now, time.time(), process, verified, series)
+            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series)
             self._series += series - held
             self._job_gone_at.pop(report.job_id, None)
 
-    def _check_successor(self, new: Report, process: int, old: RankState) -> None:
+    def _check_successor(self, new: Report, process: int, old: RankSlot) -> None:
         """Raise unless `new`, sent by `process`, may replace `old`, the slot's live state."""
         held = old.report
         if process == old.process and new.start_time == held.start_time:
@@ -267,7 +267,7 @@ class RankTable:
             self._evicted["exit_job_ids"] += 1
 
 
-def _sender(msg: Mapping[str, object], sender_pid: int | None) -> Sender | None:
+def _sender_process(msg: Mapping[str, object], sender_pid: int | None) -> SenderProcess | None:
     """The process a report comes from, if its identity fields are plain values; goodbyes are never coalesced."""
     job_id, rank, pid, start = msg.get("job_id"), msg.get("rank"), msg.get("pid"), msg.get("start_time")
     if msg.get("type") != "report" or type(job_id) is not str or type(rank) is not int:

@@ -11,7 +11,8 @@ import pynvml
 
 from trainmon.nvml import fields, gpm
 from trainmon.nvml.errors import NVML_FAILURES, is_absent
-from trainmon.nvml.session import _text
+from trainmon.nvml.metrics import GpuMetric
+from trainmon.nvml.session import as_text
 
 T = TypeVar("T")
 
@@ -32,10 +33,13 @@ CLOCK_EVENT_REASONS: dict[str, int] = {
     "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
 }
 ALL_REASONS = sum(CLOCK_EVENT_REASONS.values())
+# Labelled metrics filled afresh each cycle (the PCIe link ones start from what `attach` read).
+LABELLED_EACH_CYCLE = (GpuMetric.TEMPERATURE_CELSIUS, GpuMetric.CLOCK_HERTZ, GpuMetric.CLOCKS_EVENT_ACTIVE,
+                       GpuMetric.THROTTLE_SECONDS_TOTAL, GpuMetric.ECC_ERRORS_TOTAL, GpuMetric.REMAPPED_ROWS_TOTAL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Identity:
+class GpuIdentity:
     index: int
     uuid: str
     name: str
@@ -53,24 +57,24 @@ class ProcessUse:
 class GpuReading:
     """One successful read of one GPU; a value the GPU did not answer is simply not in it."""
 
-    values: Mapping[str, float]  # metric (without prefix) -> value
-    labelled: Mapping[str, Mapping[str, float]]  # metric -> label value -> value
+    values: Mapping[GpuMetric, float]
+    labelled: Mapping[GpuMetric, Mapping[str, float]]  # metric -> label value -> value
     processes: tuple[ProcessUse, ...] | None
     skipped: tuple[str, ...]
 
 
-def identify(index: int) -> tuple[Any, Identity]:
+def identify(index: int) -> tuple[Any, GpuIdentity]:
     """The handle and identity of the GPU at NVML index `index` (5 NVML calls, once per init)."""
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     try:
         minor = str(pynvml.nvmlDeviceGetMinorNumber(handle))
     except pynvml.NVMLError:
         minor = ""
-    identity = Identity(
+    identity = GpuIdentity(
         index=index,
-        uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-        name=_text(pynvml.nvmlDeviceGetName(handle)),
-        pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId),
+        uuid=as_text(pynvml.nvmlDeviceGetUUID(handle)),
+        name=as_text(pynvml.nvmlDeviceGetName(handle)),
+        pci_bus_id=as_text(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId),
         minor_number=minor,
     )
     return handle, identity
@@ -97,17 +101,17 @@ class _Reads:
 class Gpu:
     """A GPU across cycles and NVML re-initialisations: counters only grow, GPM windows follow on."""
 
-    def __init__(self, identity: Identity) -> None:
+    def __init__(self, identity: GpuIdentity) -> None:
         self.identity = identity
         self.handle: Any = None
         self._gpm: gpm.GpmSampler | None = None
         self._memory_v2 = True
         self._reasons = ALL_REASONS
-        self._static: dict[str, dict[str, float]] = {}
+        self._static: dict[GpuMetric, dict[str, float]] = {}
         self._counters = {f.field_id: fields.Unwrapped() for f in fields.FIELDS if f.wraps}
         self._sm_active_s: float | None = None  # None until the first GPM window
 
-    def attach(self, handle: Any, identity: Identity, now: float) -> None:
+    def attach(self, handle: Any, identity: GpuIdentity, now: float) -> None:
         """Take a fresh handle after (re-)initialisation and read what does not change until the next.
 
         A fresh GPM sample is taken at once, so a re-initialisation between two cycles costs the next
@@ -117,10 +121,10 @@ class Gpu:
         reads = _Reads(handle)
         self._reasons = reads.get("supported clock event reasons",
                                   pynvml.nvmlDeviceGetSupportedClocksEventReasons) or ALL_REASONS
-        self._static = {"pcie_link_generation": {}, "pcie_link_width": {}}
-        for metric, call in (("pcie_link_generation", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
-                             ("pcie_link_width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)):
-            value = reads.get(metric, call)
+        self._static = {GpuMetric.PCIE_LINK_GENERATION: {}, GpuMetric.PCIE_LINK_WIDTH: {}}
+        for metric, call in ((GpuMetric.PCIE_LINK_GENERATION, pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                             (GpuMetric.PCIE_LINK_WIDTH, pynvml.nvmlDeviceGetMaxPcieLinkWidth)):
+            value = reads.get(metric.value, call)
             if value is not None:
                 self._static[metric]["max"] = value
         self._gpm = gpm.sampler(handle)
@@ -143,35 +147,34 @@ class Gpu:
             pynvml.NVMLError: the GPU failed a call in a way that is not "unsupported".
         """
         reads = _Reads(self.handle)
-        values: dict[str, float] = {}
-        labelled: dict[str, dict[str, float]] = {name: dict(by_kind) for name, by_kind in self._static.items()}
-        labelled.update(temperature_celsius={}, clock_hertz={}, clocks_event_active={}, throttle_seconds_total={},
-                        ecc_errors_total={}, remapped_rows_total={})
+        values: dict[GpuMetric, float] = {}
+        labelled: dict[GpuMetric, dict[str, float]] = {name: dict(by_kind) for name, by_kind in self._static.items()}
+        labelled.update((metric, {}) for metric in LABELLED_EACH_CYCLE)
 
         util = reads.get("utilization", pynvml.nvmlDeviceGetUtilizationRates)
         if util is not None:
-            values["utilization_ratio"] = util.gpu * PERCENT
+            values[GpuMetric.UTILIZATION_RATIO] = util.gpu * PERCENT
         self._read_memory(reads, values)
-        for metric, call, scale in (("power_watts", pynvml.nvmlDeviceGetPowerUsage, MILLI),
-                                    ("power_limit_watts", pynvml.nvmlDeviceGetEnforcedPowerLimit, MILLI)):
-            value = reads.get(metric, call)
+        for metric, call, scale in ((GpuMetric.POWER_WATTS, pynvml.nvmlDeviceGetPowerUsage, MILLI),
+                                    (GpuMetric.POWER_LIMIT_WATTS, pynvml.nvmlDeviceGetEnforcedPowerLimit, MILLI)):
+            value = reads.get(metric.value, call)
             if value is not None:
                 values[metric] = value * scale
         temperature = reads.get("temperature", pynvml.nvmlDeviceGetTemperatureV, pynvml.NVML_TEMPERATURE_GPU)
         if temperature is not None:
-            labelled["temperature_celsius"]["gpu"] = temperature
+            labelled[GpuMetric.TEMPERATURE_CELSIUS]["gpu"] = temperature
         for clock, clock_id in (("sm", pynvml.NVML_CLOCK_SM), ("memory", pynvml.NVML_CLOCK_MEM)):
             value = reads.get(f"{clock} clock", pynvml.nvmlDeviceGetClockInfo, clock_id)
             if value is not None:
-                labelled["clock_hertz"][clock] = value * MHZ
+                labelled[GpuMetric.CLOCK_HERTZ][clock] = value * MHZ
         reasons = reads.get("clock event reasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons)
         if reasons is not None:
-            labelled["clocks_event_active"] = {
+            labelled[GpuMetric.CLOCKS_EVENT_ACTIVE] = {
                 name: float(bool(reasons & bit)) for name, bit in CLOCK_EVENT_REASONS.items() if bit & self._reasons
             }
-        for kind, call in (("pcie_link_generation", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
-                           ("pcie_link_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth)):
-            value = reads.get(kind, call)
+        for kind, call in ((GpuMetric.PCIE_LINK_GENERATION, pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                           (GpuMetric.PCIE_LINK_WIDTH, pynvml.nvmlDeviceGetCurrPcieLinkWidth)):
+            value = reads.get(kind.value, call)
             if value is not None:
                 labelled[kind]["current"] = value
         self._read_fields(reads, values, labelled)
@@ -183,19 +186,21 @@ class Gpu:
             skipped=tuple(reads.skipped),
         )
 
-    def _read_memory(self, reads: _Reads, values: dict[str, float]) -> None:
+    def _read_memory(self, reads: _Reads, values: dict[GpuMetric, float]) -> None:
         if self._memory_v2:
             memory = reads.get("memory v2", pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
             if memory is not None:
-                values.update(fb_total_bytes=memory.total, fb_used_bytes=memory.used,
-                              fb_free_bytes=memory.free, fb_reserved_bytes=memory.reserved)
+                values.update({GpuMetric.FB_TOTAL_BYTES: memory.total, GpuMetric.FB_USED_BYTES: memory.used,
+                               GpuMetric.FB_FREE_BYTES: memory.free, GpuMetric.FB_RESERVED_BYTES: memory.reserved})
                 return
             self._memory_v2 = False  # an older driver: v1 from now on, and no reserved series
         memory = reads.get("memory", pynvml.nvmlDeviceGetMemoryInfo)
         if memory is not None:
-            values.update(fb_total_bytes=memory.total, fb_used_bytes=memory.used, fb_free_bytes=memory.free)
+            values.update({GpuMetric.FB_TOTAL_BYTES: memory.total, GpuMetric.FB_USED_BYTES: memory.used,
+                           GpuMetric.FB_FREE_BYTES: memory.free})
 
-    def _read_fields(self, reads: _Reads, values: dict[str, float], labelled: dict[str, dict[str, float]]) -> None:
+    def _read_fields(self, reads: _Reads, values: dict[GpuMetric, float],
+                     labelled: dict[GpuMetric, dict[str, float]]) -> None:
         answer = reads.get("field values", pynvml.nvmlDeviceGetFieldValues, list(fields.REQUEST))
         if answer is None:
             return
@@ -210,7 +215,7 @@ class Gpu:
             else:
                 labelled[field.metric][field.label] = value
 
-    def _read_gpm(self, now: float, values: dict[str, float]) -> None:
+    def _read_gpm(self, now: float, values: dict[GpuMetric, float]) -> None:
         if self._gpm is None:
             return
         try:
@@ -222,11 +227,11 @@ class Gpu:
         sm = None
         if window is not None:
             values.update(window.ratios)
-            sm = window.ratios.get("sm_utilization_ratio")
+            sm = window.ratios.get(GpuMetric.SM_UTILIZATION_RATIO)
         if sm is not None and window is not None:
             self._sm_active_s = (self._sm_active_s or 0.0) + sm * window.seconds
         if self._sm_active_s is not None:
-            values["sm_active_seconds_total"] = self._sm_active_s
+            values[GpuMetric.SM_ACTIVE_SECONDS_TOTAL] = self._sm_active_s
 
     def _read_processes(self, reads: _Reads) -> tuple[ProcessUse, ...] | None:
         found = reads.get("compute processes", pynvml.nvmlDeviceGetComputeRunningProcesses)

@@ -13,6 +13,8 @@ from typing import Any
 
 import pynvml
 
+from trainmon.nvml.metrics import GpuMetric
+
 ALL_LINKS = 0xFFFFFFFF
 KIB = 1024
 MJ = 1e-3  # energy fields count millijoules
@@ -24,7 +26,7 @@ class Field:
     """One field id, the metric it feeds (`label` set for a labelled metric) and its scale to base units."""
 
     field_id: int
-    metric: str
+    metric: GpuMetric
     label: str | None = None
     scale: float = 1.0
     scope: int = 0
@@ -32,28 +34,29 @@ class Field:
 
 
 FIELDS: tuple[Field, ...] = (
-    Field(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, "energy_joules_total", scale=MJ),
-    Field(pynvml.NVML_FI_DEV_MEMORY_TEMP, "temperature_celsius", label="memory"),
-    Field(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, "ecc_errors_total", label="corrected"),
-    Field(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, "ecc_errors_total", label="uncorrected"),
-    Field(pynvml.NVML_FI_DEV_REMAPPED_COR, "remapped_rows_total", label="corrected"),
-    Field(pynvml.NVML_FI_DEV_REMAPPED_UNC, "remapped_rows_total", label="uncorrected"),
-    Field(pynvml.NVML_FI_DEV_REMAPPED_PENDING, "row_remap_pending"),
-    Field(pynvml.NVML_FI_DEV_REMAPPED_FAILURE, "row_remap_failure"),
-    Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, "pcie_replay_errors_total"),
-    Field(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, "pcie_received_bytes_total", wraps=True),
-    Field(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, "pcie_transmitted_bytes_total", wraps=True),
-    Field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "nvlink_received_bytes_total", scale=KIB, scope=ALL_LINKS),
-    Field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, "nvlink_transmitted_bytes_total", scale=KIB,
+    Field(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, GpuMetric.ENERGY_JOULES_TOTAL, scale=MJ),
+    Field(pynvml.NVML_FI_DEV_MEMORY_TEMP, GpuMetric.TEMPERATURE_CELSIUS, label="memory"),
+    Field(pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, GpuMetric.ECC_ERRORS_TOTAL, label="corrected"),
+    Field(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, GpuMetric.ECC_ERRORS_TOTAL, label="uncorrected"),
+    Field(pynvml.NVML_FI_DEV_REMAPPED_COR, GpuMetric.REMAPPED_ROWS_TOTAL, label="corrected"),
+    Field(pynvml.NVML_FI_DEV_REMAPPED_UNC, GpuMetric.REMAPPED_ROWS_TOTAL, label="uncorrected"),
+    Field(pynvml.NVML_FI_DEV_REMAPPED_PENDING, GpuMetric.ROW_REMAP_PENDING),
+    Field(pynvml.NVML_FI_DEV_REMAPPED_FAILURE, GpuMetric.ROW_REMAP_FAILURE),
+    Field(pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, GpuMetric.PCIE_REPLAY_ERRORS_TOTAL),
+    Field(pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, GpuMetric.PCIE_RECEIVED_BYTES_TOTAL, wraps=True),
+    Field(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, GpuMetric.PCIE_TRANSMITTED_BYTES_TOTAL, wraps=True),
+    Field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, GpuMetric.NVLINK_RECEIVED_BYTES_TOTAL, scale=KIB,
+          scope=ALL_LINKS),
+    Field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, GpuMetric.NVLINK_TRANSMITTED_BYTES_TOTAL, scale=KIB,
           scope=ALL_LINKS),
     # Violation counters: time the clocks were held down, per policy (cumulative ns).
-    Field(pynvml.NVML_FI_DEV_PERF_POLICY_POWER, "throttle_seconds_total", label="power", scale=NS),
-    Field(pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL, "throttle_seconds_total", label="thermal", scale=NS),
-    Field(pynvml.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, "throttle_seconds_total", label="sync_boost", scale=NS),
-    Field(pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, "throttle_seconds_total", label="board_limit", scale=NS),
-    Field(pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION, "throttle_seconds_total", label="low_utilization",
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_POWER, GpuMetric.THROTTLE_SECONDS_TOTAL, label="power", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL, GpuMetric.THROTTLE_SECONDS_TOTAL, label="thermal", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, GpuMetric.THROTTLE_SECONDS_TOTAL, label="sync_boost", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, GpuMetric.THROTTLE_SECONDS_TOTAL, label="board_limit", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION, GpuMetric.THROTTLE_SECONDS_TOTAL, label="low_utilization",
           scale=NS),
-    Field(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY, "throttle_seconds_total", label="reliability", scale=NS),
+    Field(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY, GpuMetric.THROTTLE_SECONDS_TOTAL, label="reliability", scale=NS),
 )
 
 REQUEST: tuple[tuple[int, int], ...] = tuple((f.field_id, f.scope) for f in FIELDS)

@@ -14,22 +14,24 @@ from typing import Any
 
 import pynvml
 
+from trainmon.nvml.metrics import GpuMetric
+
 MIN_WINDOW_S = 0.1
 MAX_WINDOW_S = 600.0
 PERCENT = 0.01
 
 # GPM metric id -> the ratio metric it feeds (values arrive in percent).
-METRICS: dict[int, str] = {
-    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_utilization_ratio",
-    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy_ratio",
-    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active_ratio",
-    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active_ratio",
+METRICS: dict[int, GpuMetric] = {
+    pynvml.NVML_GPM_METRIC_SM_UTIL: GpuMetric.SM_UTILIZATION_RATIO,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: GpuMetric.SM_OCCUPANCY_RATIO,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: GpuMetric.TENSOR_ACTIVE_RATIO,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: GpuMetric.DRAM_ACTIVE_RATIO,
 }
 
 
 @dataclass(frozen=True, slots=True)
 class GpmWindow:
-    ratios: dict[str, float]  # metric -> 0..1, only the metrics this GPU answered
+    ratios: dict[GpuMetric, float]  # metric -> 0..1, only the metrics this GPU answered
     seconds: float
 
 
@@ -67,7 +69,7 @@ class GpmSampler:
         self._previous_at = now
         return GpmWindow(ratios, window) if ratios is not None and window is not None else None
 
-    def _metrics(self) -> dict[str, float]:
+    def _metrics(self) -> dict[GpuMetric, float]:
         request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(METRICS)

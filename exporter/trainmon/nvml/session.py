@@ -2,7 +2,7 @@
 
 pynvml keeps one loaded library per process (`pynvml.nvmlLib`). `library=None` lets pynvml
 load the system's `libnvidia-ml.so.1`; an object (the demo's simulated node, or a test's
-`ScenarioLibrary`) takes its place, and pynvml's cached function pointers are dropped with it.
+`ScenarioLibrary`) takes its place (`trainmon.compat.use_nvml_library`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import contextlib
 
 import pynvml
 
+from trainmon.compat import use_nvml_library
 
-def _text(value: bytes | str) -> str:
+
+def as_text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
@@ -24,13 +26,12 @@ class NvmlSession:
 
     def open(self) -> None:
         """`nvmlInit`. Raises what pynvml raises: LibraryNotFound, DriverNotLoaded, …"""
-        if self._library is not None and pynvml.nvmlLib is not self._library:
-            pynvml.nvmlLib = self._library
-            pynvml._nvmlGetFunctionPointer_cache.clear()
+        if self._library is not None:
+            use_nvml_library(self._library)
         pynvml.nvmlInit()
         self.is_open = True
         try:
-            self.driver_version = _text(pynvml.nvmlSystemGetDriverVersion())
+            self.driver_version = as_text(pynvml.nvmlSystemGetDriverVersion())
         except pynvml.NVMLError:
             self.driver_version = ""
 

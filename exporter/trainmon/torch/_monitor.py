@@ -80,7 +80,8 @@ class TrainingMonitor:
         self.state = RankState()
         self.identity = Identity(job_id=job_id or resolve_job_id(self._env), rank=0, pid=os.getpid(),
                                  start_time=time.time())
-        self.errors = [0]
+        self._monitor_errors = 0
+        self._scaler_errors = [0]  # a one-element cell: the scaler probes add to it in place
         self._warned = False
         self._seq = itertools.count(1)
         self._parallel = dict(parallel or {})
@@ -132,14 +133,14 @@ class TrainingMonitor:
                 self._collectives.watch_ddp(model)
                 self._framework("ddp")
             elif model is not None and hasattr(model, "skipped_steps") and hasattr(model, "step"):
-                self.identity.loss_scaler = watch_deepspeed(model, self.state, self._patches, self.errors)
+                self.identity.loss_scaler = watch_deepspeed(model, self.state, self._patches, self._scaler_errors)
                 self._framework("deepspeed")
             if optimizer is not None and hasattr(optimizer, "get_loss_scale"):
                 self.identity.loss_scaler = watch_megatron(optimizer, self.state, self._copies, self._patches,
-                                                           self.errors)
+                                                           self._scaler_errors)
                 self._framework("megatron")
             if scaler is not None and watch_grad_scaler(scaler, self.state, self._copies, self._patches,
-                                                        self.errors):
+                                                        self._scaler_errors):
                 self.identity.loss_scaler = "torch_amp"
         except Exception as exc:
             self._fail(exc)
@@ -229,6 +230,7 @@ class TrainingMonitor:
         if self._spans is not None:
             self._spans.poll()
         self._read_memory_stats()
+        self.state.hook_errors = self._hook_errors()
         return self.state.report(self.identity, seq=next(self._seq), kind=kind)
 
     @property
@@ -261,6 +263,21 @@ class TrainingMonitor:
         if len(data) > wire.MAX_DATAGRAM:  # long NCCL values and group names: keep the numbers
             data = wire.encode(dataclasses.replace(report, nccl_env={}))
         return data
+
+    def _hook_errors(self) -> dict[str, int]:
+        """Every error and drop the hook swallowed, by kind (kinds that never happened are left out)."""
+        reporter = self._reporter
+        counts = {
+            "monitor": self._monitor_errors,
+            "collective": self._collectives.errors,
+            "scaler": self._scaler_errors[0],
+            "device_span_dropped": self._spans.dropped if self._spans is not None else 0,
+            "host_copy_dropped": self._copies.dropped,
+            "send_dropped": reporter.dropped if reporter is not None else 0,
+            "send_unreachable": reporter.unreachable if reporter is not None else 0,
+            "send_failed": reporter.errors if reporter is not None else 0,
+        }
+        return {kind: n for kind, n in counts.items() if n}
 
     def _count_flops(self, samples: int, tokens: int, *step_rate: float | None) -> None:
         rate = FlopsRate(*step_rate) if any(v is not None for v in step_rate) else self._flops
@@ -313,7 +330,7 @@ class TrainingMonitor:
         self._previous_thread_excepthook(args)
 
     def _fail(self, exc: BaseException) -> None:
-        self.errors[0] += 1
+        self._monitor_errors += 1
         if not self._warned:
             self._warned = True
             log.warning("trainmon hook error (training continues) error=%r", exc)

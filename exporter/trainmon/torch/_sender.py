@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from trainmon.wire import MAX_DATAGRAM
+from trainmon.wire import DEFAULT_SOCKET, MAX_DATAGRAM
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = "/run/trainmon/ingest.sock"
 DEFAULT_INTERVAL = 1.0  # seconds between reports (and heartbeats)
 UNREACHABLE_WARNING_S = 60.0  # a daemon that is restarting is back well within this
 

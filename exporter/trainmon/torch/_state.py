@@ -1,8 +1,10 @@
 """The cumulative values of one rank, kept by the training thread and read by the sender.
 
 Standard library only (the demo's simulated ranks use it without PyTorch). Writers are the
-training thread and, for collectives, framework callback threads: `issue` and `complete` take a
-lock; the sender copies under the same lock, so a report is never torn mid-update.
+training thread; for collectives, framework callback threads: `issue` and `complete` take a
+lock; and the reporter thread, which before each report completes finished collectives and
+device spans and sets `cuda_alloc_retries`, `cuda_ooms` and `hook_errors` (whole values, one
+assignment each). The sender copies under the lock, so a report is never torn mid-update.
 
 Every collective gets the next sequence number of its group when it is issued and moves the
 group's completed count when it completes; until then it is in flight, stamped with the
