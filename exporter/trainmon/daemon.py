@@ -12,6 +12,7 @@ from trainmon.collectors.base import Collection, Collector
 from trainmon.errors import CollectorError
 from trainmon.ingest.ranks import Procfs, RankTable
 from trainmon.ingest.server import IngestServer
+from trainmon.profiles import family_filter
 from trainmon.scheduler import Scheduler, describe
 from trainmon.settings import Settings
 from trainmon.snapshot import Snapshot, SnapshotStore
@@ -86,7 +87,7 @@ def serve(settings: Settings, web: WebConfig | None = None) -> int:
     from trainmon.http.app import create_app
     from trainmon.http.server import run_server
 
-    store = SnapshotStore()
+    store = SnapshotStore(family_filter(settings.profile))
     ingest = build_ingest(settings) if "training" in settings.collectors else None
     scheduler = make_scheduler(settings, build_collectors(settings, ingest), store)
     scheduler.start()

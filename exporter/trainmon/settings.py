@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.errors import ConfigError
+from trainmon.profiles import PROFILES
 from trainmon.wire import DEFAULT_SOCKET
 
 DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training")
@@ -69,6 +70,7 @@ class Settings:
     web_max_requests: int = 40
     web_header_timeout: float = 10.0
     log_level: str = "info"
+    profile: str = "full"
     # Set by `trainmon demo`: the GPU collector reads a simulated node and every surface says so.
     simulated: bool = False
     # `trainmon demo --incident NAME`: the scenario planted after `incident_after` healthy seconds.
@@ -151,6 +153,12 @@ def parse_collectors(available: Sequence[str]) -> Callable[[str, str], tuple[str
         return names
 
     return parse
+
+
+def parse_profile(flag: str, text: str) -> str:
+    if text not in PROFILES:
+        raise ConfigError(flag, text, f"expected one of {', '.join(PROFILES)}")
+    return text
 
 
 def parse_path(flag: str, text: str) -> Path:
@@ -267,6 +275,8 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
                "seconds a connection has to send its request headers (from connecting, or its first byte "
                "after a keep-alive pause) before it is closed"),
         Option("log-level", parse_log_level, "debug, info, warning or error"),
+        Option("profile", parse_profile,
+               "full serves every family; fleet only those the shipped alerts, rules and Fleet dashboard read"),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from trainmon.families import Metric
@@ -69,11 +69,14 @@ class Snapshot:
 class SnapshotStore:
     """Holds the latest snapshot; publishing replaces one reference, so readers never see a mix."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Callable[[Metric], bool] | None = None) -> None:
         self._latest: Snapshot | None = None
         self._published = threading.Event()
+        self._keep = keep  # the --profile's family filter; None serves every family
 
     def publish(self, snapshot: Snapshot) -> None:
+        if self._keep is not None:
+            snapshot = replace(snapshot, families=tuple(filter(self._keep, snapshot.families)))
         self._latest = snapshot
         self._published.set()
 

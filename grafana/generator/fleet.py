@@ -9,7 +9,6 @@ from .node import job_variable
 from .panels import Board, Query, graph, single
 
 FLEET = 'job=~"$job"'  # after the selector (DashboardConfig.matchers)
-RATE = "[$__rate_interval]"
 
 
 # Owners (SPEC §4 "GPU ownership"), from prometheus/rules.yml's trainmon.ownership.rules:
@@ -43,43 +42,45 @@ def _owners(board: Board, config: DashboardConfig) -> Board:
 
 def build(config: DashboardConfig) -> DashboardModel:
     F = config.matchers(FLEET)
-    sm = f"trainmon_gpu_sm_utilization_ratio{{{F}}}"
-    idle = f"{sm} < {config.idle_sm_ratio}"
-    busy = f"{sm} >= {config.idle_sm_ratio}"
+    idle = f"instance:trainmon_gpu_idle:count{{{F}}}"
+    busy = f"instance:trainmon_gpu_busy:count{{{F}}}"
     board = Board(
         config=config,
         name="fleet",
         title="Fleet",
-        description="Every trainmon node: GPU usage, training jobs and errors.",
+        description="Every trainmon node: GPU usage, training jobs and errors. Every panel reads per-node or "
+                    "per-job recording rules (trainmon.fleet.rules), so it stays fast at 1,000 nodes.",
         variables=(job_variable(config),),
     )
     board.row(
         "Overview",
         single("Nodes", "trainmon daemons Prometheus scrapes successfully.", "none", Query(f"sum(up{{{F}}})", "nodes")),
-        single("GPUs up", "GPUs whose last NVML read succeeded.", "none", Query(f"sum(trainmon_gpu_up{{{F}}})", "up")),
+        single("GPUs up", "GPUs whose last NVML read succeeded.", "none",
+               Query(f"sum(instance:trainmon_gpu_up:sum{{{F}}})", "up")),
         single(
             "GPUs lost",
             "GPUs on the PCI bus minus GPUs up, over all nodes.",
             "none",
-            Query(f"sum(trainmon_gpus_expected{{{F}}}) - sum(trainmon_gpu_up{{{F}}})", "lost"),
+            Query(f"sum(instance:trainmon_gpus_expected:sum{{{F}}}) - sum(instance:trainmon_gpu_up:sum{{{F}}})",
+                  "lost"),
         ),
         single(
             "Idle GPUs",
             f"GPUs with SM activity under {config.idle_sm_ratio:.0%}.",
             "none",
-            Query(f"count({idle}) or vector(0)", "idle"),
+            Query(f"sum({idle}) or vector(0)", "idle"),
         ),
         single(
             "Training jobs",
             "Distinct training jobs with live ranks.",
             "none",
-            Query(f"count(count by (job_id) (trainmon_train_rank_info{{{F}}})) or vector(0)", "jobs"),
+            Query(f"count(job_id:trainmon_train_ranks:count{{{F}}}) or vector(0)", "jobs"),
         ),
         single(
             "Live ranks",
             "Training ranks reporting to the daemons.",
             "none",
-            Query(f"sum(trainmon_ingest_ranks{{{F}}})", "ranks"),
+            Query(f"sum(instance:trainmon_ingest_ranks:sum{{{F}}})", "ranks"),
         ),
     )
     board.row(
@@ -88,27 +89,27 @@ def build(config: DashboardConfig) -> DashboardModel:
             "Idle and busy GPUs",
             f"GPUs by SM activity (idle under {config.idle_sm_ratio:.0%}), over all nodes.",
             "none",
-            Query(f"count({idle}) or vector(0)", "idle"),
-            Query(f"count({busy}) or vector(0)", "busy"),
+            Query(f"sum({idle}) or vector(0)", "idle"),
+            Query(f"sum({busy}) or vector(0)", "busy"),
         ),
         graph(
             "SM activity by node",
             "Mean SM activity of each node's GPUs.",
             "percentunit",
-            Query(f"avg by (instance) ({sm})", "{{instance}}"),
+            Query(f"sum by (instance) (instance:trainmon_gpu_sm_utilization_ratio:avg{{{F}}})", "{{instance}}"),
             max_value=1,
         ),
         graph(
             "Idle GPUs by node",
             f"GPUs with SM activity under {config.idle_sm_ratio:.0%}, per node.",
             "none",
-            Query(f"sum by (instance) ({sm} < bool {config.idle_sm_ratio})", "{{instance}}"),
+            Query(f"sum by (instance) ({idle})", "{{instance}}"),
         ),
         graph(
             "Power by node",
             "Total GPU power draw per node.",
             "watt",
-            Query(f"sum by (instance) (trainmon_gpu_power_watts{{{F}}})", "{{instance}}"),
+            Query(f"sum by (instance) (instance:trainmon_gpu_power_watts:sum{{{F}}})", "{{instance}}"),
         ),
     )
     _owners(board, config)
@@ -139,29 +140,23 @@ def build(config: DashboardConfig) -> DashboardModel:
         ),
         graph(
             "GPU errors by node",
-            "XID events per interval and uncorrectable ECC error counts per node.",
+            "XID events in the last 5 minutes and uncorrectable ECC error counts per node.",
             "none",
-            Query(f"sum by (instance) (increase(trainmon_gpu_xid_errors_total{{{F}}}{RATE}))", "{{instance}} XID"),
-            Query(
-                f'sum by (instance) (trainmon_gpu_ecc_errors_total{{{F}, error="uncorrected"}})',
-                "{{instance}} uncorrectable ECC",
-            ),
+            Query(f"sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{{{F}}})", "{{instance}} XID"),
+            Query(f"sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{F}}})",
+                  "{{instance}} uncorrectable ECC"),
         ),
         graph(
             "InfiniBand errors by node",
-            "Symbol and receive errors per second, per node.",
+            "Symbol and receive errors per second over 5 minutes, per node.",
             "cps",
-            Query(
-                f"sum by (instance) (rate(trainmon_infiniband_symbol_error_total{{{F}}}{RATE}))"
-                f" + sum by (instance) (rate(trainmon_infiniband_port_errors_received_total{{{F}}}{RATE}))",
-                "{{instance}}",
-            ),
+            Query(f"sum by (instance) (instance:trainmon_infiniband_errors:rate5m{{{F}}})", "{{instance}}"),
         ),
         graph(
             "Failing collectors",
             "Collectors whose last run failed, per node.",
             "none",
-            Query(f"sum by (instance) (1 - trainmon_collector_success{{{F}}})", "{{instance}}"),
+            Query(f"sum by (instance) (instance:trainmon_collector_failures:count{{{F}}})", "{{instance}}"),
         ),
     )
     return board.build()

@@ -29,6 +29,7 @@ STEP_SHARES = (
 )
 # The `other` group folds each rank's unrelated groups together: its members are not one group.
 NOT_OTHER = 'group!="other"'
+UNCORRECTED = 'error="uncorrected"'
 STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
 
 
@@ -252,6 +253,37 @@ count by (job, {owner}) (
     return Group(name="trainmon.ownership.rules", rules=rules)
 
 
+def fleet_group(c: RulesConfig) -> Group:
+    """Per-node aggregates the Fleet dashboard reads, so it never touches per-GPU or per-port series:
+    at 1,000 nodes a panel then reads one series per node, not 8 to 40."""
+    sm = c.m("trainmon_gpu_sm_utilization_ratio")
+    return Group(
+        name="trainmon.fleet.rules",
+        rules=[
+            Record(record="instance:trainmon_gpus_expected:sum",
+                   expr=f"sum by (job, instance) ({c.m('trainmon_gpus_expected')})"),
+            Record(record="instance:trainmon_gpu_sm_utilization_ratio:avg", expr=f"avg without (gpu, uuid) ({sm})"),
+            Record(record="instance:trainmon_gpu_idle:count",
+                   expr=f"sum without (gpu, uuid) ({sm} < bool {c.idle_sm_ratio})"),
+            Record(record="instance:trainmon_gpu_busy:count",
+                   expr=f"sum without (gpu, uuid) ({sm} >= bool {c.idle_sm_ratio})"),
+            Record(record="instance:trainmon_gpu_power_watts:sum",
+                   expr=f"sum without (gpu, uuid) ({c.m('trainmon_gpu_power_watts')})"),
+            Record(record="instance:trainmon_gpu_xid_errors:increase5m",
+                   expr=f"sum by (job, instance) (increase({c.m('trainmon_gpu_xid_errors_total')}[5m]))"),
+            Record(record="instance:trainmon_gpu_ecc_uncorrected_errors:sum",
+                   expr=f"sum by (job, instance) ({c.m('trainmon_gpu_ecc_errors_total', UNCORRECTED)})"),
+            Record(record="instance:trainmon_infiniband_errors:rate5m",
+                   expr=f"sum by (job, instance) (rate({c.m('trainmon_infiniband_symbol_error_total')}[5m]))\n+ "
+                        f"sum by (job, instance) (rate({c.m('trainmon_infiniband_port_errors_received_total')}[5m]))"),
+            Record(record="instance:trainmon_collector_failures:count",
+                   expr=f"sum by (job, instance) (1 - {c.m('trainmon_collector_success')})"),
+            Record(record="instance:trainmon_ingest_ranks:sum",
+                   expr=f"sum by (job, instance) ({c.m('trainmon_ingest_ranks')})"),
+        ],
+    )
+
+
 def recording_groups(c: RulesConfig) -> list[Group]:
     return [gpu_group(c), training_group(c), collectives_group(c), nvme_group(c), ownership_group(c),
-            efficiency_group(c)]
+            efficiency_group(c), fleet_group(c)]

@@ -1,0 +1,80 @@
+"""Exposition profiles: `full` serves every family; `fleet` only what the shipped alerts, recording rules
+and Fleet dashboard read, plus identity and collector health, for Prometheus tiers that hold many nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # settings imports PROFILES and must stay light (no prometheus_client)
+    from trainmon.families import Metric
+
+PROFILES = ("full", "fleet")
+
+# Families by their exposed name (counters with `_total`, info metrics with `_info`, histograms by base).
+FLEET_FAMILIES = frozenset({
+    "trainmon_build_info",
+    "trainmon_collector_success",
+    "trainmon_gpu_allocation_info",
+    "trainmon_gpu_ecc_errors_total",
+    "trainmon_gpu_energy_joules_total",
+    "trainmon_gpu_fb_used_bytes",
+    "trainmon_gpu_info",
+    "trainmon_gpu_job_info",
+    "trainmon_gpu_pcie_link_width",
+    "trainmon_gpu_peak_flops",
+    "trainmon_gpu_power_limit_watts",
+    "trainmon_gpu_power_watts",
+    "trainmon_gpu_row_remap_failure",
+    "trainmon_gpu_row_remap_pending",
+    "trainmon_gpu_sm_utilization_ratio",
+    "trainmon_gpu_throttle_seconds_total",
+    "trainmon_gpu_up",
+    "trainmon_gpu_utilization_ratio",
+    "trainmon_gpu_xid_errors_total",
+    "trainmon_gpu_xid_last_timestamp_seconds",
+    "trainmon_gpus_expected",
+    "trainmon_infiniband_link_downed_total",
+    "trainmon_infiniband_port_errors_received_total",
+    "trainmon_infiniband_state_id",
+    "trainmon_infiniband_symbol_error_total",
+    "trainmon_ingest_ranks",
+    "trainmon_nccl_inflight_oldest_seconds",
+    "trainmon_nccl_issued_total",
+    "trainmon_nccl_time_seconds_total",
+    "trainmon_nvme_read_time_seconds_total",
+    "trainmon_nvme_reads_completed_total",
+    "trainmon_nvme_write_time_seconds_total",
+    "trainmon_nvme_writes_completed_total",
+    "trainmon_train_comm_wait_seconds_total",
+    "trainmon_train_cuda_alloc_retries_total",
+    "trainmon_train_cuda_ooms_total",
+    "trainmon_train_dataloader_wait_seconds_total",
+    "trainmon_train_first_step_timestamp_seconds",
+    "trainmon_train_last_step_timestamp_seconds",
+    "trainmon_train_loss_scale",
+    "trainmon_train_model_flops_total",
+    "trainmon_train_nonfinite_loss_total",
+    "trainmon_train_phase",
+    "trainmon_train_phase_seconds_total",
+    "trainmon_train_process_start_timestamp_seconds",
+    "trainmon_train_rank_exits_total",
+    "trainmon_train_rank_info",
+    "trainmon_train_samples_total",
+    "trainmon_train_step_duration_seconds",
+    "trainmon_train_steps_total",
+    "trainmon_train_tokens_total",
+})
+# prometheus_client strips these from a family's name and adds them back on output.
+EXPOSED_SUFFIX = {"counter": "_total", "info": "_info"}
+
+
+def exposed_name(family: Metric) -> str:
+    return family.name + EXPOSED_SUFFIX.get(family.type, "")
+
+
+def family_filter(profile: str) -> Callable[[Metric], bool] | None:
+    """Whether `profile` serves a family; None when it serves every one."""
+    if profile == "full":
+        return None
+    return lambda family: exposed_name(family) in FLEET_FAMILIES

@@ -1,0 +1,96 @@
+"""`--profile fleet` drops families and keeps every series the shipped alerts, rules and Fleet dashboard read."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fake_nvml.build import build_fake_nvml
+from tests.helpers.daemon import start_daemon
+from tests.helpers.net import wait_until
+from tests.helpers.node import RankFeeder, SyntheticNode
+from tests.helpers.tools import require_tool
+from trainmon.profiles import FLEET_FAMILIES
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = re.compile(r"[A-Za-z_:][\w:]*")
+HISTOGRAM_SAMPLE = re.compile(r"_(bucket|sum|count)$")
+RANKS = 8
+
+
+def fleet_sources() -> list[str]:
+    """Every PromQL expression of prometheus/rules.yml, alerts.yml and the Fleet dashboard."""
+    exprs = [rule["expr"] for name in ("rules.yml", "alerts.yml")
+             for group in yaml.safe_load((REPO / "prometheus" / name).read_text())["groups"]
+             for rule in group["rules"]]
+    board = json.loads((REPO / "grafana" / "dashboards" / "trainmon-fleet.json").read_text())
+    panels = [p for top in board["panels"] for p in (top, *top.get("panels", []))]
+    return exprs + [t["expr"] for p in panels for t in p.get("targets", [])]
+
+
+def used_series() -> set[str]:
+    """The raw trainmon series (sample names) the fleet tier reads; recorded names contain `:`."""
+    return {name for expr in fleet_sources() for name in NAME.findall(expr) if name.startswith("trainmon_")}
+
+
+def sample_names(text: str) -> list[str]:
+    return [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def served(tmp_path: Path, profile: str) -> str:
+    root = tmp_path / profile
+    node = SyntheticNode(root)
+    nvml = build_fake_nvml(require_tool("gcc", "cc"), root / "nvml")
+    socket_path = root / "ingest.sock"
+    daemon = start_daemon(root, [*node.daemon_args(socket_path, 1.0), "--profile", profile],
+                          env=node.daemon_env(nvml))
+    feeder = RankFeeder(socket_path, RANKS)
+    try:
+        feeder.send_all(step=10)
+        wait_until(lambda: f'rank="{RANKS - 1}"' in daemon.metrics_text(), timeout=15)
+        return daemon.metrics_text()
+    finally:
+        feeder.close()
+        daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def expositions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("profiles")
+    yield {profile: served(tmp, profile) for profile in ("full", "fleet")}
+
+
+def test_the_fleet_profile_keeps_every_family_the_fleet_tier_reads() -> None:
+    used = used_series()
+
+    assert "trainmon_gpu_sm_utilization_ratio" in used  # the derivation found the rules' series
+    assert {name for name in used if name not in FLEET_FAMILIES
+            and HISTOGRAM_SAMPLE.sub("", name) not in FLEET_FAMILIES} == set()
+
+
+def test_the_fleet_profile_serves_every_used_series_the_full_profile_serves(expositions: dict[str, str]) -> None:
+    full, fleet = set(sample_names(expositions["full"])), set(sample_names(expositions["fleet"]))
+
+    assert (full & used_series()) - fleet == set()
+    assert {"trainmon_train_step_duration_seconds_bucket", "trainmon_gpu_info", "trainmon_build_info"} <= fleet
+
+
+def test_the_fleet_profile_drops_what_the_fleet_tier_does_not_read(expositions: dict[str, str]) -> None:
+    fleet = sample_names(expositions["fleet"])
+
+    assert "trainmon_gpu_clocks_event_active" not in fleet
+    assert "trainmon_nvme_discards_completed_total" not in fleet
+    assert len(fleet) < len(sample_names(expositions["full"])) / 2
+
+
+def test_an_unknown_profile_is_refused_naming_the_choices() -> None:
+    from trainmon.errors import ConfigError
+    from trainmon.settings import parse_profile
+
+    with pytest.raises(ConfigError, match="full, fleet"):
+        parse_profile("--profile", "lean")
