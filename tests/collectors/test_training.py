@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon import wire
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
 from trainmon.daemon import build_ingest
 from trainmon.errors import CollectorError, NoData
@@ -35,7 +35,7 @@ class Collector(TrainingCollector):
 
     def __init__(self, settings: Settings) -> None:
         self.ingest: IngestServer = build_ingest(settings)
-        super().__init__(settings, self.ingest)
+        super().__init__(settings, NodeResources(ingest=self.ingest))
 
     def close(self) -> None:
         self.ingest.close()

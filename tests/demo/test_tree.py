@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.helpers.metrics import SampleKey, samples_of
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.infiniband import HW_COUNTERS, InfinibandCollector
 from trainmon.collectors.nvme import NvmeCollector
 from trainmon.demo.incidents import Plan
@@ -25,7 +26,7 @@ class Clock:
 def read(tree: DemoTree) -> dict[SampleKey, float]:
     settings = Settings(procfs=tree.proc, sysfs=tree.sys)
     values: dict[SampleKey, float] = {}
-    for collector in (NvmeCollector(settings), InfinibandCollector(settings)):
+    for collector in (NvmeCollector(settings, NodeResources()), InfinibandCollector(settings, NodeResources())):
         collection = collector.collect()
         assert () == collection.skipped
         values |= samples_of(collection.families)
