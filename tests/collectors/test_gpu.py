@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.clock import Clock
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import Collection, NodeResources
@@ -30,20 +31,12 @@ from trainmon.settings import Settings
 INTERVAL = 5.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Node:
     """A mutable scenario, a library answering from it, and a collector on top."""
 
     def __init__(self, scenario: dict[str, Any], tmp_path: Path, **settings: Any) -> None:
         self.scenario = scenario
-        self.clock = Clock()
+        self.clock = Clock(1000.0)
         self.library = ScenarioLibrary(lambda: self.scenario)
         self.collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path, **settings), NodeResources(),
                                       library=self.library, clock=self.clock)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.clock import Clock
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples, samples_of
 from tests.helpers.net import wait_until
@@ -40,14 +41,6 @@ def inventory_of(pids: dict[int, tuple[int, ...] | None], count: int = 8) -> Gpu
     return inventory
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_prolog_mapping_and_cgroup_fallback(tmp_path: Path) -> None:
     """GPUs 0-3 from the prolog's files; GPU 4 from its process's cgroup; GPU 6's process has exited."""
     mapping = tmp_path / "job-mapping"
@@ -71,7 +64,7 @@ def test_epilog_removal_is_seen_at_the_next_refresh_only(tmp_path: Path) -> None
     mapping = tmp_path / "job-mapping"
     run_script("prolog.sh", mapping, "4242", SLURM_JOB_GPUS="0")
     run_script("prolog.sh", mapping, "4243", SLURM_JOB_GPUS="0")  # a shared GPU holds both
-    clock = Clock()
+    clock = Clock(1000.0)
     jobs = HpcJobsCollector(Settings(hpc_job_mapping_dir=mapping), NodeResources(gpus=inventory_of({})), clock=clock)
     assert {job(0, "4242"), job(0, "4243")} == set(samples_of(jobs.collect().families))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers.clock import Clock
 from tests.helpers.metrics import SampleKey, samples_of
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.infiniband import HW_COUNTERS, InfinibandCollector
@@ -13,14 +14,6 @@ from trainmon.demo.tree import DemoTree, Traffic
 from trainmon.settings import Settings
 
 GIB = 1 << 30
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def read(tree: DemoTree) -> dict[SampleKey, float]:
