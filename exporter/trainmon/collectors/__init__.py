@@ -2,6 +2,7 @@
 
 Adding a collector means one module here, a parser module if it reads text, one line in
 `AVAILABLE` and one test module. Modules are imported only when their collector is enabled.
+Every factory takes the settings and the `NodeResources` the daemon builds once per node.
 """
 
 from __future__ import annotations
