@@ -3,10 +3,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import pytest
 
 from tests.helpers.metrics import registry_of
+from trainmon import __version__
 from trainmon.collectors.base import Collection
 from trainmon.errors import CollectorError, NoData
 from trainmon.families import gauge
@@ -62,12 +65,32 @@ class Absent(Constant):
         raise NoData("no such hardware here")
 
 
-def scheduler(*collectors: Constant, timeout: float = 0.3) -> tuple[Scheduler, SnapshotStore]:
-    store = SnapshotStore()
-    return Scheduler(list(collectors), store, interval=1.0, timeout=timeout), store
+class Build(Protocol):
+    def __call__(self, *collectors: Constant, timeout: float = 0.3, interval: float = 1.0,
+                 clock: Callable[[], float] = time.time) -> tuple[Scheduler, SnapshotStore]: ...
 
 
-def test_a_raising_collector_fails_alone() -> None:
+@pytest.fixture
+def scheduler() -> Iterator[Build]:
+    """Builds schedulers and, even when a test fails, releases their hung collectors and stops them."""
+    built: list[tuple[Scheduler, tuple[Constant, ...]]] = []
+
+    def build(*collectors: Constant, timeout: float = 0.3, interval: float = 1.0,
+              clock: Callable[[], float] = time.time) -> tuple[Scheduler, SnapshotStore]:
+        store = SnapshotStore()
+        sched = Scheduler(list(collectors), store, interval=interval, timeout=timeout, clock=clock)
+        built.append((sched, collectors))
+        return sched, store
+
+    yield build
+    for sched, collectors in built:
+        for collector in collectors:
+            if isinstance(collector, Hanging):
+                collector.release.set()
+        sched.stop()
+
+
+def test_a_raising_collector_fails_alone(scheduler: Build) -> None:
     good, bad = Constant("good"), Raising("bad")
     sched, _ = scheduler(good, bad)
 
@@ -78,7 +101,6 @@ def test_a_raising_collector_fails_alone() -> None:
     assert 1 == registry.get_sample_value("trainmon_collector_success", {"collector": "good"})
     assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "bad"})
     assert "OSError: device went away" == snapshot.status("bad").error  # type: ignore[union-attr]
-    sched.stop()
 
 
 class FailingWithWhatItKnows(Constant):
@@ -88,17 +110,16 @@ class FailingWithWhatItKnows(Constant):
         raise CollectorError("driver gone", families=(known,))
 
 
-def test_a_failing_collector_may_still_serve_what_it_knows() -> None:
+def test_a_failing_collector_may_still_serve_what_it_knows(scheduler: Build) -> None:
     sched, _ = scheduler(FailingWithWhatItKnows("partial"))
 
     registry = registry_of(sched.run_cycle().families)
 
     assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "partial"})
     assert 0 == registry.get_sample_value("trainmon_test_known")
-    sched.stop()
 
 
-def test_a_hanging_collector_is_bounded_and_not_restarted_while_in_flight() -> None:
+def test_a_hanging_collector_is_bounded_and_not_restarted_while_in_flight(scheduler: Build) -> None:
     good, hung = Constant("good"), Hanging("hung")
     sched, _ = scheduler(good, hung)
 
@@ -112,11 +133,9 @@ def test_a_hanging_collector_is_bounded_and_not_restarted_while_in_flight() -> N
         assert 1 == registry.get_sample_value("trainmon_test_good")
         assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "hung"})
         assert "still running" in (snapshot.status("hung").error or "")  # type: ignore[union-attr]
-    hung.release.set()
-    sched.stop()
 
 
-def test_a_hung_collector_recovers_once_its_call_returns() -> None:
+def test_a_hung_collector_recovers_once_its_call_returns(scheduler: Build) -> None:
     hung = Hanging("hung")
     sched, _ = scheduler(hung)
     sched.run_cycle()
@@ -128,20 +147,18 @@ def test_a_hung_collector_recovers_once_its_call_returns() -> None:
             break
 
     assert 1 == registry_of(snapshot.families).get_sample_value("trainmon_collector_success", {"collector": "hung"})
-    sched.stop()
 
 
-def test_absent_hardware_is_not_a_failure() -> None:
+def test_absent_hardware_is_not_a_failure(scheduler: Build) -> None:
     sched, _ = scheduler(Absent("ib"))
 
     snapshot = sched.run_cycle()
 
     assert "no_data" == snapshot.status("ib").state  # type: ignore[union-attr]
     assert 1 == registry_of(snapshot.families).get_sample_value("trainmon_collector_success", {"collector": "ib"})
-    sched.stop()
 
 
-def test_state_changes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_state_changes_are_logged_once(scheduler: Build, caplog: pytest.LogCaptureFixture) -> None:
     flaky = Raising("flaky")
     sched, _ = scheduler(flaky)
     caplog.set_level(logging.INFO, logger="trainmon.scheduler")
@@ -155,15 +172,13 @@ def test_state_changes_are_logged_once(caplog: pytest.LogCaptureFixture) -> None
     messages = [r.getMessage() for r in caplog.records]
     assert 1 == sum("collector failing collector=flaky" in m for m in messages)
     assert 1 == sum("collector recovered collector=flaky" in m for m in messages)
-    sched.stop()
 
 
-def test_self_metrics_and_last_success() -> None:
+def test_self_metrics_and_last_success(scheduler: Build) -> None:
     clock = iter([100.0, 105.0])
     flaky = Raising("flaky")
     flaky.fail = False
-    store = SnapshotStore()
-    sched = Scheduler([flaky], store, interval=1.0, timeout=0.3, clock=lambda: next(clock))
+    sched, store = scheduler(flaky, clock=lambda: next(clock))
 
     sched.run_cycle()
     flaky.fail = True
@@ -173,16 +188,13 @@ def test_self_metrics_and_last_success() -> None:
     assert 100.0 == registry.get_sample_value("trainmon_collector_last_success_timestamp_seconds",
                                               {"collector": "flaky"})
     assert registry.get_sample_value("trainmon_collector_duration_seconds", {"collector": "flaky"}) is not None
-    assert 1 == registry.get_sample_value("trainmon_build_info", {"version": "0.1.0"})
+    assert 1 == registry.get_sample_value("trainmon_build_info", {"version": __version__})
     assert registry.get_sample_value("process_resident_memory_bytes") is not None
     assert store.latest() is snapshot
-    sched.stop()
 
 
-def test_background_thread_publishes_and_stops_promptly() -> None:
-    good = Constant("good")
-    store = SnapshotStore()
-    sched = Scheduler([good], store, interval=0.05, timeout=0.3)
+def test_background_thread_publishes_and_stops_promptly(scheduler: Build) -> None:
+    sched, store = scheduler(Constant("good"), interval=0.05)
 
     sched.start()
     assert store.wait(5) is not None
@@ -192,31 +204,32 @@ def test_background_thread_publishes_and_stops_promptly() -> None:
 
 
 class Timed(Constant):
-    """Records when each call ran."""
+    """Records when each call ran, into a list the test owns."""
 
-    spans: list[tuple[str, float, float]] = []
+    def __init__(self, name: str, spans: list[tuple[str, float, float]]) -> None:
+        super().__init__(name)
+        self.spans = spans
 
     def collect(self) -> Collection:
         start = time.monotonic()
         time.sleep(0.02)
         result = super().collect()
-        Timed.spans.append((self.name, start, time.monotonic()))
+        self.spans.append((self.name, start, time.monotonic()))
         return result
 
 
-def test_quick_collectors_run_one_after_another() -> None:
+def test_quick_collectors_run_one_after_another(scheduler: Build) -> None:
     """No two collectors hold the GIL against each other when each finishes in good time."""
-    Timed.spans = []
-    sched, _ = scheduler(Timed("a"), Timed("b"), Timed("c"), timeout=2.0)
+    spans: list[tuple[str, float, float]] = []
+    sched, _ = scheduler(Timed("a", spans), Timed("b", spans), Timed("c", spans), timeout=2.0)
 
     sched.run_cycle()
 
-    (_, _, a_end), (_, b_start, b_end), (_, c_start, _) = sorted(Timed.spans, key=lambda span: span[1])
+    (_, _, a_end), (_, b_start, b_end), (_, c_start, _) = sorted(spans, key=lambda span: span[1])
     assert a_end <= b_start and b_end <= c_start
-    sched.stop()
 
 
-def test_a_hanging_collector_first_does_not_starve_the_next() -> None:
+def test_a_hanging_collector_first_does_not_starve_the_next(scheduler: Build) -> None:
     hung, good = Hanging("hung"), Constant("good")
     sched, _ = scheduler(hung, good, timeout=0.4)
 
@@ -224,5 +237,3 @@ def test_a_hanging_collector_first_does_not_starve_the_next() -> None:
 
     assert 1 == registry.get_sample_value("trainmon_collector_success", {"collector": "good"})
     assert 0 == registry.get_sample_value("trainmon_collector_success", {"collector": "hung"})
-    hung.release.set()
-    sched.stop()

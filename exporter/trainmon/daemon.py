@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainmon.collectors import build_collector
-from trainmon.collectors.base import Collection, Collector
+from trainmon.collectors.base import Collection, Collector, NodeResources
 from trainmon.errors import CollectorError
 from trainmon.ingest.ranks import Procfs, RankTable
 from trainmon.ingest.server import IngestServer
@@ -49,21 +49,26 @@ def build_ingest(settings: Settings) -> IngestServer:
                         inherited_fd=settings.ingest_socket_fd)
 
 
-def build_collectors(settings: Settings, ingest: IngestServer | None) -> list[Collector]:
-    """The enabled collectors; `training` reads `ingest`'s table (there is one whenever it is enabled)."""
+def build_collectors(settings: Settings, resources: NodeResources) -> list[Collector]:
+    """The enabled collectors, each built from `settings` and the node's one set of `resources`."""
     collectors: list[Collector] = []
     for name in settings.collectors:
         try:
-            if name == "training" and ingest is not None:
-                from trainmon.collectors.training import TrainingCollector
-
-                collectors.append(TrainingCollector(settings, ingest))
-            else:
-                collectors.append(build_collector(name, settings))
+            collectors.append(build_collector(name, settings, resources))
         except Exception as exc:
             log.warning("collector could not start collector=%s error=%s", name, describe(exc))
             collectors.append(UnbuildableCollector(name, describe(exc)))
     return collectors
+
+
+def build_resources(settings: Settings) -> NodeResources:
+    """The node-wide resources: an ingest server when `training` is enabled, and one GPU inventory."""
+    return NodeResources(ingest=build_ingest(settings) if "training" in settings.collectors else None)
+
+
+def close_resources(resources: NodeResources) -> None:
+    if resources.ingest is not None:
+        resources.ingest.close()
 
 
 def make_scheduler(settings: Settings, collectors: Sequence[Collector], store: SnapshotStore) -> Scheduler:
@@ -72,14 +77,13 @@ def make_scheduler(settings: Settings, collectors: Sequence[Collector], store: S
 
 def collect_once(settings: Settings) -> Snapshot:
     """One cycle of every enabled collector, for `trainmon check`."""
-    ingest = build_ingest(settings) if "training" in settings.collectors else None
-    scheduler = make_scheduler(settings, build_collectors(settings, ingest), SnapshotStore())
+    resources = build_resources(settings)
+    scheduler = make_scheduler(settings, build_collectors(settings, resources), SnapshotStore())
     try:
         return scheduler.run_cycle()
     finally:
         scheduler.stop()
-        if ingest is not None:
-            ingest.close()
+        close_resources(resources)
 
 
 def serve(settings: Settings, web: WebConfig | None = None) -> int:
@@ -88,8 +92,8 @@ def serve(settings: Settings, web: WebConfig | None = None) -> int:
     from trainmon.http.server import run_server
 
     store = SnapshotStore(family_filter(settings.profile))
-    ingest = build_ingest(settings) if "training" in settings.collectors else None
-    scheduler = make_scheduler(settings, build_collectors(settings, ingest), store)
+    resources = build_resources(settings)
+    scheduler = make_scheduler(settings, build_collectors(settings, resources), store)
     scheduler.start()
     log.info("serving listen=%s collectors=%s interval=%ss%s", settings.listen, ",".join(settings.collectors),
              settings.interval, " SIMULATED node (trainmon demo)" if settings.simulated else "")
@@ -97,7 +101,6 @@ def serve(settings: Settings, web: WebConfig | None = None) -> int:
         run_server(create_app(store, simulated=settings.simulated), settings, web)
     finally:
         scheduler.stop()
-        if ingest is not None:
-            ingest.close()
+        close_resources(resources)
     log.info("stopped")
     return 0

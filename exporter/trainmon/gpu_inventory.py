@@ -1,8 +1,8 @@
 """The GPUs the `gpu` collector read last and their compute processes, for the GPU-ownership collectors.
 
-Collectors are built from settings alone, so the one inventory of the daemon is a module object:
-the `gpu` collector publishes into `INVENTORY` every cycle, `pod_resources` and `hpc_jobs` read it
-(they need each GPU's index and UUID, and the pids NVML lists on it).
+The daemon builds one inventory per node and passes it to every collector in `NodeResources`: the `gpu`
+collector publishes into it every cycle, `pod_resources` and `hpc_jobs` read it (they need each GPU's
+index and UUID, and the pids NVML lists on it).
 """
 
 from __future__ import annotations
@@ -32,5 +32,3 @@ class GpuInventory:
         """None until the `gpu` collector has run once."""
         return self._gpus
 
-
-INVENTORY = GpuInventory()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tests.fake_nvml import scenario
 from tests.fake_nvml.build import SONAME, build_fake_nvml
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.gpu import GpuCollector
 from trainmon.nvml.pylib import ScenarioLibrary, static_source
 from trainmon.settings import Settings
@@ -42,7 +43,7 @@ class SteppingClock:
 
 def measure(label: str, library: object, calls: Callable[[], int], processes: bool) -> list[str]:
     collector = GpuCollector(Settings(interval=INTERVAL, sysfs=Path("/nonexistent"), gpu_processes=processes),
-                             library=library, clock=SteppingClock())
+                             NodeResources(), library=library, clock=SteppingClock())
     start, before = time.perf_counter(), calls()
     collector.collect()
     first_us, first_calls = (time.perf_counter() - start) * 1e6, calls() - before

@@ -23,6 +23,7 @@ from tests.helpers.kubelet import GPU, FakeKubelet, Pod, kubelet_server
 from tests.helpers.net import wait_until
 from tests.helpers.slurm import run_script
 from tests.helpers.trees import write
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.hpc_jobs import HpcJobsCollector
 from trainmon.collectors.pod_resources import PodResourcesCollector
 from trainmon.gpu_inventory import GpuInventory, InventoryGpu
@@ -73,8 +74,8 @@ def bench_pod_resources(directory: Path, shared: bool, refreshes: int) -> str:
                                *(["--shared"] if shared else [])], stdin=subprocess.PIPE)
     try:
         wait_until(socket.exists, timeout=30)
-        collector = PodResourcesCollector(Settings(kubelet_pod_resources_socket=socket), inventory=inventory(),
-                                          refresh_s=3600)
+        collector = PodResourcesCollector(Settings(kubelet_pod_resources_socket=socket),
+                                          NodeResources(gpus=inventory()), refresh_s=3600)
         try:
             wait_until(lambda: collector.refresh().error is None, timeout=30)
             refresh = cpu_per_call(collector.refresh, refreshes)
@@ -97,7 +98,7 @@ def bench_hpc_jobs(directory: Path, refreshes: int, with_mapping: bool) -> str:
         if with_mapping:
             run_script("prolog.sh", mapping, str(800 + i), SLURM_JOB_GPUS=str(i))
     collector = HpcJobsCollector(Settings(hpc_job_mapping_dir=mapping if with_mapping else None, procfs=procfs),
-                                 inventory=inventory(), refresh_s=0)
+                                 NodeResources(gpus=inventory()), refresh_s=0)
     refresh = cpu_per_call(collector.collect, refreshes * 5)
     label = "hpc_jobs, mapping directory" if with_mapping else "hpc_jobs, cgroups of 8 processes"
     return f"{label:<48} read {refresh * 1e3:6.2f} ms: {refresh * REFRESHES_PER_MINUTE * 1e3:6.1f} ms CPU per minute"

@@ -17,9 +17,10 @@ from prometheus_client import CollectorRegistry
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.clock import Clock
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.gpu import METRICS, GpuCollector
 from trainmon.errors import CollectorError
 from trainmon.nvml import fields, gpm
@@ -30,23 +31,15 @@ from trainmon.settings import Settings
 INTERVAL = 5.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Node:
     """A mutable scenario, a library answering from it, and a collector on top."""
 
     def __init__(self, scenario: dict[str, Any], tmp_path: Path, **settings: Any) -> None:
         self.scenario = scenario
-        self.clock = Clock()
+        self.clock = Clock(1000.0)
         self.library = ScenarioLibrary(lambda: self.scenario)
-        self.collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path, **settings), library=self.library,
-                                      clock=self.clock)
+        self.collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path, **settings), NodeResources(),
+                                      library=self.library, clock=self.clock)
 
     def collect(self, advance: float = INTERVAL) -> Collection:
         self.clock.now += advance
@@ -296,7 +289,8 @@ def test_no_second_cycle_while_one_hangs(tmp_path: Path) -> None:
             release.wait(10)
         return state["scenario"]  # type: ignore[return-value]
 
-    collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path), library=ScenarioLibrary(source))
+    collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path), NodeResources(),
+                             library=ScenarioLibrary(source))
     collector.collect()
     state["hang"] = True
     hung = threading.Thread(target=collector.collect)

@@ -12,11 +12,13 @@ import pytest
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.clock import Clock
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples, samples_of
 from tests.helpers.net import wait_until
 from tests.helpers.slurm import run_script
 from tests.helpers.trees import write
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.hpc_jobs import MAX_MAPPING_BYTES, HpcJobsCollector, read_mapping
 from trainmon.gpu_inventory import GpuInventory, InventoryGpu
 from trainmon.settings import Settings
@@ -39,14 +41,6 @@ def inventory_of(pids: dict[int, tuple[int, ...] | None], count: int = 8) -> Gpu
     return inventory
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_prolog_mapping_and_cgroup_fallback(tmp_path: Path) -> None:
     """GPUs 0-3 from the prolog's files; GPU 4 from its process's cgroup; GPU 6's process has exited."""
     mapping = tmp_path / "job-mapping"
@@ -58,7 +52,7 @@ def test_prolog_mapping_and_cgroup_fallback(tmp_path: Path) -> None:
     inventory = inventory_of({0: (4000,), 4: (4004,), 5: (4005,), 6: (4006,)})
     settings = Settings(hpc_job_mapping_dir=mapping, procfs=procfs)
 
-    got = HpcJobsCollector(settings, inventory=inventory).collect()
+    got = HpcJobsCollector(settings, NodeResources(gpus=inventory)).collect()
 
     assert {job(0, "4242"), job(1, "4242"), job(2, "5000"), job(3, "5000"), job(4, "6000")} == set(
         samples_of(got.families))
@@ -70,8 +64,8 @@ def test_epilog_removal_is_seen_at_the_next_refresh_only(tmp_path: Path) -> None
     mapping = tmp_path / "job-mapping"
     run_script("prolog.sh", mapping, "4242", SLURM_JOB_GPUS="0")
     run_script("prolog.sh", mapping, "4243", SLURM_JOB_GPUS="0")  # a shared GPU holds both
-    clock = Clock()
-    jobs = HpcJobsCollector(Settings(hpc_job_mapping_dir=mapping), inventory=inventory_of({}), clock=clock)
+    clock = Clock(1000.0)
+    jobs = HpcJobsCollector(Settings(hpc_job_mapping_dir=mapping), NodeResources(gpus=inventory_of({})), clock=clock)
     assert {job(0, "4242"), job(0, "4243")} == set(samples_of(jobs.collect().families))
 
     run_script("epilog.sh", mapping, "4242", SLURM_JOB_GPUS="0")
@@ -99,7 +93,7 @@ def test_bad_mapping_files_drop_only_their_gpu(tmp_path: Path, caplog: pytest.Lo
     procfs = tmp_path / "proc"
     write(procfs / "4001" / "cgroup", CGROUP_V2.format(job=7001))  # GPU 1's empty file: its process says
     settings = Settings(hpc_job_mapping_dir=mapping, procfs=procfs)
-    jobs = HpcJobsCollector(settings, inventory=inventory_of({1: (4001,)}), refresh_s=0)
+    jobs = HpcJobsCollector(settings, NodeResources(gpus=inventory_of({1: (4001,)})), refresh_s=0)
 
     with caplog.at_level(logging.WARNING):
         first = jobs.collect()

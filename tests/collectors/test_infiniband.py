@@ -14,6 +14,7 @@ from tests.helpers.trees import (
     replace_with_fifo,
     write_infiniband,
 )
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.infiniband import InfinibandCollector
 from trainmon.errors import CollectorError, NoData
 from trainmon.settings import Settings
@@ -30,7 +31,7 @@ def make_tree(tmp_path: Path) -> Settings:
 
 
 def collect(settings: Settings):  # type: ignore[no-untyped-def]
-    collection = InfinibandCollector(settings).collect()
+    collection = InfinibandCollector(settings, NodeResources()).collect()
     return collection, registry_of(collection.families)
 
 
@@ -116,7 +117,7 @@ def test_a_port_without_counters_directory_keeps_its_state(tmp_path: Path) -> No
 
 def test_a_node_without_infiniband_has_no_data(tmp_path: Path) -> None:
     with pytest.raises(NoData):
-        InfinibandCollector(Settings(sysfs=tmp_path)).collect()
+        InfinibandCollector(Settings(sysfs=tmp_path), NodeResources()).collect()
 
 
 def test_real_kernel_samples(fixtures: Path) -> None:
@@ -147,5 +148,5 @@ def test_an_over_long_or_unprintable_name_drops_that_label_only(tmp_path: Path) 
 
 def test_a_sysfs_root_that_does_not_exist_is_a_failure_naming_the_flag(tmp_path: Path) -> None:
     with pytest.raises(CollectorError, match=f"--sysfs {tmp_path / 'nope'}: not a directory") as raised:
-        InfinibandCollector(Settings(sysfs=tmp_path / "nope")).collect()
+        InfinibandCollector(Settings(sysfs=tmp_path / "nope"), NodeResources()).collect()
     assert not isinstance(raised.value, NoData)

@@ -21,7 +21,7 @@ from tests.helpers.trees import (
     write_nvme,
     write_nvme_subsystem,
 )
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.nvme import NvmeCollector
 from trainmon.errors import CollectorError, NoData
 from trainmon.settings import Settings
@@ -43,7 +43,7 @@ def make_tree(tmp_path: Path) -> Settings:
 
 def test_values_are_in_base_units(tmp_path: Path) -> None:
     """Sectors are 512 bytes and times are milliseconds in diskstats."""
-    registry = registry_of(NvmeCollector(make_tree(tmp_path)).collect().families)
+    registry = registry_of(NvmeCollector(make_tree(tmp_path), NodeResources()).collect().families)
     values = Disk("nvme0n1", seed=1).values()
 
     def get(name: str) -> float | None:
@@ -61,7 +61,7 @@ def test_values_are_in_base_units(tmp_path: Path) -> None:
 
 
 def test_only_whole_namespaces_become_series(tmp_path: Path) -> None:
-    collection = NvmeCollector(make_tree(tmp_path)).collect()
+    collection = NvmeCollector(make_tree(tmp_path), NodeResources()).collect()
 
     devices = {s.labels["device"] for f in collection.families for s in f.samples}
 
@@ -69,7 +69,7 @@ def test_only_whole_namespaces_become_series(tmp_path: Path) -> None:
 
 
 def test_columns_the_kernel_did_not_print_are_absent(tmp_path: Path) -> None:
-    registry = registry_of(NvmeCollector(make_tree(tmp_path)).collect().families)
+    registry = registry_of(NvmeCollector(make_tree(tmp_path), NodeResources()).collect().families)
 
     assert registry.get_sample_value("trainmon_nvme_discards_completed_total", {"device": "nvme1n1"}) is None
     assert registry.get_sample_value("trainmon_nvme_flush_requests_total", {"device": "nvme2n1"}) is None
@@ -77,7 +77,7 @@ def test_columns_the_kernel_did_not_print_are_absent(tmp_path: Path) -> None:
 
 
 def test_info_names_the_controller_even_through_a_multipath_path(tmp_path: Path) -> None:
-    registry = registry_of(NvmeCollector(make_tree(tmp_path)).collect().families)
+    registry = registry_of(NvmeCollector(make_tree(tmp_path), NodeResources()).collect().families)
 
     assert 1 == registry.get_sample_value("trainmon_nvme_info", {
         "device": "nvme0n1", "controller": "nvme0", "model": "SAMSUNG MZQL23T8HCLS-00A07", "serial": "S0",
@@ -89,7 +89,7 @@ def test_info_names_the_controller_even_through_a_multipath_path(tmp_path: Path)
 def test_device_filter(tmp_path: Path) -> None:
     settings = make_tree(tmp_path)
     collector = NvmeCollector(Settings(procfs=settings.procfs, sysfs=settings.sysfs,
-                                       nvme_devices=re.compile(r"^nvme1")))
+                                       nvme_devices=re.compile(r"^nvme1")), NodeResources())
 
     devices = {s.labels["device"] for f in collector.collect().families for s in f.samples}
 
@@ -101,7 +101,7 @@ def test_a_node_without_nvme_has_no_data(tmp_path: Path) -> None:
     (tmp_path / "sys").mkdir()
 
     with pytest.raises(NoData):
-        NvmeCollector(Settings(procfs=tmp_path / "proc", sysfs=tmp_path / "sys")).collect()
+        NvmeCollector(Settings(procfs=tmp_path / "proc", sysfs=tmp_path / "sys"), NodeResources()).collect()
 
 
 def test_an_unreadable_identity_file_is_skipped_not_fatal(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_an_unreadable_identity_file_is_skipped_not_fatal(tmp_path: Path) -> Non
     serial.unlink()
     serial.mkdir()  # EISDIR on read, even for root
 
-    collection = NvmeCollector(settings).collect()
+    collection = NvmeCollector(settings, NodeResources()).collect()
 
     assert ["nvme1/serial: EISDIR"] == list(collection.skipped)
     assert 3 == len(collection.found)
@@ -133,7 +133,7 @@ def test_a_multipath_head_listed_only_by_its_subsystem_gets_an_identity(tmp_path
     (sys / "block" / "nvme4n1").mkdir(parents=True)  # without multipath the parent is the controller
     os.symlink("../../class/nvme/nvme4", sys / "block" / "nvme4n1" / "device")
 
-    collection = NvmeCollector(Settings(procfs=proc, sysfs=sys)).collect()
+    collection = NvmeCollector(Settings(procfs=proc, sysfs=sys), NodeResources()).collect()
 
     info = info_of(collection)
     assert ("nvme2", "S2") == (info["nvme0n1"]["controller"], info["nvme0n1"]["serial"])
@@ -146,7 +146,7 @@ def test_a_namespace_without_any_controller_has_counters_but_no_info(tmp_path: P
     write_diskstats(proc, [Disk("nvme0n1")])
     sys.mkdir()
 
-    collection = NvmeCollector(Settings(procfs=proc, sysfs=sys)).collect()
+    collection = NvmeCollector(Settings(procfs=proc, sysfs=sys), NodeResources()).collect()
 
     assert {} == info_of(collection)
     assert registry_of(collection.families).get_sample_value("trainmon_nvme_reads_completed_total",
@@ -162,7 +162,7 @@ def test_diskstats_as_a_fifo_fails_the_cycle_instead_of_hanging(tmp_path: Path) 
 
     def collect() -> None:
         try:
-            outcome.append(NvmeCollector(settings).collect())
+            outcome.append(NvmeCollector(settings, NodeResources()).collect())
         except Exception as exc:
             outcome.append(exc)
 
@@ -185,7 +185,7 @@ def test_negative_garbage_and_duplicate_lines_are_skipped_and_listed(tmp_path: P
         diskstats.write("259 11 nvme8n1 1 2 3 4 5 6 7 8 9 10 " + "9" * 5000 + "\n")  # over 64 bits
         diskstats.write("\x00\x01garbage\n")
 
-    collection = NvmeCollector(settings).collect()
+    collection = NvmeCollector(settings, NodeResources()).collect()
 
     registry = registry_of(collection.families)
     assert Disk("nvme1n1", seed=4).values()[0] == registry.get_sample_value("trainmon_nvme_reads_completed_total",
@@ -205,7 +205,7 @@ def test_a_diskstats_file_over_its_bound_is_a_failure(tmp_path: Path) -> None:
     write(settings.procfs / "diskstats", "259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n" * 200_000)  # 8 MB
 
     with pytest.raises(CollectorError, match="diskstats: over 4194304 bytes") as raised:
-        NvmeCollector(settings).collect()
+        NvmeCollector(settings, NodeResources()).collect()
     assert not isinstance(raised.value, NoData)
 
 
@@ -217,7 +217,7 @@ def test_a_root_that_does_not_exist_is_a_failure_naming_the_flag(flag: str, tmp_
     args = {"procfs": settings.procfs, "sysfs": settings.sysfs, flag: missing}
 
     with pytest.raises(CollectorError, match=f"--{flag} {missing}: not a directory") as raised:
-        NvmeCollector(Settings(**args)).collect()
+        NvmeCollector(Settings(**args), NodeResources()).collect()
     assert not isinstance(raised.value, NoData)
 
 
@@ -248,7 +248,7 @@ def test_an_unprintable_model_is_skipped_and_the_others_kept(tmp_path: Path) -> 
     settings = make_tree(tmp_path)
     write(settings.sysfs / "class" / "nvme" / "nvme1" / "model", "Micron\x007450\n")
 
-    collection = NvmeCollector(settings).collect()
+    collection = NvmeCollector(settings, NodeResources()).collect()
 
     assert ["nvme1/model: not a name 'Micron\\x007450'"] == list(collection.skipped)
     assert ("", "S1") == (info_of(collection)["nvme1n1"]["model"], info_of(collection)["nvme1n1"]["serial"])

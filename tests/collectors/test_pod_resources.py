@@ -17,6 +17,7 @@ from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.kubelet import GPU, FakeKubelet, Pod, garbage_server, kubelet_server
 from tests.helpers.metrics import parse_samples, samples_of
 from tests.helpers.net import wait_until
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.pod_resources import PodResourcesCollector, match_allocations
 from trainmon.errors import CollectorError
 from trainmon.gpu_inventory import GpuInventory, InventoryGpu
@@ -50,7 +51,7 @@ def socket_path() -> Iterator[Path]:
 
 def collector(socket: Path, inventory: GpuInventory, **kwargs: float) -> PodResourcesCollector:
     settings = Settings(kubelet_pod_resources_socket=socket, interval=1.0)
-    return PodResourcesCollector(settings, inventory=inventory, **kwargs)
+    return PodResourcesCollector(settings, NodeResources(gpus=inventory), **kwargs)
 
 
 def test_devices_match_by_uuid_by_index_and_time_slicing_replica() -> None:
@@ -129,8 +130,9 @@ def test_garbage_answer_fails_with_a_clear_error(socket_path: Path) -> None:
 
 def test_the_base_daemon_never_imports_grpc() -> None:
     """Without the flag, building every default collector loads no gRPC (the extra may be absent)."""
-    code = ("import sys; from trainmon.daemon import build_collectors; from trainmon.settings import Settings; "
-            "build_collectors(Settings(), None); print('grpc' in sys.modules)")
+    code = ("import sys; from trainmon.collectors.base import NodeResources; "
+            "from trainmon.daemon import build_collectors; from trainmon.settings import Settings; "
+            "build_collectors(Settings(), NodeResources()); print('grpc' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert "False" == result.stdout.strip().splitlines()[-1]
 

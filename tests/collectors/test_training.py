@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon import wire
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
 from trainmon.daemon import build_ingest
 from trainmon.errors import CollectorError, NoData
@@ -35,7 +35,7 @@ class Collector(TrainingCollector):
 
     def __init__(self, settings: Settings) -> None:
         self.ingest: IngestServer = build_ingest(settings)
-        super().__init__(settings, self.ingest)
+        super().__init__(settings, NodeResources(ingest=self.ingest))
 
     def close(self) -> None:
         self.ingest.close()
@@ -123,16 +123,22 @@ def test_a_stale_socket_file_is_replaced_but_a_live_one_is_refused(tmp_path: Pat
         collector.close()
 
 
+def foreign_group() -> grp.struct_group:
+    """A group this process is not in, so the socket can only have it if the server chowned it."""
+    mine = {os.getgid(), *os.getgroups()}
+    return next(g for g in grp.getgrall() if g.gr_gid not in mine)
+
+
 def test_socket_group_is_applied_and_an_unknown_group_is_reported(tmp_path: Path) -> None:
-    group = grp.getgrgid(os.getgid()).gr_name
-    good = Collector(Settings(ingest_socket=str(tmp_path / "a.sock"), ingest_socket_group=group))
+    group = foreign_group()
+    good = Collector(Settings(ingest_socket=str(tmp_path / "a.sock"), ingest_socket_group=group.gr_name))
     bad = Collector(Settings(ingest_socket=str(tmp_path / "b.sock"), ingest_socket_group="no-such-group-x"))
     try:
         good.collect()
         with pytest.raises(CollectorError, match="no-such-group-x"):
             bad.collect()
 
-        assert os.getgid() == (tmp_path / "a.sock").stat().st_gid
+        assert group.gr_gid == (tmp_path / "a.sock").stat().st_gid
     finally:
         good.close()
         bad.close()

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from tests.helpers.net import wait_until
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.training import TrainingCollector
 from trainmon.daemon import build_ingest
 from trainmon.demo.incidents import HUNG_RANK, Plan
@@ -29,7 +30,7 @@ from trainmon.wire import Report
 def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
     settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
     ingest = build_ingest(settings)
-    collector = TrainingCollector(settings, ingest)
+    collector = TrainingCollector(settings, NodeResources(ingest=ingest))
     collector.collect()
     job = start_simulated_job(settings)
     try:
@@ -67,7 +68,7 @@ def test_the_model_flops_put_mfu_on_the_simulated_h100s_near_half() -> None:
 def test_in_a_hang_one_rank_stops_issuing_while_its_peers_wait_in_a_collective(tmp_path: Path) -> None:
     settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
     ingest = build_ingest(settings)
-    collector = TrainingCollector(settings, ingest)
+    collector = TrainingCollector(settings, NodeResources(ingest=ingest))
     job = start_simulated_job(settings, plan=Plan("hang", after=3.0))
 
     def hung() -> dict[int, Report] | None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers.clock import Clock
 from tests.helpers.metrics import SampleKey, samples_of
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.infiniband import HW_COUNTERS, InfinibandCollector
 from trainmon.collectors.nvme import NvmeCollector
 from trainmon.demo.incidents import Plan
@@ -14,18 +16,10 @@ from trainmon.settings import Settings
 GIB = 1 << 30
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def read(tree: DemoTree) -> dict[SampleKey, float]:
     settings = Settings(procfs=tree.proc, sysfs=tree.sys)
     values: dict[SampleKey, float] = {}
-    for collector in (NvmeCollector(settings), InfinibandCollector(settings)):
+    for collector in (NvmeCollector(settings, NodeResources()), InfinibandCollector(settings, NodeResources())):
         collection = collector.collect()
         assert () == collection.skipped
         values |= samples_of(collection.families)

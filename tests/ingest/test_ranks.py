@@ -8,17 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.clock import Clock
 from trainmon import wire
 from trainmon.collectors.training import rank_series
 from trainmon.ingest.ranks import Procfs, RankTable, TableView
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make_table(*, max_ranks: int = 8, ttl: float = 60, clock: Clock | None = None, **kwargs: object) -> RankTable:
@@ -62,7 +55,7 @@ def test_late_duplicate_and_old_incarnation_datagrams_are_stale() -> None:
 
 
 def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     table = make_table(max_ranks=8, ttl=60, clock=clock)
     send(table, rank=0)
     send(table, rank=1)
@@ -77,7 +70,7 @@ def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
 
 def test_live_ranks_are_capped_and_refusals_counted() -> None:
     """A flood of distinct job ids never holds more than max_ranks ranks, or job ids in the exit counter."""
-    clock = Clock()
+    clock = Clock(1000.0)
     table = make_table(max_ranks=4, ttl=60, clock=clock)
     for i in range(100):
         send(table, job_id=f"job-{i}")
@@ -254,7 +247,7 @@ def test_a_new_rank_that_would_pass_the_series_budget_is_refused() -> None:
 
 
 def test_a_jobs_exit_series_are_dropped_after_the_retention() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     table = make_table(clock=clock, ttl=1000, exit_retention=100)
     send(table, job_id="a", rank=0)
     send(table, job_id="a", rank=1)

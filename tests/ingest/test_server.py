@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers.net import wait_until
 from trainmon import wire
+from trainmon.collectors.base import NodeResources
 from trainmon.collectors.training import TrainingCollector, rank_series
 from trainmon.errors import CollectorError
 from trainmon.ingest.ranks import Datagram, RankTable
@@ -41,7 +42,7 @@ def test_a_stopped_receiver_fails_the_training_collector_once_and_is_restarted(t
     path = tmp_path / "ingest.sock"
     table = StopsTheReceiverOnce(max_ranks=8, ttl=60, series_of=rank_series, max_series=8000, exit_retention=60)
     server = IngestServer(table, socket_path=str(path), mode=0o600, group=None, udp=None)
-    collector = TrainingCollector(Settings(), server)
+    collector = TrainingCollector(Settings(), NodeResources(ingest=server))
     try:
         collector.collect()
         send(path, 1)

@@ -6,16 +6,9 @@ from typing import Any
 
 import pynvml
 
+from tests.helpers.clock import Clock
 from trainmon.nvml import simulated
 from trainmon.nvml.simulated import SimulatedNode
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def at(node: SimulatedNode, clock: Clock, t: float) -> list[dict[str, Any]]:

@@ -8,15 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.clock import Clock
 from trainmon.torch._sender import Reporter, UnixTransport
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def send_at(reporter: Reporter, clock: Clock, *times: float) -> None:

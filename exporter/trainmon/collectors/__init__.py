@@ -2,6 +2,7 @@
 
 Adding a collector means one module here, a parser module if it reads text, one line in
 `AVAILABLE` and one test module. Modules are imported only when their collector is enabled.
+Every factory takes the settings and the `NodeResources` the daemon builds once per node.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import cast
 
-from trainmon.collectors.base import Collection, Collector, CollectorFactory
+from trainmon.collectors.base import Collection, Collector, CollectorFactory, NodeResources
 from trainmon.settings import Settings
 
 # name -> "module:factory"; a string so that enabling `nvme` never imports pynvml.
@@ -22,7 +23,7 @@ AVAILABLE: dict[str, str] = {
     "hpc_jobs": "trainmon.collectors.hpc_jobs:HpcJobsCollector",
 }
 
-__all__ = ["AVAILABLE", "Collection", "Collector", "build_collector"]
+__all__ = ["AVAILABLE", "Collection", "Collector", "NodeResources", "build_collector"]
 
 
 def factory(name: str) -> CollectorFactory:
@@ -30,5 +31,5 @@ def factory(name: str) -> CollectorFactory:
     return cast(CollectorFactory, getattr(importlib.import_module(module_name), attr))  # AVAILABLE names one
 
 
-def build_collector(name: str, settings: Settings) -> Collector:
-    return factory(name)(settings)
+def build_collector(name: str, settings: Settings, resources: NodeResources) -> Collector:
+    return factory(name)(settings, resources)

@@ -10,10 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from trainmon.families import Metric
+from trainmon.gpu_inventory import GpuInventory
 from trainmon.settings import Settings
+
+if TYPE_CHECKING:
+    from trainmon.ingest.server import IngestServer
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResources:
+    """What the daemon builds once per node and hands to every collector factory.
+
+    Attributes:
+        ingest: the ingest server whose rank table `training` reads; None when `training` is not enabled.
+        gpus: the GPUs the `gpu` collector read last, which `pod_resources` and `hpc_jobs` attribute.
+    """
+
+    ingest: IngestServer | None = None
+    gpus: GpuInventory = field(default_factory=lambda: GpuInventory())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,4 +63,4 @@ class Collector(Protocol):
 
 
 class CollectorFactory(Protocol):
-    def __call__(self, settings: Settings) -> Collector: ...
+    def __call__(self, settings: Settings, resources: NodeResources) -> Collector: ...

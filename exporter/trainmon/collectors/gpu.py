@@ -21,10 +21,10 @@ from pathlib import Path
 
 import psutil
 
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError
 from trainmon.families import Metric, ValueFamily, counter, gauge, info
-from trainmon.gpu_inventory import INVENTORY, InventoryGpu
+from trainmon.gpu_inventory import InventoryGpu
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
 from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
@@ -115,7 +115,7 @@ def _lowered(path: Path) -> str:
 class GpuCollector:
     name = "gpu"
 
-    def __init__(self, settings: Settings, library: object | None = None,
+    def __init__(self, settings: Settings, resources: NodeResources, library: object | None = None,
                  expected: Callable[[], int | None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus."""
@@ -125,6 +125,7 @@ class GpuCollector:
             node = SimulatedNode.for_settings(settings)
             library, expected = node.library(), node.pci_gpus
         self._settings = settings
+        self._inventory = resources.gpus
         self._clock = clock
         self._expected = expected or (lambda: count_pci_gpus(settings.sysfs))
         self._session = NvmlSession(library)
@@ -269,7 +270,7 @@ class GpuCollector:
     # --- families --------------------------------------------------------------------------------------------
 
     def _collection(self, statuses: Sequence[GpuStatus]) -> Collection:
-        INVENTORY.publish(_inventory(statuses))
+        self._inventory.publish(_inventory(statuses))
         families: list[Metric] = [self._info(statuses)]
         up = gauge("gpu_up", "1 if the last NVML read of this GPU succeeded, 0 if it failed.", GPU_LABELS)
         for status in statuses:

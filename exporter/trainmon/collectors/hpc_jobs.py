@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.problems import ProblemLog
 from trainmon.errors import CollectorError
 from trainmon.families import info
-from trainmon.gpu_inventory import INVENTORY, GpuInventory, InventoryGpu
+from trainmon.gpu_inventory import InventoryGpu
 from trainmon.parsers.cgroup import slurm_job_of
 from trainmon.parsers.job_mapping import gpu_index_of, parse_job_lines
 from trainmon.roots import Unavailable, read_attribute
@@ -97,11 +97,11 @@ def cgroup_jobs(procfs: Path, pids: Iterable[int]) -> tuple[tuple[str, ...], lis
 class HpcJobsCollector:
     name = "hpc_jobs"
 
-    def __init__(self, settings: Settings, inventory: GpuInventory = INVENTORY,
+    def __init__(self, settings: Settings, resources: NodeResources,
                  refresh_s: float = REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self._directory = settings.hpc_job_mapping_dir
         self._procfs = settings.procfs
-        self._inventory = inventory
+        self._inventory = resources.gpus
         self._refresh_s = refresh_s
         self._clock = clock
         self._problems = ProblemLog(log, self.name)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.parsers.infiniband import parse_counter, parse_rate, parse_state
@@ -117,7 +117,7 @@ class DeviceReading:
 class InfinibandCollector:
     name = "infiniband"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, resources: NodeResources) -> None:
         self._sys = Root(settings.sysfs, "sysfs")
         self._class_dir = self._sys.join("class", "infiniband")
         self._include = settings.infiniband_devices

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.parsers.diskstats import DiskStats, parse_diskstats, whole_namespaces
@@ -59,7 +59,7 @@ class NvmeIdentity:
 class NvmeCollector:
     name = "nvme"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, resources: NodeResources) -> None:
         self._proc = Root(settings.procfs, "procfs")
         self._sys = Root(settings.sysfs, "sysfs")
         self._include = settings.nvme_devices

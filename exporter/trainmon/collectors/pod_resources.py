@@ -19,11 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.problems import ProblemLog
 from trainmon.errors import CollectorError, ConfigError
 from trainmon.families import info
-from trainmon.gpu_inventory import INVENTORY, GpuInventory, InventoryGpu
+from trainmon.gpu_inventory import InventoryGpu
 from trainmon.kubelet.client import ContainerDevices, KubeletError, list_devices
 from trainmon.scheduler import describe
 from trainmon.settings import Settings
@@ -80,12 +80,12 @@ def match_allocations(devices: Iterable[ContainerDevices], gpus: Sequence[Invent
 class PodResourcesCollector:
     name = "pod_resources"
 
-    def __init__(self, settings: Settings, inventory: GpuInventory = INVENTORY,
+    def __init__(self, settings: Settings, resources: NodeResources,
                  refresh_s: float = REFRESH_SECONDS, call_timeout_s: float = CALL_TIMEOUT_SECONDS) -> None:
         if settings.kubelet_pod_resources_socket is None:
             raise ConfigError("kubelet-pod-resources-socket", "", "the pod_resources collector needs the socket")
         self._socket: Path = settings.kubelet_pod_resources_socket
-        self._inventory = inventory
+        self._inventory = resources.gpus
         self._refresh_s = refresh_s
         self._call_timeout_s = min(call_timeout_s, refresh_s / 2)
         # The first collection waits a little for the first answer, so `trainmon check` has one.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from prometheus_client.utils import floatToGoString
 
-from trainmon.collectors.base import Collection
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import NoData
 from trainmon.families import Metric, ValueFamily, counter, gauge, histogram, info
 from trainmon.ingest.ranks import RankSlot, TableView
@@ -71,12 +71,14 @@ SCALARS = (
 
 
 class TrainingCollector:
-    """Reads the rank table of `ingest`, the daemon's ingest server (which the daemon closes)."""
+    """Reads the rank table of the daemon's ingest server (which the daemon closes)."""
 
     name = "training"
 
-    def __init__(self, settings: Settings, ingest: IngestServer) -> None:
-        self._ingest = ingest
+    def __init__(self, settings: Settings, resources: NodeResources) -> None:
+        if resources.ingest is None:
+            raise ValueError("the training collector needs the daemon's ingest server")
+        self._ingest: IngestServer = resources.ingest
 
     def collect(self) -> Collection:
         if not self._ingest.enabled:
