@@ -6,9 +6,11 @@ pid (`SO_PASSCRED`), to the `RankTable`. `maintain()` runs every collection cycl
 not bound yet (a socket directory that appears later, a port that frees up), makes the socket again
 when its file or directory vanished, and restarts a receiver thread that stopped.
 
-The socket's directory is not made on a first bind: a missing one is an error naming
-`--ingest-socket` (a typo must not become a directory made as root). A directory that existed and
-vanished later (someone cleaned /run) is made again with the mode and group it had.
+On a first bind only the default socket's directory (`/run/trainmon`, SPEC §2) is made when missing
+and this user may (a fresh machine without the systemd unit's RuntimeDirectory=); any other missing
+directory is an error naming `--ingest-socket` (a typo must not become a directory made as root). A
+directory that existed and vanished later (someone cleaned /run) is made again with the mode and
+group it had.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from typing import cast
 from trainmon.errors import CollectorError
 from trainmon.ingest.ranks import Datagram, RankTable
 from trainmon.settings import Address
-from trainmon.wire import MAX_DATAGRAM
+from trainmon.wire import DEFAULT_SOCKET, MAX_DATAGRAM
 
 log = logging.getLogger(__name__)
 
+DEFAULT_DIRECTORY_MODE = 0o755  # as RuntimeDirectory= makes it: training processes of any user reach the socket
 RECEIVE_BUFFER = 4 << 20  # bytes; the kernel caps it at net.core.rmem_max
 MAX_BURST = 256  # datagrams read before handing them over; bounds the memory of one burst
 RETRY_SECONDS = 1.0  # how long the thread waits when no socket is registered yet
@@ -162,6 +165,9 @@ class IngestServer:
         return sock
 
     def _bind_unix(self, path: Path) -> socket.socket:
+        if str(path) == DEFAULT_SOCKET and not path.parent.exists():
+            with contextlib.suppress(OSError):  # a normal user's first run: the error below says why
+                path.parent.mkdir(mode=DEFAULT_DIRECTORY_MODE)
         try:
             directory = path.parent.stat()
         except OSError as exc:
