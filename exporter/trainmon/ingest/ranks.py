@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from trainmon.errors import MessageRejected
+from trainmon.roots import Unavailable, read_attribute
 from trainmon.wire import Report, parse, validate, went_backwards
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ T = TypeVar("T")
 RankKey = tuple[str, int]
 Datagram = tuple[bytes, int | None]  # the bytes and the kernel's sender pid (None: UDP, no proof)
 SenderProcess = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one process's reports
+STATUS_BYTES = 16 << 10  # /proc/<pid>/status is ~1.5 KB; more than this is not a status file
 MAX_SEQ_STEP = 1 << 24  # seq advances one per report: a larger leap within one process is a forgery
 
 
@@ -68,9 +70,12 @@ class Procfs:
     def pids_of(self, pid: int) -> tuple[int, ...]:
         """`pid`'s numbers in its nested pid namespaces; just (pid,) when its status cannot be read."""
         try:
-            return parse_nspid((self.root / str(pid) / "status").read_text()) or (pid,)
-        except OSError:
+            status = read_attribute(self.root / str(pid) / "status", STATUS_BYTES)
+        except OSError:  # EMFILE and the like: no proof beyond the pid itself
             return (pid,)
+        if isinstance(status, Unavailable):
+            return (pid,)
+        return parse_nspid(status) or (pid,)
 
 
 @dataclass(frozen=True, slots=True)
