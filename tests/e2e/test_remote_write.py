@@ -15,13 +15,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 import yaml
 
-from tests.e2e.alerting_stack import alertmanager, fast_rule_files, served, webhook
+from tests.e2e.alerting_stack import Prometheus, alertmanager, fast_rule_files, served, webhook
 from tests.fake_nvml.build import build_fake_nvml
 from tests.grafana.dashboards import DASHBOARD_DIR, exprs, load, substitute
 from tests.helpers.daemon import start_daemon
@@ -42,25 +40,15 @@ JOB_ID = "remote-job"
 NOT_ON_THIS_NODE = re.compile(r"(namespace|job_id):trainmon_gpu_|trainmon_gpus_expected|trainmon_gpu_xid_errors")
 
 
-@dataclasses.dataclass(frozen=True)
-class Backend:
-    url: str
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        answer = httpx.get(self.url + "/api/v1/query", params={"query": expr}, timeout=10).json()
-        assert "success" == answer["status"], (expr, answer)
-        return answer["data"]["result"]  # type: ignore[no-any-return]
-
-
 @contextmanager
-def victoria_metrics(binary: str, work: Path) -> Iterator[Backend]:
+def victoria_metrics(binary: str, work: Path) -> Iterator[Prometheus]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     # latencyOffset 0 and no cache: samples written a second ago are answered at once.
     argv = [binary, f"-storageDataPath={work / 'vm-data'}", f"-httpListenAddr=127.0.0.1:{port}",
             "-search.latencyOffset=0s", "-search.disableCache"]
     with served(argv, work / "victoria-metrics.log", url + "/health"):
-        yield Backend(url)
+        yield Prometheus(url)
 
 
 @contextmanager
@@ -79,7 +67,8 @@ def prometheus_agent(binary: str, work: Path, target: str, remote_write_url: str
 
 
 @contextmanager
-def vmalert(binary: str, work: Path, backend: Backend, rule_files: list[Path], alertmanager_url: str) -> Iterator[None]:
+def vmalert(binary: str, work: Path, backend: Prometheus, rule_files: list[Path],
+            alertmanager_url: str) -> Iterator[None]:
     port = free_port()
     argv = [binary, *(f"-rule={p}" for p in rule_files), f"-datasource.url={backend.url}",
             f"-remoteWrite.url={backend.url}", f"-notifier.url={alertmanager_url}",
