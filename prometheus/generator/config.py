@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Where the project's documentation is published: the alerts' runbook_url and the systemd unit's
-# Documentation= (deploy/systemd/trainmon.service, checked against it by a test) start with it.
-DOCS_BASE = "https://github.com/trainmon/trainmon/blob/main/docs"
+from trainmon import DOCS_BASE
+
 RUNBOOK = f"{DOCS_BASE}/runbook.md"
 
 

@@ -1,10 +1,11 @@
-"""The documentation's base URL is set in one place, the generator's config, for alerts and the systemd unit."""
+"""The documentation's base URL is set in one place (trainmon.DOCS_BASE) for alerts, the systemd unit and diagnose."""
 
 from __future__ import annotations
 
 from prometheus.generator.config import DOCS_BASE, RulesConfig
 
 from tests.prometheus.rulefiles import REPO, alert_rules
+from trainmon.diagnose.model import RUNBOOK as DIAGNOSE_RUNBOOK
 
 UNIT = REPO / "deploy" / "systemd" / "trainmon.service"
 
@@ -18,3 +19,7 @@ def test_the_unit_documentation_line_starts_with_the_docs_base() -> None:
     [line] = [line for line in UNIT.read_text().splitlines() if line.startswith("Documentation=")]
 
     assert line.removeprefix("Documentation=").startswith(DOCS_BASE + "/")
+
+
+def test_diagnose_links_start_with_the_docs_base() -> None:
+    assert DIAGNOSE_RUNBOOK == DOCS_BASE + "/runbook.md"

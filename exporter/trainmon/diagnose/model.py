@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainmon import DOCS_BASE
+
 CAUSES = ("communication", "data_loading", "phase", "stall", "straggler", "hang")
 SIGNALS = ("throttle", "xid", "ecc", "ib_errors", "nvme_latency")
-RUNBOOK = "https://github.com/trainmon/trainmon/blob/main/docs/runbook.md"
+RUNBOOK = f"{DOCS_BASE}/runbook.md"
 RUNBOOK_ANCHORS = {
     "communication": "trainmoncommunicationbound", "data_loading": "trainmondataloaderbound",
     "phase": "time-in-phases", "stall": "trainmontrainingstalled", "straggler": "trainmonstragglerrank",
