@@ -15,9 +15,10 @@ from tests.helpers.trees import (
     write_infiniband,
 )
 from trainmon.collectors.base import NodeResources
-from trainmon.collectors.infiniband import InfinibandCollector
+from trainmon.collectors.infiniband import HW_COUNTERS, PORT_COUNTERS, InfinibandCollector
 from trainmon.errors import CollectorError, NoData
 from trainmon.settings import Settings
+from trainmon.sysfs.infiniband import HwCounter, PortCounter
 
 
 def make_tree(tmp_path: Path) -> Settings:
@@ -150,3 +151,9 @@ def test_a_sysfs_root_that_does_not_exist_is_a_failure_naming_the_flag(tmp_path:
     with pytest.raises(CollectorError, match=f"--sysfs {tmp_path / 'nope'}: not a directory") as raised:
         InfinibandCollector(Settings(sysfs=tmp_path / "nope"), NodeResources()).collect()
     assert not isinstance(raised.value, NoData)
+
+
+def test_every_counter_file_read_is_served() -> None:
+    """A counter the sysfs layer reads but no table row names would be read every cycle for nothing."""
+    assert set(PortCounter) == set(PORT_COUNTERS)
+    assert set(HwCounter) == set(HW_COUNTERS)

@@ -57,7 +57,7 @@ class _Port:
 
 
 def _initial_port_counters(seed: int) -> dict[str, int]:
-    counters = dict.fromkeys(PORT_COUNTERS, 0)
+    counters = {str(name): 0 for name in PORT_COUNTERS}
     counters.update(symbol_error=seed % 3, link_error_recovery=1, port_rcv_errors=seed % 2)
     return counters
 

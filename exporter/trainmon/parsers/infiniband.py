@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 # "4: ACTIVE", "5: LinkUp"; the kernel's ids are single digits and its longest name is
 # "PortConfigurationTraining" (the name becomes a label value, so it is bounded).
@@ -15,10 +16,17 @@ MAX_COUNTER = (1 << 64) - 1
 BYTES_PER_GBIT = 125_000_000
 
 
-def parse_state(text: str) -> tuple[int, str] | None:
-    """`"4: ACTIVE"` -> `(4, "ACTIVE")`; None when the text has no numeric id."""
+class PortState(NamedTuple):
+    """A port's `state` or `phys_state`: the kernel's id and its name."""
+
+    id: int
+    name: str
+
+
+def parse_state(text: str) -> PortState | None:
+    """`"4: ACTIVE"` -> `PortState(4, "ACTIVE")`; None when the text has no numeric id."""
     match = _STATE.match(text)
-    return (int(match.group(1)), match.group(2)) if match else None
+    return PortState(int(match.group(1)), match.group(2)) if match else None
 
 
 def parse_rate(text: str) -> int | None:
