@@ -18,7 +18,7 @@ OWNERS = (("namespace", "namespace", "namespace"), ("Slurm job", "job_id", "job_
 
 def _owners(board: Board, config: DashboardConfig) -> Board:
     """Allocated and idle GPUs by Kubernetes namespace and by Slurm job, and the GPU-hours each held."""
-    F = config.matchers(FLEET)
+    fleet_matchers = config.matchers(FLEET)
     idle = (f"SM activity under {config.idle_sm_ratio:.0%}, or low power against the limit where SM activity is "
             "not measured (as TrainmonGPUIdleDuringTraining judges it)")
     panels = []
@@ -27,23 +27,23 @@ def _owners(board: Board, config: DashboardConfig) -> Board:
             f"GPUs by {label}",
             f"GPUs allocated to each {label}, and how many of them are idle: {idle}.",
             "none",
-            Query(f"sum by ({owner}) ({level}:trainmon_gpu_allocated:count{{{F}}})", f"{{{{{owner}}}}}"),
-            Query(f"sum by ({owner}) ({level}:trainmon_gpu_idle:count{{{F}}})", f"{{{{{owner}}}}} idle"),
+            Query(f"sum by ({owner}) ({level}:trainmon_gpu_allocated:count{{{fleet_matchers}}})", f"{{{{{owner}}}}}"),
+            Query(f"sum by ({owner}) ({level}:trainmon_gpu_idle:count{{{fleet_matchers}}})", f"{{{{{owner}}}}} idle"),
         ))
     for label, level, owner in OWNERS:
         panels.append(graph(
             f"GPU-hours by {label}",
             f"GPU-hours each {label} held over the hour before each point.",
             "none",
-            Query(f"sum by ({owner}) ({level}:trainmon_gpu_hours:sum1h{{{F}}})", f"{{{{{owner}}}}}"),
+            Query(f"sum by ({owner}) ({level}:trainmon_gpu_hours:sum1h{{{fleet_matchers}}})", f"{{{{{owner}}}}}"),
         ))
     return board.row("GPUs by owner", *panels)
 
 
 def build(config: DashboardConfig) -> DashboardModel:
-    F = config.matchers(FLEET)
-    idle = f"instance:trainmon_gpu_idle:count{{{F}}}"
-    busy = f"instance:trainmon_gpu_busy:count{{{F}}}"
+    fleet_matchers = config.matchers(FLEET)
+    idle = f"instance:trainmon_gpu_idle:count{{{fleet_matchers}}}"
+    busy = f"instance:trainmon_gpu_busy:count{{{fleet_matchers}}}"
     board = Board(
         config=config,
         name="fleet",
@@ -54,15 +54,16 @@ def build(config: DashboardConfig) -> DashboardModel:
     )
     board.row(
         "Overview",
-        single("Nodes", "trainmon daemons Prometheus scrapes successfully.", "none", Query(f"sum(up{{{F}}})", "nodes")),
+        single("Nodes", "trainmon daemons Prometheus scrapes successfully.", "none",
+               Query(f"sum(up{{{fleet_matchers}}})", "nodes")),
         single("GPUs up", "GPUs whose last NVML read succeeded.", "none",
-               Query(f"sum(instance:trainmon_gpu_up:sum{{{F}}})", "up")),
+               Query(f"sum(instance:trainmon_gpu_up:sum{{{fleet_matchers}}})", "up")),
         single(
             "GPUs lost",
             "GPUs on the PCI bus minus GPUs up, over all nodes.",
             "none",
-            Query(f"sum(instance:trainmon_gpus_expected:sum{{{F}}}) - sum(instance:trainmon_gpu_up:sum{{{F}}})",
-                  "lost"),
+            Query(f"sum(instance:trainmon_gpus_expected:sum{{{fleet_matchers}}})"
+                  f" - sum(instance:trainmon_gpu_up:sum{{{fleet_matchers}}})", "lost"),
         ),
         single(
             "Idle GPUs",
@@ -74,13 +75,13 @@ def build(config: DashboardConfig) -> DashboardModel:
             "Training jobs",
             "Distinct training jobs with live ranks.",
             "none",
-            Query(f"count(job_id:trainmon_train_ranks:count{{{F}}}) or vector(0)", "jobs"),
+            Query(f"count(job_id:trainmon_train_ranks:count{{{fleet_matchers}}}) or vector(0)", "jobs"),
         ),
         single(
             "Live ranks",
             "Training ranks reporting to the daemons.",
             "none",
-            Query(f"sum(instance:trainmon_ingest_ranks:sum{{{F}}})", "ranks"),
+            Query(f"sum(instance:trainmon_ingest_ranks:sum{{{fleet_matchers}}})", "ranks"),
         ),
     )
     board.row(
@@ -96,7 +97,8 @@ def build(config: DashboardConfig) -> DashboardModel:
             "SM activity by node",
             "Mean SM activity of each node's GPUs.",
             "percentunit",
-            Query(f"sum by (instance) (instance:trainmon_gpu_sm_utilization_ratio:avg{{{F}}})", "{{instance}}"),
+            Query(f"sum by (instance) (instance:trainmon_gpu_sm_utilization_ratio:avg{{{fleet_matchers}}})",
+                  "{{instance}}"),
             max_value=1,
         ),
         graph(
@@ -109,7 +111,7 @@ def build(config: DashboardConfig) -> DashboardModel:
             "Power by node",
             "Total GPU power draw per node.",
             "watt",
-            Query(f"sum by (instance) (instance:trainmon_gpu_power_watts:sum{{{F}}})", "{{instance}}"),
+            Query(f"sum by (instance) (instance:trainmon_gpu_power_watts:sum{{{fleet_matchers}}})", "{{instance}}"),
         ),
     )
     _owners(board, config)
@@ -119,13 +121,13 @@ def build(config: DashboardConfig) -> DashboardModel:
             "Samples per second by job",
             "Throughput of each training job.",
             "short",
-            Query(f"job_id:trainmon_train_samples:rate5m{{{F}}}", "{{job_id}}"),
+            Query(f"job_id:trainmon_train_samples:rate5m{{{fleet_matchers}}}", "{{job_id}}"),
         ),
         graph(
             "Communication wait share by job",
             "Share of step time each job's ranks were blocked on communication (alert above 40%).",
             "percentunit",
-            Query(f"job_id:trainmon_train_comm_wait_per_step_time:ratio{{{F}}}", "{{job_id}}"),
+            Query(f"job_id:trainmon_train_comm_wait_per_step_time:ratio{{{fleet_matchers}}}", "{{job_id}}"),
         ),
     )
     board.row(
@@ -135,28 +137,32 @@ def build(config: DashboardConfig) -> DashboardModel:
             "trainmon alerts firing, by name.",
             "none",
             Query(
-                f'count by (alertname) (ALERTS{{{F}, alertname=~"Trainmon.+", alertstate="firing"}})', "{{alertname}}"
+                f'count by (alertname) (ALERTS{{{fleet_matchers}, alertname=~"Trainmon.+", alertstate="firing"}})',
+                "{{alertname}}",
             ),
         ),
         graph(
             "GPU errors by node",
             "XID events in the last 5 minutes and uncorrectable ECC error counts per node.",
             "none",
-            Query(f"sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{{{F}}})", "{{instance}} XID"),
-            Query(f"sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{F}}})",
+            Query(f"sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}})",
+                  "{{instance}} XID"),
+            Query(f"sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}})",
                   "{{instance}} uncorrectable ECC"),
         ),
         graph(
             "InfiniBand errors by node",
             "Symbol and receive errors per second over 5 minutes, per node.",
             "cps",
-            Query(f"sum by (instance) (instance:trainmon_infiniband_errors:rate5m{{{F}}})", "{{instance}}"),
+            Query(f"sum by (instance) (instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}})",
+                  "{{instance}}"),
         ),
         graph(
             "Failing collectors",
             "Collectors whose last run failed, per node.",
             "none",
-            Query(f"sum by (instance) (instance:trainmon_collector_failures:count{{{F}}})", "{{instance}}"),
+            Query(f"sum by (instance) (instance:trainmon_collector_failures:count{{{fleet_matchers}}})",
+                  "{{instance}}"),
         ),
     )
     return board.build()

@@ -31,72 +31,72 @@ INSTANCE = Variable(
 )
 
 
-def _algbw(R: str, ops: str) -> str:
+def _algbw(rank_matchers: str, ops: str) -> str:
     """Algorithm bandwidth per (op, group): bytes over time in collectives, summed over ranks first."""
     return (
-        f'{ALL_RANKS} (rate(trainmon_nccl_bytes_total{{{R}, op=~"{ops}"}}{RATE}))'
-        f' / {ALL_RANKS} (rate(trainmon_nccl_time_seconds_total{{{R}, op=~"{ops}"}}{RATE}))'
+        f'{ALL_RANKS} (rate(trainmon_nccl_bytes_total{{{rank_matchers}, op=~"{ops}"}}{RATE}))'
+        f' / {ALL_RANKS} (rate(trainmon_nccl_time_seconds_total{{{rank_matchers}, op=~"{ops}"}}{RATE}))'
     )
 
 
-def _busbw(R: str, ops: str, factor: str) -> str:
+def _busbw(rank_matchers: str, ops: str, factor: str) -> str:
     """Bus bandwidth = algorithm bandwidth x factor(n), n = the process group's size (nccl-tests' convention)."""
-    n = f"max without (instance, rank) (trainmon_nccl_group_size{{{R}}})"
-    return f"({_algbw(R, ops)})\n* on (job, job_id, group) group_left ()\n({factor.format(n=n)})"
+    n = f"max without (instance, rank) (trainmon_nccl_group_size{{{rank_matchers}}})"
+    return f"({_algbw(rank_matchers, ops)})\n* on (job, job_id, group) group_left ()\n({factor.format(n=n)})"
 
 
 def _throughput(b: Board) -> Board:
-    J = b.config.matchers(JOB_LEVEL)
+    job_matchers = b.config.matchers(JOB_LEVEL)
     return b.row(
         "Throughput",
         single(
             "Ranks",
             "Live ranks of the job.",
             "none",
-            Query(f"sum(job_id:trainmon_train_ranks:count{{{J}}})", "ranks"),
+            Query(f"sum(job_id:trainmon_train_ranks:count{{{job_matchers}}})", "ranks"),
         ),
         single(
             "Mean step time",
             "Step wall time over the last 5 minutes, all ranks.",
             "s",
-            Query(f"job_id:trainmon_train_step_duration_seconds:mean5m{{{J}}}", "step"),
+            Query(f"job_id:trainmon_train_step_duration_seconds:mean5m{{{job_matchers}}}", "step"),
         ),
         single(
             "Communication wait",
             "Share of step time the ranks were blocked on communication (alert above 40%).",
             "percentunit",
-            Query(f"job_id:trainmon_train_comm_wait_per_step_time:ratio{{{J}}}", "comm wait"),
+            Query(f"job_id:trainmon_train_comm_wait_per_step_time:ratio{{{job_matchers}}}", "comm wait"),
         ),
         single(
             "Data-loader wait",
             "Share of step time the ranks waited for their next batch.",
             "percentunit",
-            Query(f"job_id:trainmon_train_dataloader_wait_per_step_time:ratio{{{J}}}", "data wait"),
+            Query(f"job_id:trainmon_train_dataloader_wait_per_step_time:ratio{{{job_matchers}}}", "data wait"),
         ),
         single(
             "Steps per second",
             "Optimizer steps per second (mean over ranks).",
             "none",
-            Query(f"job_id:trainmon_train_steps:avg_rate5m{{{J}}}", "steps/s"),
+            Query(f"job_id:trainmon_train_steps:avg_rate5m{{{job_matchers}}}", "steps/s"),
         ),
         single(
             "Skipped steps",
             "Steps skipped for inf/NaN gradients over the selected range.",
             "none",
-            Query(f"sum(max without (instance) (trainmon_train_skipped_steps_total{{{J}}}))", "skipped"),
+            Query(f"sum(max without (instance) (trainmon_train_skipped_steps_total{{{job_matchers}}}))", "skipped"),
         ),
         graph(
             "Samples per second",
             "Samples processed per second by the whole job.",
             "short",
-            Query(f"job_id:trainmon_train_samples:rate5m{{{J}}}", "{{job_id}}"),
+            Query(f"job_id:trainmon_train_samples:rate5m{{{job_matchers}}}", "{{job_id}}"),
             width=8,
         ),
         graph(
             "Tokens per second",
             "Tokens processed per second by the whole job.",
             "short",
-            Query(f"job_id:trainmon_train_tokens:rate5m{{{J}}}", "{{job_id}}"),
+            Query(f"job_id:trainmon_train_tokens:rate5m{{{job_matchers}}}", "{{job_id}}"),
             width=8,
         ),
         graph(
@@ -104,15 +104,15 @@ def _throughput(b: Board) -> Board:
             "Optimizer steps per second, mean over ranks; the throughput-regression alert compares it with the "
             "job's previous hour.",
             "short",
-            Query(f"job_id:trainmon_train_steps:avg_rate5m{{{J}}}", "{{job_id}}"),
+            Query(f"job_id:trainmon_train_steps:avg_rate5m{{{job_matchers}}}", "{{job_id}}"),
             width=8,
         ),
     )
 
 
 def _step_time(b: Board) -> Board:
-    J = b.config.matchers(JOB_LEVEL)
-    R = b.config.matchers(RANK_LEVEL)
+    job_matchers = b.config.matchers(JOB_LEVEL)
+    rank_matchers = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Step time",
         graph(
@@ -120,47 +120,51 @@ def _step_time(b: Board) -> Board:
             "Mean step wall time per rank over 5 minutes. Synchronous ranks step together: a rank whose compute "
             "share stands out is the straggler the others wait for.",
             "s",
-            Query(f"rank:trainmon_train_step_duration_seconds:mean5m{{{R}}}", RANK),
+            Query(f"rank:trainmon_train_step_duration_seconds:mean5m{{{rank_matchers}}}", RANK),
         ),
         graph(
             "Step time quantiles",
             "Median and 90th percentile step time of the job, from the step-duration histogram.",
             "s",
             Query(
-                f"histogram_quantile(0.5, job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m{{{J}}})", "p50"
+                "histogram_quantile(0.5, "
+                f"job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m{{{job_matchers}}})",
+                "p50",
             ),
             Query(
-                f"histogram_quantile(0.9, job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m{{{J}}})", "p90"
+                "histogram_quantile(0.9, "
+                f"job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m{{{job_matchers}}})",
+                "p90",
             ),
         ),
         graph(
             "Compute share per rank",
             "Step time minus communication wait minus data wait, as a share of step time.",
             "percentunit",
-            Query(f"rank:trainmon_train_compute_per_step_time:ratio{{{R}}}", RANK),
-            Query(f"job_id:trainmon_train_compute_per_step_time:ratio{{{J}}}", "whole job"),
+            Query(f"rank:trainmon_train_compute_per_step_time:ratio{{{rank_matchers}}}", RANK),
+            Query(f"job_id:trainmon_train_compute_per_step_time:ratio{{{job_matchers}}}", "whole job"),
             max_value=1,
         ),
         graph(
             "Data-loader wait share per rank",
             "Share of step time each rank waited for its next batch.",
             "percentunit",
-            Query(f"rank:trainmon_train_dataloader_wait_per_step_time:ratio{{{R}}}", RANK),
+            Query(f"rank:trainmon_train_dataloader_wait_per_step_time:ratio{{{rank_matchers}}}", RANK),
             max_value=1,
         ),
     )
 
 
 def _communication(b: Board) -> Board:
-    J = b.config.matchers(JOB_LEVEL)
-    R = b.config.matchers(RANK_LEVEL)
+    job_matchers = b.config.matchers(JOB_LEVEL)
+    rank_matchers = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Communication",
         graph(
             "Communication wait share per rank",
             "Share of step time the training thread was blocked on communication (not overlapped).",
             "percentunit",
-            Query(f"rank:trainmon_train_comm_wait_per_step_time:ratio{{{R}}}", RANK),
+            Query(f"rank:trainmon_train_comm_wait_per_step_time:ratio{{{rank_matchers}}}", RANK),
             max_value=1,
         ),
         graph(
@@ -168,49 +172,49 @@ def _communication(b: Board) -> Board:
             "Time inside collectives, launch to completion, as a share of step time; it includes communication "
             "that overlaps compute, so it can exceed the wait share.",
             "percentunit",
-            Query(f"rank:trainmon_nccl_time_per_step_time:ratio{{{R}}}", RANK),
-            Query(f"job_id:trainmon_nccl_time_per_step_time:ratio{{{J}}}", "whole job"),
+            Query(f"rank:trainmon_nccl_time_per_step_time:ratio{{{rank_matchers}}}", RANK),
+            Query(f"job_id:trainmon_nccl_time_per_step_time:ratio{{{job_matchers}}}", "whole job"),
         ),
         graph(
             "NCCL time by operation",
             "Seconds per second spent in collectives, by operation and process group, summed over ranks.",
             "s",
-            Query(f"{ALL_RANKS} (rate(trainmon_nccl_time_seconds_total{{{R}}}{RATE}))", "{{op}} {{group}}"),
+            Query(f"{ALL_RANKS} (rate(trainmon_nccl_time_seconds_total{{{rank_matchers}}}{RATE}))", "{{op}} {{group}}"),
         ),
         graph(
             "Bus bandwidth",
             "Bus bandwidth by operation and group (nccl-tests' convention): bytes over time in the collective x "
             "2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1 otherwise.",
             "Bps",
-            Query(_busbw(R, "all_reduce", "2 * ({n} - 1) / {n}"), "{{op}} {{group}}"),
-            Query(_busbw(R, "all_gather|reduce_scatter", "({n} - 1) / {n}"), "{{op}} {{group}}"),
-            Query(_algbw(R, "broadcast|all_to_all|send_recv|barrier|other"), "{{op}} {{group}}"),
+            Query(_busbw(rank_matchers, "all_reduce", "2 * ({n} - 1) / {n}"), "{{op}} {{group}}"),
+            Query(_busbw(rank_matchers, "all_gather|reduce_scatter", "({n} - 1) / {n}"), "{{op}} {{group}}"),
+            Query(_algbw(rank_matchers, "broadcast|all_to_all|send_recv|barrier|other"), "{{op}} {{group}}"),
         ),
         graph(
             "Collectives in flight",
             "Age of each rank's oldest collective issued but not completed, per process group (absent when none). "
             "Ages that grow together while one rank has none: that rank holds the others (TrainmonCollectiveHang).",
             "s",
-            Query(f"trainmon_nccl_inflight_oldest_seconds{{{R}}}", "rank {{rank}} {{group}} {{op}}"),
+            Query(f"trainmon_nccl_inflight_oldest_seconds{{{rank_matchers}}}", "rank {{rank}} {{group}} {{op}}"),
         ),
         graph(
             "Collectives behind the group",
             "How many collectives each rank has issued fewer than the most advanced rank of its process group.",
             "short",
-            Query(f"rank_group:trainmon_nccl_issued:lag{{{R}}}", "rank {{rank}} {{group}}"),
+            Query(f"rank_group:trainmon_nccl_issued:lag{{{rank_matchers}}}", "rank {{rank}} {{group}}"),
         ),
     )
 
 
 def _precision(b: Board) -> Board:
-    R = b.config.matchers(RANK_LEVEL)
+    rank_matchers = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Loss and precision",
         graph(
             "Loss",
             "Last loss each rank reported.",
             "none",
-            Query(f"trainmon_train_loss{{{R}}}", RANK),
+            Query(f"trainmon_train_loss{{{rank_matchers}}}", RANK),
             width=8,
         ),
         graph(
@@ -218,22 +222,22 @@ def _precision(b: Board) -> Board:
             "Mixed-precision loss scale per rank (absent without a scaler, e.g. bf16). A collapse means gradients "
             "keep overflowing.",
             "none",
-            Query(f"trainmon_train_loss_scale{{{R}}}", RANK),
+            Query(f"trainmon_train_loss_scale{{{rank_matchers}}}", RANK),
             width=8,
         ),
         graph(
             "Skipped and non-finite steps",
             "Steps skipped for inf/NaN gradients and steps with a NaN/inf loss, per interval.",
             "none",
-            Query(f"increase(trainmon_train_skipped_steps_total{{{R}}}{RATE})", RANK + " skipped"),
-            Query(f"increase(trainmon_train_nonfinite_loss_total{{{R}}}{RATE})", RANK + " non-finite loss"),
+            Query(f"increase(trainmon_train_skipped_steps_total{{{rank_matchers}}}{RATE})", RANK + " skipped"),
+            Query(f"increase(trainmon_train_nonfinite_loss_total{{{rank_matchers}}}{RATE})", RANK + " non-finite loss"),
             width=8,
         ),
     )
 
 
 def _gpus(b: Board) -> Board:
-    R = b.config.matchers(RANK_LEVEL)
+    rank_matchers = b.config.matchers(RANK_LEVEL)
     gpu = RANK + " ({{instance}} gpu {{gpu}})"
     return b.row(
         "The job's GPUs",
@@ -241,43 +245,43 @@ def _gpus(b: Board) -> Board:
             "SM activity by rank",
             "SM activity of each rank's GPU, joined through trainmon_train_rank_info{uuid}.",
             "percentunit",
-            Query(f"rank:trainmon_gpu_sm_utilization_ratio:join{{{R}}}", gpu),
+            Query(f"rank:trainmon_gpu_sm_utilization_ratio:join{{{rank_matchers}}}", gpu),
             max_value=1,
         ),
         graph(
             "Coarse utilization by rank",
             "NVML utilization of each rank's GPU; 100% with low SM activity means kernels spin (e.g. waiting in NCCL).",
             "percentunit",
-            Query(f"rank:trainmon_gpu_utilization_ratio:join{{{R}}}", gpu),
+            Query(f"rank:trainmon_gpu_utilization_ratio:join{{{rank_matchers}}}", gpu),
             max_value=1,
         ),
         graph(
             "Framebuffer by rank",
             "Framebuffer used on each rank's GPU.",
             "bytes",
-            Query(f"rank:trainmon_gpu_fb_used_bytes:join{{{R}}}", gpu),
+            Query(f"rank:trainmon_gpu_fb_used_bytes:join{{{rank_matchers}}}", gpu),
         ),
         graph(
             "Power by rank",
             "Power draw of each rank's GPU.",
             "watt",
-            Query(f"rank:trainmon_gpu_power_watts:join{{{R}}}", gpu),
+            Query(f"rank:trainmon_gpu_power_watts:join{{{rank_matchers}}}", gpu),
         ),
         graph(
             "Allocator retries and OOMs",
             "CUDA caching-allocator retries and out-of-memory errors per interval: the real memory-pressure signal.",
             "none",
-            Query(f"increase(trainmon_train_cuda_alloc_retries_total{{{R}}}{RATE})", RANK + " retries"),
-            Query(f"increase(trainmon_train_cuda_ooms_total{{{R}}}{RATE})", RANK + " OOMs"),
+            Query(f"increase(trainmon_train_cuda_alloc_retries_total{{{rank_matchers}}}{RATE})", RANK + " retries"),
+            Query(f"increase(trainmon_train_cuda_ooms_total{{{rank_matchers}}}{RATE})", RANK + " OOMs"),
             width=24,
         ),
     )
 
 
 def _efficiency(b: Board) -> Board:
-    J = b.config.matchers(JOB_LEVEL)
-    R = b.config.matchers(RANK_LEVEL)
-    share = f"job_id_category:trainmon_train_time:ratio{{{J}}}"
+    job_matchers = b.config.matchers(JOB_LEVEL)
+    rank_matchers = b.config.matchers(RANK_LEVEL)
+    share = f"job_id_category:trainmon_train_time:ratio{{{job_matchers}}}"
     return b.row(
         "Efficiency",
         single(
@@ -285,38 +289,38 @@ def _efficiency(b: Board) -> Board:
             "Share of the job's rank time spent computing (not waiting on communication, data, phases, stalls, "
             "start-up, or ranks gone between restarts).",
             "percentunit",
-            Query(f"job_id:trainmon_train_goodput:ratio{{{J}}}", "goodput"),
+            Query(f"job_id:trainmon_train_goodput:ratio{{{job_matchers}}}", "goodput"),
         ),
         single(
             "MFU",
             "Model FLOPs per second over the dense peak of the ranks' GPUs (only where the hook is given FLOPs and "
             "the GPU model's peak is known).",
             "percentunit",
-            Query(f"job_id:trainmon_train_mfu:ratio{{{J}}}", "MFU"),
+            Query(f"job_id:trainmon_train_mfu:ratio{{{job_matchers}}}", "MFU"),
         ),
         single(
             "Model FLOP/s",
             "Model FLOPs per second of the whole job.",
             "flops",
-            Query(f"job_id:trainmon_train_model_flops:rate5m{{{J}}}", "FLOP/s"),
+            Query(f"job_id:trainmon_train_model_flops:rate5m{{{job_matchers}}}", "FLOP/s"),
         ),
         single(
             "Energy per token",
             "GPU energy of the job's ranks per token processed.",
             "joule",
-            Query(f"job_id:trainmon_train_joules_per_token:ratio{{{J}}}", "J/token"),
+            Query(f"job_id:trainmon_train_joules_per_token:ratio{{{job_matchers}}}", "J/token"),
         ),
         single(
             "Absent ranks",
             "Ranks the job had in the last hour that are not reporting now (a restart under the same job id).",
             "none",
-            Query(f"job_id:trainmon_train_ranks_absent:count{{{J}}}", "absent"),
+            Query(f"job_id:trainmon_train_ranks_absent:count{{{job_matchers}}}", "absent"),
         ),
         single(
             "Badput",
             "Share of the job's rank time not spent computing.",
             "percentunit",
-            Query(f"job_id:trainmon_train_badput:ratio{{{J}}}", "badput"),
+            Query(f"job_id:trainmon_train_badput:ratio{{{job_matchers}}}", "badput"),
         ),
         graph(
             "Where the time goes",
@@ -332,7 +336,7 @@ def _efficiency(b: Board) -> Board:
             "MFU per rank",
             "Model FLOPs per second of each rank over its GPU's dense peak.",
             "percentunit",
-            Query(f"rank:trainmon_train_mfu:ratio{{{R}}}", RANK),
+            Query(f"rank:trainmon_train_mfu:ratio{{{rank_matchers}}}", RANK),
             width=8,
             max_value=1,
         ),
@@ -341,14 +345,14 @@ def _efficiency(b: Board) -> Board:
             "The job's fastest compute time over each rank's (1 = fastest, 0.5 = twice as slow); the straggler "
             "alert fires below 0.75 while the other ranks wait.",
             "none",
-            Query(f"rank:trainmon_train_straggler_score:relative{{{R}}}", RANK),
+            Query(f"rank:trainmon_train_straggler_score:relative{{{rank_matchers}}}", RANK),
         ),
         graph(
             "Individual straggler score",
             "Each rank's best compute time per step over the last hour over its recent one: a rank that slowed "
             "down against itself (thermal throttling, a noisy neighbour) reads below 1.",
             "none",
-            Query(f"rank:trainmon_train_straggler_score:individual{{{R}}}", RANK),
+            Query(f"rank:trainmon_train_straggler_score:individual{{{rank_matchers}}}", RANK),
             width=24,
         ),
     )

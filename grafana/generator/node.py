@@ -23,61 +23,63 @@ INSTANCE = Variable(name="instance", label="Node", query='label_values(trainmon_
 
 
 def _gpu(b: Board) -> Board:
-    S = b.config.matchers(NODE)
+    node_matchers = b.config.matchers(NODE)
     return b.row(
         "GPU",
-        single("GPUs up", "GPUs whose last NVML read succeeded.", "none", Query(f"sum(trainmon_gpu_up{{{S}}})", "up")),
+        single("GPUs up", "GPUs whose last NVML read succeeded.", "none",
+               Query(f"sum(trainmon_gpu_up{{{node_matchers}}})", "up")),
         single(
             "GPUs expected",
             "NVIDIA GPUs on the PCI bus; more than GPUs up means a GPU is lost.",
             "none",
-            Query(f"sum(trainmon_gpus_expected{{{S}}})", "expected"),
+            Query(f"sum(trainmon_gpus_expected{{{node_matchers}}})", "expected"),
         ),
         single(
             "Mean SM activity",
             "SM activity averaged over the selected GPUs (GPM).",
             "percentunit",
-            Query(f"avg(trainmon_gpu_sm_utilization_ratio{{{S}}})", "SM"),
+            Query(f"avg(trainmon_gpu_sm_utilization_ratio{{{node_matchers}}})", "SM"),
         ),
         single(
             "Power",
             "Total power draw of the selected GPUs.",
             "watt",
-            Query(f"sum(trainmon_gpu_power_watts{{{S}}})", "power"),
+            Query(f"sum(trainmon_gpu_power_watts{{{node_matchers}}})", "power"),
         ),
         single(
             "Framebuffer used",
             "Framebuffer used over total, all selected GPUs.",
             "percentunit",
-            Query(f"sum(trainmon_gpu_fb_used_bytes{{{S}}}) / sum(trainmon_gpu_fb_total_bytes{{{S}}})", "used"),
+            Query(f"sum(trainmon_gpu_fb_used_bytes{{{node_matchers}}})"
+                  f" / sum(trainmon_gpu_fb_total_bytes{{{node_matchers}}})", "used"),
         ),
         single(
             "Uncorrectable ECC errors",
             "Volatile uncorrectable ECC errors since the driver loaded, all selected GPUs.",
             "none",
-            Query(f'sum(trainmon_gpu_ecc_errors_total{{{S}, error="uncorrected"}})', "uncorrected"),
+            Query(f'sum(trainmon_gpu_ecc_errors_total{{{node_matchers}, error="uncorrected"}})', "uncorrected"),
         ),
         graph(
             "SM activity",
             "Share of SMs busy (NVML GPM, Hopper and later). This is the real work signal: it stays low in an "
             "NCCL hang, unlike the coarse utilization.",
             "percentunit",
-            Query(f"trainmon_gpu_sm_utilization_ratio{{{S}}}", GPU),
+            Query(f"trainmon_gpu_sm_utilization_ratio{{{node_matchers}}}", GPU),
             max_value=1,
         ),
         graph(
             "Coarse utilization",
             "NVML utilization.gpu: share of time any kernel ran. Reads 100% while a kernel spins waiting for peers.",
             "percentunit",
-            Query(f"trainmon_gpu_utilization_ratio{{{S}}}", GPU),
+            Query(f"trainmon_gpu_utilization_ratio{{{node_matchers}}}", GPU),
             max_value=1,
         ),
         graph(
             "Tensor and DRAM activity",
             "Tensor-core and DRAM bandwidth activity (GPM).",
             "percentunit",
-            Query(f"trainmon_gpu_tensor_active_ratio{{{S}}}", GPU + " tensor"),
-            Query(f"trainmon_gpu_dram_active_ratio{{{S}}}", GPU + " dram"),
+            Query(f"trainmon_gpu_tensor_active_ratio{{{node_matchers}}}", GPU + " tensor"),
+            Query(f"trainmon_gpu_dram_active_ratio{{{node_matchers}}}", GPU + " dram"),
             max_value=1,
         ),
         graph(
@@ -85,61 +87,61 @@ def _gpu(b: Board) -> Board:
             "Framebuffer in use (excluding reserved). PyTorch's caching allocator keeps this near full by design; "
             "see the training dashboard's allocator retries for real memory pressure.",
             "bytes",
-            Query(f"trainmon_gpu_fb_used_bytes{{{S}}}", GPU),
+            Query(f"trainmon_gpu_fb_used_bytes{{{node_matchers}}}", GPU),
         ),
         graph(
             "Power",
             "Power draw and the enforced power limit.",
             "watt",
-            Query(f"trainmon_gpu_power_watts{{{S}}}", GPU),
-            Query(f"trainmon_gpu_power_limit_watts{{{S}}}", GPU + " limit"),
+            Query(f"trainmon_gpu_power_watts{{{node_matchers}}}", GPU),
+            Query(f"trainmon_gpu_power_limit_watts{{{node_matchers}}}", GPU + " limit"),
         ),
         graph(
             "Temperature",
             "GPU die and memory temperature.",
             "celsius",
-            Query(f"trainmon_gpu_temperature_celsius{{{S}}}", GPU + " {{sensor}}"),
+            Query(f"trainmon_gpu_temperature_celsius{{{node_matchers}}}", GPU + " {{sensor}}"),
         ),
         graph(
             "Clocks",
             "SM and memory clocks; SM clocks below their usual value while busy mean throttling.",
             "hertz",
-            Query(f"trainmon_gpu_clock_hertz{{{S}}}", GPU + " {{clock}}"),
+            Query(f"trainmon_gpu_clock_hertz{{{node_matchers}}}", GPU + " {{clock}}"),
         ),
         graph(
             "Time throttled",
             "Share of time each throttle reason held the clocks down (NVML violation counters, so short events "
             "between samples count).",
             "percentunit",
-            Query(f"rate(trainmon_gpu_throttle_seconds_total{{{S}}}{RATE})", GPU + " {{reason}}"),
+            Query(f"rate(trainmon_gpu_throttle_seconds_total{{{node_matchers}}}{RATE})", GPU + " {{reason}}"),
         ),
         graph(
             "ECC errors and remapped rows",
             "Volatile ECC error counts and remapped rows. Uncorrectable errors or a remap failure: drain the node.",
             "none",
-            Query(f"trainmon_gpu_ecc_errors_total{{{S}}}", GPU + " ECC {{error}}"),
-            Query(f"trainmon_gpu_remapped_rows_total{{{S}}}", GPU + " remapped {{error}}"),
+            Query(f"trainmon_gpu_ecc_errors_total{{{node_matchers}}}", GPU + " ECC {{error}}"),
+            Query(f"trainmon_gpu_remapped_rows_total{{{node_matchers}}}", GPU + " remapped {{error}}"),
         ),
         graph(
             "XID errors",
             "XID events reported by the driver in each interval, by XID (48, 62, 64, 74, 79, 95, 119, 120 need an "
             "operator).",
             "none",
-            Query(f"increase(trainmon_gpu_xid_errors_total{{{S}}}{RATE})", GPU + " xid {{xid}}"),
+            Query(f"increase(trainmon_gpu_xid_errors_total{{{node_matchers}}}{RATE})", GPU + " xid {{xid}}"),
         ),
     )
 
 
 def _nvme(b: Board) -> Board:
-    S = b.config.matchers(NODE)
+    node_matchers = b.config.matchers(NODE)
     return b.row(
         "NVMe",
         graph(
             "NVMe throughput",
             "Bytes read and written per second, per namespace.",
             "binBps",
-            Query(f"rate(trainmon_nvme_read_bytes_total{{{S}}}{RATE})", DEV + " read"),
-            Query(f"rate(trainmon_nvme_written_bytes_total{{{S}}}{RATE})", DEV + " write"),
+            Query(f"rate(trainmon_nvme_read_bytes_total{{{node_matchers}}}{RATE})", DEV + " read"),
+            Query(f"rate(trainmon_nvme_written_bytes_total{{{node_matchers}}}{RATE})", DEV + " write"),
             width=8,
         ),
         graph(
@@ -147,13 +149,13 @@ def _nvme(b: Board) -> Board:
             "Mean time per completed read and write request.",
             "s",
             Query(
-                f"rate(trainmon_nvme_read_time_seconds_total{{{S}}}{RATE})"
-                f" / rate(trainmon_nvme_reads_completed_total{{{S}}}{RATE})",
+                f"rate(trainmon_nvme_read_time_seconds_total{{{node_matchers}}}{RATE})"
+                f" / rate(trainmon_nvme_reads_completed_total{{{node_matchers}}}{RATE})",
                 DEV + " read",
             ),
             Query(
-                f"rate(trainmon_nvme_write_time_seconds_total{{{S}}}{RATE})"
-                f" / rate(trainmon_nvme_writes_completed_total{{{S}}}{RATE})",
+                f"rate(trainmon_nvme_write_time_seconds_total{{{node_matchers}}}{RATE})"
+                f" / rate(trainmon_nvme_writes_completed_total{{{node_matchers}}}{RATE})",
                 DEV + " write",
             ),
             width=8,
@@ -162,24 +164,25 @@ def _nvme(b: Board) -> Board:
             "NVMe requests and queue",
             "Completed requests per second and requests in flight.",
             "iops",
-            Query(f"rate(trainmon_nvme_reads_completed_total{{{S}}}{RATE})", DEV + " reads"),
-            Query(f"rate(trainmon_nvme_writes_completed_total{{{S}}}{RATE})", DEV + " writes"),
-            Query(f"trainmon_nvme_io_in_progress{{{S}}}", DEV + " in flight"),
+            Query(f"rate(trainmon_nvme_reads_completed_total{{{node_matchers}}}{RATE})", DEV + " reads"),
+            Query(f"rate(trainmon_nvme_writes_completed_total{{{node_matchers}}}{RATE})", DEV + " writes"),
+            Query(f"trainmon_nvme_io_in_progress{{{node_matchers}}}", DEV + " in flight"),
             width=8,
         ),
     )
 
 
 def _infiniband(b: Board) -> Board:
-    S = b.config.matchers(NODE)
+    node_matchers = b.config.matchers(NODE)
     return b.row(
         "InfiniBand",
         graph(
             "InfiniBand throughput",
             "Data received and transmitted per port (the port counters count 4-byte words; trainmon reports bytes).",
             "binBps",
-            Query(f"rate(trainmon_infiniband_port_data_received_bytes_total{{{S}}}{RATE})", PORT + " rx"),
-            Query(f"rate(trainmon_infiniband_port_data_transmitted_bytes_total{{{S}}}{RATE})", PORT + " tx"),
+            Query(f"rate(trainmon_infiniband_port_data_received_bytes_total{{{node_matchers}}}{RATE})", PORT + " rx"),
+            Query(f"rate(trainmon_infiniband_port_data_transmitted_bytes_total{{{node_matchers}}}{RATE})",
+                  PORT + " tx"),
             width=8,
         ),
         graph(
@@ -187,47 +190,47 @@ def _infiniband(b: Board) -> Board:
             "Symbol errors, receive errors, link-down events and transmit waits per second. Rising errors point at "
             "a cable or transceiver.",
             "cps",
-            Query(f"rate(trainmon_infiniband_symbol_error_total{{{S}}}{RATE})", PORT + " symbol"),
-            Query(f"rate(trainmon_infiniband_port_errors_received_total{{{S}}}{RATE})", PORT + " rcv"),
-            Query(f"rate(trainmon_infiniband_link_downed_total{{{S}}}{RATE})", PORT + " link downed"),
-            Query(f"rate(trainmon_infiniband_port_transmit_wait_total{{{S}}}{RATE})", PORT + " xmit wait"),
+            Query(f"rate(trainmon_infiniband_symbol_error_total{{{node_matchers}}}{RATE})", PORT + " symbol"),
+            Query(f"rate(trainmon_infiniband_port_errors_received_total{{{node_matchers}}}{RATE})", PORT + " rcv"),
+            Query(f"rate(trainmon_infiniband_link_downed_total{{{node_matchers}}}{RATE})", PORT + " link downed"),
+            Query(f"rate(trainmon_infiniband_port_transmit_wait_total{{{node_matchers}}}{RATE})", PORT + " xmit wait"),
             width=8,
         ),
         graph(
             "InfiniBand link state",
             "Logical port state (4 = ACTIVE, 1 = DOWN) and physical state (5 = LinkUp, 2 = Polling).",
             "none",
-            Query(f"trainmon_infiniband_state_id{{{S}}}", PORT + " state"),
-            Query(f"trainmon_infiniband_physical_state_id{{{S}}}", PORT + " physical"),
+            Query(f"trainmon_infiniband_state_id{{{node_matchers}}}", PORT + " state"),
+            Query(f"trainmon_infiniband_physical_state_id{{{node_matchers}}}", PORT + " physical"),
             width=8,
         ),
     )
 
 
 def _exporter(b: Board) -> Board:
-    S = b.config.matchers(NODE)
+    node_matchers = b.config.matchers(NODE)
     return b.row(
         "Exporter",
         graph(
             "Scrape health",
             "Prometheus' scrape result (1 = up) and the success of each trainmon collector.",
             "none",
-            Query(f"up{{{S}}}", "{{instance}} scrape"),
-            Query(f"trainmon_collector_success{{{S}}}", "{{instance}} {{collector}}"),
+            Query(f"up{{{node_matchers}}}", "{{instance}} scrape"),
+            Query(f"trainmon_collector_success{{{node_matchers}}}", "{{instance}} {{collector}}"),
             width=8,
         ),
         graph(
             "Collector duration",
             "Time each collector's last run took.",
             "s",
-            Query(f"trainmon_collector_duration_seconds{{{S}}}", "{{instance}} {{collector}}"),
+            Query(f"trainmon_collector_duration_seconds{{{node_matchers}}}", "{{instance}} {{collector}}"),
             width=8,
         ),
         graph(
             "Scrape duration",
             "Time Prometheus took to scrape each daemon.",
             "s",
-            Query(f"scrape_duration_seconds{{{S}}}", "{{instance}}"),
+            Query(f"scrape_duration_seconds{{{node_matchers}}}", "{{instance}}"),
             width=8,
         ),
     )
@@ -235,8 +238,8 @@ def _exporter(b: Board) -> Board:
 
 def _owners(b: Board) -> Board:
     """Who holds each GPU: the owner `_info` series joined onto trainmon_gpu_up (1 up, 0 down)."""
-    S = b.config.matchers(NODE)
-    up = f"trainmon_gpu_up{{{S}}}"
+    node_matchers = b.config.matchers(NODE)
+    up = f"trainmon_gpu_up{{{node_matchers}}}"
     return b.row(
         "GPU owners",
         graph(
@@ -245,7 +248,8 @@ def _owners(b: Board) -> Board:
             "pod-resources overlay). 1 while the GPU is up, 0 while it is down.",
             "none",
             Query(f"{up} * on (instance, uuid) group_left (namespace, pod, container) "
-                  f"group by (instance, uuid, namespace, pod, container) (trainmon_gpu_allocation_info{{{S}}})",
+                  "group by (instance, uuid, namespace, pod, container) "
+                  f"(trainmon_gpu_allocation_info{{{node_matchers}}})",
                   GPU + ": {{namespace}}/{{pod}} {{container}}"),
         ),
         graph(
@@ -254,7 +258,7 @@ def _owners(b: Board) -> Board:
             "of its processes). 1 while the GPU is up, 0 while it is down.",
             "none",
             Query(f"{up} * on (instance, uuid) group_left (job_id) "
-                  f"group by (instance, uuid, job_id) (trainmon_gpu_job_info{{{S}}})",
+                  f"group by (instance, uuid, job_id) (trainmon_gpu_job_info{{{node_matchers}}})",
                   GPU + ": job {{job_id}}"),
         ),
     )
