@@ -23,7 +23,7 @@ import torch.distributed as dist
 from tests.helpers.net import free_port
 from trainmon.torch import TrainingMonitor
 
-ROUNDS = 21
+ROUNDS = 22
 CALLS = 2000
 
 
@@ -62,14 +62,16 @@ def main() -> None:
                               flops_per_token=1e9)  # FLOPs accounting on, as MFU needs
         on = workloads(mon, dist.all_reduce, dist.broadcast)
         results: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in off}
-        for _ in range(ROUNDS):  # alternate off and on so that drift of a shared machine hits both
+        for i in range(ROUNDS):  # off-on, then on-off: drift of a shared machine and the order hit both alike
             for name in off:
-                results[name][0].append(mean_call_us(off[name]))
-                results[name][1].append(mean_call_us(on[name]))
+                first, second = (off, on) if i % 2 == 0 else (on, off)
+                figures = {id(first): mean_call_us(first[name]), id(second): mean_call_us(second[name])}
+                results[name][0].append(figures[id(off)])
+                results[name][1].append(figures[id(on)])
         mon.close()
     dist.destroy_process_group()
     print(f"torch {torch.__version__}, gloo world size 1, training-thread CPU time per call, "
-          f"median of {ROUNDS} alternating rounds x {CALLS} calls")
+          f"median of {ROUNDS} rounds alternating off-on and on-off x {CALLS} calls")
     print(f"{'operation':<28}{'off µs':>10}{'on µs':>10}{'added µs':>10}")
     for name, (off_us, on_us) in results.items():
         added = statistics.median(b - a for a, b in zip(off_us, on_us, strict=True))  # paired: same drift

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from trainmon.torch._state import GroupSeqs, RankState
+from trainmon.torch._state import MAX_UNSETTLED, GroupSeqs, RankState
 from trainmon.torch._timing import DeviceSpans
 
 if TYPE_CHECKING:  # torch.distributed imports it without re-exporting it
@@ -172,7 +172,8 @@ class CollectiveRecorder:
 
     def _patch_work(self) -> None:
         """`Work.wait`/`is_completed` complete our pending works; other works pass straight through."""
-        pending, finish, complete = self._pending, self._finish, self.state.complete
+        pending, finish = self._pending, self._finish
+        completions, settle = self.state.completions, self.state.settle
         original_wait, original_completed = dist.Work.wait, dist.Work.is_completed
 
         @functools.wraps(original_wait)
@@ -185,8 +186,11 @@ class CollectiveRecorder:
                 result = original_wait(work, *args, **kwargs)
             finally:  # a wait that raised (timeout, peer gone) ends the collective too
                 now = perf_counter()
-                if entry[6] is None:  # CPU, inlined: this is the async hot path
-                    complete(entry[1], entry[2], entry[3], entry[4], now - entry[5], now - t)
+                if entry[6] is None:  # CPU, `RankState.complete` inlined: this is the async hot path
+                    completions.append((entry[1], entry[2], entry[3], entry[4], now - entry[5], now - t))
+                    entry[1].inflight.pop(entry[2], None)
+                    if len(completions) > MAX_UNSETTLED:
+                        settle()
                 else:
                     finish(entry, now, t, waited=True)
             return result
@@ -210,12 +214,13 @@ class CollectiveRecorder:
         op, payload_index, group_index = spec.op, spec.payload_index, spec.group_index
         payload_name = spec.payload_name or ""
         complete, pending, groups, tensor_type = self.state.complete, self._pending, self._groups, torch.Tensor
+        completions, settle, spans, unsettled_max = self.state.completions, self.state.settle, self.spans, MAX_UNSETTLED
 
         @functools.wraps(fn)
         def trainmon_collective(*args: Any, **kwargs: Any) -> Any:
             if self.suppressed or compiling():
                 return fn(*args, **kwargs)
-            try:  # the hot path: lookups inlined, one lock round (in `complete`) per blocking call
+            try:  # the hot path: lookups, `RankState.issue` and `RankState.complete` inlined, no lock
                 payload = args[payload_index] if len(args) > payload_index else kwargs.get(payload_name)
                 group = args[group_index] if len(args) > group_index else kwargs.get("group")
                 hit = groups.get(id(group))
@@ -223,7 +228,7 @@ class CollectiveRecorder:
                 if seqs is None:  # not a member: torch returns without communicating
                     return fn(*args, **kwargs)
                 nbytes = payload.nbytes if type(payload) is tensor_type else _nbytes(payload)
-                event = self.spans.mark() if self.spans is not None and _is_cuda(payload) else None
+                event = spans.mark() if spans is not None and _is_cuda(payload) else None
                 t0 = perf_counter()
                 n = next(seqs.numbers)
                 seqs.inflight[n] = (t0, op)
@@ -243,10 +248,13 @@ class CollectiveRecorder:
                         self._forget(next(iter(pending)))
                 elif event is None:  # CPU: the call blocked until the collective finished
                     seconds = perf_counter() - t0
-                    complete(seqs, n, op, nbytes, seconds, seconds)
-                elif self.spans is not None:  # CUDA (an event comes from spans): the current stream now waits
+                    completions.append((seqs, n, op, nbytes, seconds, seconds))
+                    seqs.inflight.pop(n, None)
+                    if len(completions) > unsettled_max:
+                        settle()
+                elif spans is not None:  # CUDA (an event comes from spans): the current stream now waits
                     # for the collective, so all of it is exposed
-                    self.spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, s or 0.0))
+                    spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, s or 0.0))
             except Exception:
                 self.errors += 1
             return result

@@ -1,0 +1,99 @@
+"""RankState's lock-free collective bookkeeping: a report counts each collective once, in flight or
+completed, whatever the threads are doing, and its counters never go backwards."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from trainmon.torch._state import MAX_UNSETTLED, Identity, RankState
+from trainmon.wire import Report
+
+IDENTITY = Identity(job_id="j", rank=0, pid=1, start_time=0.0)
+GROUP = "default_pg"
+
+
+@pytest.fixture
+def busy_switching() -> Iterator[None]:
+    """Switch threads as often as CPython allows, so the issue/complete/report steps interleave."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(previous)
+
+
+def counts(report: Report) -> tuple[int, int]:
+    (seq,) = report.group_seqs
+    return seq.issued, seq.completed
+
+
+def test_a_collective_in_flight_is_issued_not_completed_and_ages_from_its_issue() -> None:
+    state = RankState()
+    seqs = state.sequences(GROUP)
+    issued_at = time.perf_counter() - 5.0
+    first = state.issue(seqs, "all_reduce", issued_at)
+    state.complete(seqs, state.issue(seqs, "broadcast", issued_at), "broadcast", 64, 0.5, 0.25)
+    state.issue(seqs, "all_gather", time.perf_counter())
+    report = state.report(IDENTITY, seq=1)
+    assert counts(report) == (3, 1)
+    (inflight,) = report.inflight
+    assert inflight.op == "all_reduce" and time.time() - inflight.since == pytest.approx(5.0, abs=0.5)
+    assert [(c.op, c.calls, c.bytes, c.seconds) for c in report.collectives] == [("broadcast", 1, 64, 0.5)]
+    assert report.comm_wait == 0.25
+    state.complete(seqs, first, "all_reduce", 8, 5.0, 5.0)
+    later = state.report(IDENTITY, seq=2)
+    assert counts(later) == (3, 2) and [i.op for i in later.inflight] == ["all_gather"]
+
+
+def test_completions_wait_for_a_report_but_never_pile_up_unbounded() -> None:
+    state = RankState()
+    seqs = state.sequences(GROUP)
+    for _ in range(MAX_UNSETTLED * 3):
+        state.complete(seqs, state.issue(seqs, "all_reduce", 0.0), "all_reduce", 1, 0.0, 0.0)
+    assert len(state.completions) <= MAX_UNSETTLED
+    assert counts(state.report(IDENTITY, seq=1)) == (MAX_UNSETTLED * 3,) * 2
+
+
+@pytest.mark.usefixtures("busy_switching")
+def test_reports_taken_while_threads_issue_and_complete_count_each_collective_once() -> None:
+    state = RankState()
+    seqs = state.sequences(GROUP)
+    workers, calls = 4, 3000
+    done = threading.Event()
+    seen: list[tuple[int, int, int]] = []
+
+    def train() -> None:
+        for _ in range(calls):
+            n = state.issue(seqs, "all_reduce", time.perf_counter())
+            state.complete(seqs, n, "all_reduce", 4, 0.001, 0.001)
+
+    def report() -> None:
+        seq = 0
+        while not done.is_set():
+            seq += 1
+            r = state.report(IDENTITY, seq=seq)
+            issued, completed = counts(r) if r.group_seqs else (0, 0)
+            calls_total = sum(c.calls for c in r.collectives)
+            seen.append((issued, completed, calls_total))
+
+    threads = [threading.Thread(target=train) for _ in range(workers)]
+    reporter = threading.Thread(target=report)
+    reporter.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reporter.join()
+    assert len(seen) > 10
+    for (issued, completed, calls_total), (later_issued, later_completed, _) in itertools.pairwise(seen):
+        assert completed == calls_total <= issued <= completed + workers  # at most one in flight per thread
+        assert later_issued >= issued and later_completed >= completed
+    final = state.report(IDENTITY, seq=10**6)
+    assert counts(final) == (workers * calls,) * 2 and final.inflight == ()
+    assert sum(c.calls for c in final.collectives) == workers * calls
