@@ -15,7 +15,6 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -36,42 +35,45 @@ def mean_call_us(body: Callable[[], None]) -> float:
     return (time.thread_time() - start) / CALLS * 1e6
 
 
-def workloads(mon: TrainingMonitor | None, all_reduce: Callable[..., Any],
-              broadcast: Callable[..., Any]) -> dict[str, Callable[[], None]]:
+def workloads(mon: TrainingMonitor) -> dict[str, Callable[[bool], None]]:
+    """Each operation, hook on (True) or off (False); collectives through `dist`'s attributes, which
+    the hook patches, so off is torch alone (no patched `Work.wait` either)."""
     tensor = torch.ones(16)
 
-    def step() -> None:
-        if mon is not None:
+    def step(on: bool) -> None:
+        if on:
             mon.step_begin()
             mon.step_end(samples=8, tokens=128)
 
     return {
         "step boundary (begin+end)": step,
-        "all_reduce (blocking)": lambda: all_reduce(tensor),
-        "all_reduce (async + wait)": lambda: all_reduce(tensor, async_op=True).wait(),
-        "broadcast (blocking)": lambda: broadcast(tensor, src=0),
+        "all_reduce (blocking)": lambda _: dist.all_reduce(tensor),
+        "all_reduce (async + wait)": lambda _: dist.all_reduce(tensor, async_op=True).wait(),
+        "broadcast (blocking)": lambda _: dist.broadcast(tensor, src=0),
     }
 
 
 def main() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
-    off = workloads(None, dist.all_reduce, dist.broadcast)
     with tempfile.TemporaryDirectory() as tmp:  # no daemon listens: the cost of the hook alone
         mon = TrainingMonitor(job_id="bench", env={"TRAINMON_INGEST_SOCKET": f"{tmp}/none.sock"},
                               flops_per_token=1e9)  # FLOPs accounting on, as MFU needs
-        on = workloads(mon, dist.all_reduce, dist.broadcast)
-        results: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in off}
+        ops = workloads(mon)
+        recorder = mon._collectives
+        results: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in ops}
+        installed = True
         for i in range(ROUNDS):  # off-on, then on-off: drift of a shared machine and the order hit both alike
-            for name in off:
-                first, second = (off, on) if i % 2 == 0 else (on, off)
-                figures = {id(first): mean_call_us(first[name]), id(second): mean_call_us(second[name])}
-                results[name][0].append(figures[id(off)])
-                results[name][1].append(figures[id(on)])
+            for name, op in ops.items():
+                for on in (False, True) if i % 2 == 0 else (True, False):
+                    if on != installed:
+                        recorder.install() if on else recorder.uninstall()
+                        installed = on
+                    results[name][on].append(mean_call_us(lambda: op(on)))  # noqa: B023  # called at once
         mon.close()
     dist.destroy_process_group()
     print(f"torch {torch.__version__}, gloo world size 1, training-thread CPU time per call, "
-          f"median of {ROUNDS} rounds alternating off-on and on-off x {CALLS} calls")
+          f"median of {ROUNDS} rounds alternating off-on and on-off x {CALLS} calls; off: hook uninstalled")
     print(f"{'operation':<28}{'off µs':>10}{'on µs':>10}{'added µs':>10}")
     for name, (off_us, on_us) in results.items():
         added = statistics.median(b - a for a, b in zip(off_us, on_us, strict=True))  # paired: same drift

@@ -176,14 +176,16 @@ class CollectiveRecorder:
         completions, settle = self.state.completions, self.state.settle
         original_wait, original_completed = dist.Work.wait, dist.Work.is_completed
 
+        # Every blocking collective passes through here too (torch waits on its own Work): positional
+        # arguments only, not *args/**kwargs, is what keeps that pass-through cheap.
         @functools.wraps(original_wait)
-        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+        def wait(work: Any, timeout: Any = None) -> Any:
             entry = pending.pop(id(work), None) if pending else None  # popping claims it
             if entry is None:
-                return original_wait(work, *args, **kwargs)
+                return original_wait(work) if timeout is None else original_wait(work, timeout)
             t = perf_counter()
             try:
-                result = original_wait(work, *args, **kwargs)
+                result = original_wait(work) if timeout is None else original_wait(work, timeout)
             finally:  # a wait that raised (timeout, peer gone) ends the collective too
                 now = perf_counter()
                 if entry[6] is None:  # CPU, `RankState.complete` inlined: this is the async hot path
@@ -209,7 +211,9 @@ class CollectiveRecorder:
             setattr(dist.Work, name, method)
 
     def _wrap(self, fn: Callable[..., Any], spec: Spec) -> Callable[..., Any]:
-        compiling = torch.compiler.is_compiling
+        # Dynamo traces this wrapper with it True (so the graph holds torch's own call); in eager it is
+        # one frame, where `is_compiling` is two.
+        compiling = torch.compiler.is_dynamo_compiling
         work_type, future_type = dist.Work, torch._C.Future
         op, payload_index, group_index = spec.op, spec.payload_index, spec.group_index
         payload_name = spec.payload_name or ""
