@@ -341,11 +341,16 @@ unless {ON_RANK}
 def collective_alerts(c: RulesConfig) -> list[Alert]:
     """`TrainmonCollectiveHang`: a group whose oldest collective is in flight past the threshold.
 
-    Either some member has issued fewer collectives (the alert names it, ranks in a phase excepted),
-    or every member waits and none lags (one alert per group: the network or NCCL).
+    `cause` says what trainmon can tell: a member has issued fewer collectives (the alert names it,
+    ranks in a phase excepted); a member reports nothing on the group any more (dead rank or node);
+    every member waits and none lags (the network or NCCL); or the waiting is on groups folded into
+    `other`, whose members cannot be compared.
     """
-    hung = f"job_id_group:trainmon_nccl_inflight_oldest_seconds:max > {c.collective_hang_seconds}"
+    limit = c.collective_hang_seconds
+    hung = f"job_id_group:trainmon_nccl_inflight_oldest_seconds:max > {limit}"
     waiting = c.m("trainmon_nccl_inflight_oldest_seconds", NOT_OTHER)
+    phase = c.m("trainmon_train_phase")
+    missing = "job_id_group:trainmon_nccl_group_size:max - job_id_group:trainmon_nccl_members:count > 0"
     summary = "A collective has been in flight for too long: the job is hung."
     return [
         Alert(
@@ -365,27 +370,65 @@ def collective_alerts(c: RulesConfig) -> list[Alert]:
             description=(
                 "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU "
                 "{{ $labels.uuid }}) has issued {{ $value }} fewer collectives on group {{ $labels.group }} "
-                f"than its peers, who have waited in one for over {c.collective_hang_seconds}s: it holds the "
+                f"than its peers, who have waited in one for over {limit}s: it holds the "
                 "job. Dump its stack (py-spy dump) and the NCCL flight recorder."
             ),
         ),
         Alert(
             alert="TrainmonCollectiveHang",
             expr=f"""
-  count without (instance, rank, op) ({waiting} > {c.collective_hang_seconds})
+  {missing}
+and on (job, job_id, group)
+  {hung}
+unless on (job, job_id)
+  {phase} == 1""",
+            severity="critical",
+            labels=(("cause", "member_missing"),),
+            summary=summary,
+            description=(
+                "{{ $value }} member(s) of group {{ $labels.group }} of job {{ $labels.job_id }} report nothing "
+                f"on it while the others have waited in a collective for over {limit}s: a rank is gone "
+                "(crashed or killed, or its node or trainmon daemon is down). Check TrainmonRankLost and "
+                "TrainmonExporterDown for the job's nodes; the NCCL flight recorder names the missing rank."
+            ),
+        ),
+        Alert(
+            alert="TrainmonCollectiveHang",
+            expr=f"""
+  count without (instance, rank, op) ({waiting} > {limit})
 == on (job, job_id, group)
   job_id_group:trainmon_nccl_members:count
 and on (job, job_id, group)
   job_id_group:trainmon_nccl_issued:spread == 0
+unless on (job, job_id, group)
+  {missing}
 unless on (job, job_id)
-  {c.m('trainmon_train_phase')} == 1""",
+  {phase} == 1""",
             severity="critical",
             labels=(("cause", "network_or_nccl"),),
             summary=summary,
             description=(
                 "All {{ $value }} ranks of group {{ $labels.group }} of job {{ $labels.job_id }} have waited "
-                f"in the same collective for over {c.collective_hang_seconds}s and none lags: suspect the "
+                f"in the same collective for over {limit}s and none lags: suspect the "
                 "network or NCCL (check the fabric alerts and the NCCL flight recorder)."
+            ),
+        ),
+        Alert(
+            alert="TrainmonCollectiveHang",
+            expr=f"""
+  count without (instance, rank, op) ({c.m("trainmon_nccl_inflight_oldest_seconds", 'group="other"')} > {limit})
+unless on (job, job_id)
+  {hung}
+unless on (job, job_id)
+  {phase} == 1""",
+            severity="critical",
+            labels=(("cause", "untracked_group"),),
+            summary=summary,
+            description=(
+                "{{ $value }} rank(s) of job {{ $labels.job_id }} have waited over "
+                f"{limit}s in a collective on process groups folded into `other` (each rank "
+                "tracks its first 8 groups by name), so trainmon cannot compare their members: dump the NCCL "
+                "flight recorder and py-spy of the waiting ranks to find the one that never joined."
             ),
         ),
     ]

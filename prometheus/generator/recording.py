@@ -153,8 +153,9 @@ clamp_min(
 
 def collectives_group(c: RulesConfig) -> Group:
     """Ranks of one process group compared across nodes: who has issued fewer collectives, and how
-    long the group's oldest collective has been in flight. The `other` group folds unrelated groups
-    of each rank together, so it is left out."""
+    long the group's oldest collective has been in flight, and how many members report on it. The
+    `other` group folds unrelated groups of each rank together, so it is left out (the hang alert
+    has its own form for it)."""
     issued = c.m("trainmon_nccl_issued_total", NOT_OTHER)
     waiting = c.m("trainmon_nccl_inflight_oldest_seconds", NOT_OTHER)
     return Group(
@@ -176,6 +177,11 @@ def collectives_group(c: RulesConfig) -> Group:
             Record(
                 record="job_id_group:trainmon_nccl_members:count",
                 expr=f"count without (instance, rank) ({issued})",
+            ),
+            # What the members say the group's size is: more than report on it means one is gone.
+            Record(
+                record="job_id_group:trainmon_nccl_group_size:max",
+                expr=f"max without (instance, rank) ({c.m('trainmon_nccl_group_size', NOT_OTHER)})",
             ),
             Record(
                 record="job_id_group:trainmon_nccl_inflight_oldest_seconds:max",
