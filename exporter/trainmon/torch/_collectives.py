@@ -188,9 +188,10 @@ class CollectiveRecorder:
                 result = original_wait(work) if timeout is None else original_wait(work, timeout)
             finally:  # a wait that raised (timeout, peer gone) ends the collective too
                 now = perf_counter()
-                if entry[6] is None:  # CPU, `RankState.complete` inlined: this is the async hot path
-                    completions.append((entry[1], entry[2], entry[3], entry[4], now - entry[5], now - t))
-                    entry[1].inflight.pop(entry[2], None)
+                _, seqs, n, op, nbytes, t0, event = entry
+                if event is None:  # CPU, `RankState.complete` inlined: this is the async hot path
+                    completions.append((seqs, n, op, nbytes, now - t0, now - t))
+                    seqs.inflight.pop(n, None)
                     if len(completions) > MAX_UNSETTLED:
                         settle()
                 else:
@@ -246,7 +247,8 @@ class CollectiveRecorder:
                 complete(seqs, n, op, nbytes, seconds, seconds)
                 raise
             try:
-                if result is not None and isinstance(result, (work_type, future_type)):  # async: when seen done
+                if result is not None and (type(result) is work_type or isinstance(result, (work_type, future_type))):
+                    # async: complete when seen done
                     pending[id(result)] = (result, seqs, n, op, nbytes, t0, event)
                     if len(pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
                         self._forget(next(iter(pending)))
