@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 from trainmon.collectors import build_collector
 from trainmon.collectors.base import Collection, Collector, NodeResources
-from trainmon.errors import CollectorError
+from trainmon.errors import CollectorError, error_line
 from trainmon.ingest.ranks import Procfs, RankTable
 from trainmon.ingest.server import IngestServer
 from trainmon.profiles import family_filter
-from trainmon.scheduler import Scheduler, describe
+from trainmon.scheduler import Scheduler
 from trainmon.settings import Settings
 from trainmon.snapshot import Snapshot, SnapshotStore
 
@@ -56,8 +56,8 @@ def build_collectors(settings: Settings, resources: NodeResources) -> list[Colle
         try:
             collectors.append(build_collector(name, settings, resources))
         except Exception as exc:
-            log.warning("collector could not start collector=%s error=%s", name, describe(exc))
-            collectors.append(UnbuildableCollector(name, describe(exc)))
+            log.warning("collector could not start collector=%s error=%s", name, error_line(exc))
+            collectors.append(UnbuildableCollector(name, error_line(exc)))
     return collectors
 
 

@@ -51,3 +51,11 @@ class MessageRejected(TrainmonError, ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+def error_line(error: BaseException | None) -> str:
+    """One line for logs and status: the exception's type where its message alone would be unclear."""
+    if error is None:
+        return "unknown error"
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return text if text and type(error).__module__.startswith("trainmon") else f"{type(error).__name__}: {text}"

@@ -24,7 +24,7 @@ from prometheus_client import ProcessCollector
 
 from trainmon import __version__
 from trainmon.collectors.base import Collection, Collector
-from trainmon.errors import CollectorError, NoData
+from trainmon.errors import CollectorError, NoData, error_line
 from trainmon.families import Metric, gauge, info
 from trainmon.snapshot import CollectorState, CollectorStatus, Snapshot, SnapshotStore
 
@@ -166,7 +166,7 @@ class Scheduler:
                                      error=str(outcome.error), last_success=now)
             return status, ()
         partial = outcome.error.families if isinstance(outcome.error, CollectorError) else ()
-        return self._failing(name, outcome.duration_s, describe(outcome.error)), partial
+        return self._failing(name, outcome.duration_s, error_line(outcome.error)), partial
 
     def _failing(self, name: str, duration: float, error: str) -> CollectorStatus:
         return CollectorStatus(name=name, state="failing", duration_s=duration, error=error,
@@ -207,11 +207,3 @@ class Scheduler:
             except Exception:
                 log.exception("collection cycle failed")
             self._stop.wait(max(0.0, self._interval - (time.monotonic() - started)))
-
-
-def describe(error: BaseException | None) -> str:
-    """One line: the exception's type where its message alone would be unclear."""
-    if error is None:
-        return "unknown error"
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return text if text and type(error).__module__.startswith("trainmon") else f"{type(error).__name__}: {text}"

@@ -21,7 +21,7 @@ from tests.helpers.clock import Clock
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import Collection, NodeResources
-from trainmon.collectors.gpu import METRICS, GpuCollector
+from trainmon.collectors.gpu import FAMILIES, GpuCollector
 from trainmon.errors import CollectorError
 from trainmon.nvml import fields, gpm
 from trainmon.nvml.metrics import GpuMetric
@@ -420,6 +420,6 @@ def test_reinitialisation_backs_off_to_a_cap_of_five_minutes(tmp_path: Path,
 
 def test_every_gpu_metric_key_has_one_family_and_the_nvml_tables_use_only_those_keys() -> None:
     """The reading's keys and the collector's families are one enum: nothing read goes unserved."""
-    assert list(METRICS) == list(GpuMetric)
-    assert {f.metric for f in fields.FIELDS} | set(gpm.METRICS.values()) <= set(GpuMetric)
+    assert list(FAMILIES) == list(GpuMetric)
+    assert {f.metric for f in fields.FIELDS} | set(gpm.GPM_METRICS.values()) <= set(GpuMetric)
     assert all(isinstance(f.metric, GpuMetric) for f in fields.FIELDS)

@@ -58,7 +58,7 @@ def test_the_job_exercises_every_collective_of_the_installed_torch() -> None:
     wrapped = collective_functions()
 
     assert set(wrapped) <= CALLED
-    assert {spec.op for _, spec in wrapped.values()} <= set(wire.OPS)
+    assert {signature.op for _, signature in wrapped.values()} <= set(wire.OPS)
     assert {"all_gather_single", "reduce_scatter_single", "all_reduce_coalesced", "all_gather_coalesced"} <= set(
         wrapped)
 

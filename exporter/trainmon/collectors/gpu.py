@@ -27,7 +27,7 @@ from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import InventoryGpu
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
-from trainmon.nvml.errors import NVML_FAILURES, describe, needs_reinit
+from trainmon.nvml.errors import NVML_FAILURES, needs_reinit, nvml_error_line
 from trainmon.nvml.metrics import GpuMetric
 from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
@@ -44,7 +44,7 @@ NOT_FOUND = "not found by NVML since re-initialisation"
 
 
 @dataclass(frozen=True, slots=True)
-class Spec:
+class GpuFamily:
     """One per-GPU metric: its kind, help text, and the label that splits it (if any)."""
 
     kind: Callable[..., ValueFamily]
@@ -53,37 +53,37 @@ class Spec:
 
 
 # The GPU metrics read each cycle (SPEC §4), one for each GpuMetric. Value series only.
-METRICS: dict[GpuMetric, Spec] = {
-    GpuMetric.UTILIZATION_RATIO: Spec(gauge, "NVML utilization.gpu: time any kernel ran (an NCCL wait counts)."),
-    GpuMetric.SM_UTILIZATION_RATIO: Spec(gauge, "SM activity over the last interval, from NVML GPM (Hopper+)."),
-    GpuMetric.SM_ACTIVE_SECONDS_TOTAL: Spec(counter, "SM activity integrated over time, from NVML GPM."),
-    GpuMetric.SM_OCCUPANCY_RATIO: Spec(gauge, "Resident warps against the maximum, from NVML GPM."),
-    GpuMetric.TENSOR_ACTIVE_RATIO: Spec(gauge, "Tensor-core activity, from NVML GPM."),
-    GpuMetric.DRAM_ACTIVE_RATIO: Spec(gauge, "DRAM bandwidth used against the maximum, from NVML GPM."),
-    GpuMetric.FB_USED_BYTES: Spec(gauge, "Framebuffer allocated (v2: excluding reserved)."),
-    GpuMetric.FB_FREE_BYTES: Spec(gauge, "Framebuffer free."),
-    GpuMetric.FB_TOTAL_BYTES: Spec(gauge, "Framebuffer total."),
-    GpuMetric.FB_RESERVED_BYTES: Spec(gauge, "Framebuffer reserved by the driver (memory info v2 only)."),
-    GpuMetric.POWER_WATTS: Spec(gauge, "Power draw."),
-    GpuMetric.POWER_LIMIT_WATTS: Spec(gauge, "Enforced power limit."),
-    GpuMetric.ENERGY_JOULES_TOTAL: Spec(counter, "Energy used since the driver loaded."),
-    GpuMetric.TEMPERATURE_CELSIUS: Spec(gauge, "Temperature by sensor (gpu, memory).", "sensor"),
-    GpuMetric.CLOCK_HERTZ: Spec(gauge, "Current clock (sm, memory).", "clock"),
-    GpuMetric.CLOCKS_EVENT_ACTIVE: Spec(gauge, "1 while this clock event (throttle) reason holds the clocks.",
+FAMILIES: dict[GpuMetric, GpuFamily] = {
+    GpuMetric.UTILIZATION_RATIO: GpuFamily(gauge, "NVML utilization.gpu: time any kernel ran (an NCCL wait counts)."),
+    GpuMetric.SM_UTILIZATION_RATIO: GpuFamily(gauge, "SM activity over the last interval, from NVML GPM (Hopper+)."),
+    GpuMetric.SM_ACTIVE_SECONDS_TOTAL: GpuFamily(counter, "SM activity integrated over time, from NVML GPM."),
+    GpuMetric.SM_OCCUPANCY_RATIO: GpuFamily(gauge, "Resident warps against the maximum, from NVML GPM."),
+    GpuMetric.TENSOR_ACTIVE_RATIO: GpuFamily(gauge, "Tensor-core activity, from NVML GPM."),
+    GpuMetric.DRAM_ACTIVE_RATIO: GpuFamily(gauge, "DRAM bandwidth used against the maximum, from NVML GPM."),
+    GpuMetric.FB_USED_BYTES: GpuFamily(gauge, "Framebuffer allocated (v2: excluding reserved)."),
+    GpuMetric.FB_FREE_BYTES: GpuFamily(gauge, "Framebuffer free."),
+    GpuMetric.FB_TOTAL_BYTES: GpuFamily(gauge, "Framebuffer total."),
+    GpuMetric.FB_RESERVED_BYTES: GpuFamily(gauge, "Framebuffer reserved by the driver (memory info v2 only)."),
+    GpuMetric.POWER_WATTS: GpuFamily(gauge, "Power draw."),
+    GpuMetric.POWER_LIMIT_WATTS: GpuFamily(gauge, "Enforced power limit."),
+    GpuMetric.ENERGY_JOULES_TOTAL: GpuFamily(counter, "Energy used since the driver loaded."),
+    GpuMetric.TEMPERATURE_CELSIUS: GpuFamily(gauge, "Temperature by sensor (gpu, memory).", "sensor"),
+    GpuMetric.CLOCK_HERTZ: GpuFamily(gauge, "Current clock (sm, memory).", "clock"),
+    GpuMetric.CLOCKS_EVENT_ACTIVE: GpuFamily(gauge, "1 while this clock event (throttle) reason holds the clocks.",
                                     "reason"),
-    GpuMetric.THROTTLE_SECONDS_TOTAL: Spec(counter, "Time the clocks were held down, by policy (NVML violation "
+    GpuMetric.THROTTLE_SECONDS_TOTAL: GpuFamily(counter, "Time the clocks were held down, by policy (NVML violation "
                                        "counters).", "reason"),
-    GpuMetric.ECC_ERRORS_TOTAL: Spec(counter, "Volatile ECC errors since the driver loaded.", "error"),
-    GpuMetric.REMAPPED_ROWS_TOTAL: Spec(counter, "Rows remapped for memory errors (Ampere+).", "error"),
-    GpuMetric.ROW_REMAP_PENDING: Spec(gauge, "1 when a row remap waits for a GPU reset."),
-    GpuMetric.ROW_REMAP_FAILURE: Spec(gauge, "1 when a row remap failed."),
-    GpuMetric.PCIE_LINK_GENERATION: Spec(gauge, "PCIe link generation (current, max).", "kind"),
-    GpuMetric.PCIE_LINK_WIDTH: Spec(gauge, "PCIe link width in lanes (current, max).", "kind"),
-    GpuMetric.PCIE_REPLAY_ERRORS_TOTAL: Spec(counter, "PCIe replays."),
-    GpuMetric.PCIE_RECEIVED_BYTES_TOTAL: Spec(counter, "PCIe bytes received (unwrapped field counter)."),
-    GpuMetric.PCIE_TRANSMITTED_BYTES_TOTAL: Spec(counter, "PCIe bytes transmitted (unwrapped field counter)."),
-    GpuMetric.NVLINK_RECEIVED_BYTES_TOTAL: Spec(counter, "NVLink data bytes received, all links."),
-    GpuMetric.NVLINK_TRANSMITTED_BYTES_TOTAL: Spec(counter, "NVLink data bytes transmitted, all links."),
+    GpuMetric.ECC_ERRORS_TOTAL: GpuFamily(counter, "Volatile ECC errors since the driver loaded.", "error"),
+    GpuMetric.REMAPPED_ROWS_TOTAL: GpuFamily(counter, "Rows remapped for memory errors (Ampere+).", "error"),
+    GpuMetric.ROW_REMAP_PENDING: GpuFamily(gauge, "1 when a row remap waits for a GPU reset."),
+    GpuMetric.ROW_REMAP_FAILURE: GpuFamily(gauge, "1 when a row remap failed."),
+    GpuMetric.PCIE_LINK_GENERATION: GpuFamily(gauge, "PCIe link generation (current, max).", "kind"),
+    GpuMetric.PCIE_LINK_WIDTH: GpuFamily(gauge, "PCIe link width in lanes (current, max).", "kind"),
+    GpuMetric.PCIE_REPLAY_ERRORS_TOTAL: GpuFamily(counter, "PCIe replays."),
+    GpuMetric.PCIE_RECEIVED_BYTES_TOTAL: GpuFamily(counter, "PCIe bytes received (unwrapped field counter)."),
+    GpuMetric.PCIE_TRANSMITTED_BYTES_TOTAL: GpuFamily(counter, "PCIe bytes transmitted (unwrapped field counter)."),
+    GpuMetric.NVLINK_RECEIVED_BYTES_TOTAL: GpuFamily(counter, "NVLink data bytes received, all links."),
+    GpuMetric.NVLINK_TRANSMITTED_BYTES_TOTAL: GpuFamily(counter, "NVLink data bytes transmitted, all links."),
 }
 
 
@@ -152,7 +152,7 @@ class GpuCollector:
             self._attach_all(now)
         except NVML_FAILURES as exc:
             self._close()
-            self._last_error = describe(exc)
+            self._last_error = nvml_error_line(exc)
             self._backoff.failed(now)
             raise CollectorError(f"NVML unavailable ({self._last_error})") from exc
         self._backoff.succeeded()
@@ -164,13 +164,13 @@ class GpuCollector:
             try:
                 handle, identity = identify(index)
             except NVML_FAILURES as exc:
-                self._unidentified.append(f"gpu {index}: {describe(exc)}")
+                self._unidentified.append(f"gpu {index}: {nvml_error_line(exc)}")
                 continue
             gpu = self._gpus.setdefault(identity.uuid, Gpu(identity))
             try:
                 gpu.attach(handle, identity, now)
             except NVML_FAILURES as exc:
-                self._unidentified.append(f"gpu {index} {identity.uuid}: {describe(exc)}")
+                self._unidentified.append(f"gpu {index} {identity.uuid}: {nvml_error_line(exc)}")
                 continue
             self._attached.append(gpu)
         try:
@@ -178,7 +178,7 @@ class GpuCollector:
                                         for g in self._attached], self._xids)
             self._xid_problems = list(self._watcher.unsupported)
         except NVML_FAILURES as exc:
-            self._xid_problems = [f"XID events: {describe(exc)}"]
+            self._xid_problems = [f"XID events: {nvml_error_line(exc)}"]
 
     def _close(self) -> None:
         if self._watcher is not None:
@@ -264,7 +264,7 @@ class GpuCollector:
         except NVML_FAILURES as exc:
             if needs_reinit(exc):
                 self._reinit_wanted = True
-            return GpuStatus(identity=gpu.identity, reading=None, error=describe(exc))
+            return GpuStatus(identity=gpu.identity, reading=None, error=nvml_error_line(exc))
         return GpuStatus(identity=gpu.identity, reading=reading)
 
     # --- families --------------------------------------------------------------------------------------------
@@ -339,7 +339,7 @@ def _ids(identity: GpuIdentity) -> list[str]:
 
 def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
     families: list[Metric] = []
-    for metric, spec in METRICS.items():
+    for metric, spec in FAMILIES.items():
         labels = GPU_LABELS + ((spec.label,) if spec.label else ())
         family = spec.kind(metric.family, spec.help, labels)
         for identity, reading in read:
@@ -392,4 +392,4 @@ def _xid_families(counts: XidCounts) -> list[Metric]:
     return [total, last]
 
 
-__all__ = ["METRICS", "GpuCollector", "count_pci_gpus"]
+__all__ = ["FAMILIES", "GpuCollector", "count_pci_gpus"]

@@ -21,11 +21,10 @@ from pathlib import Path
 
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.problems import ProblemLog
-from trainmon.errors import CollectorError, ConfigError
+from trainmon.errors import CollectorError, ConfigError, error_line
 from trainmon.families import info
 from trainmon.gpu_inventory import InventoryGpu
 from trainmon.kubelet.client import ContainerDevices, KubeletError, list_devices
-from trainmon.scheduler import describe
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -110,7 +109,7 @@ class PodResourcesCollector:
         except KubeletError as exc:
             listing = Listing(devices=(), error=str(exc), at=time.time())
         except Exception as exc:  # whatever else goes wrong, the refresher thread must live on
-            listing = Listing(devices=(), error=describe(exc), at=time.time())
+            listing = Listing(devices=(), error=error_line(exc), at=time.time())
         self._listing = listing
         self._listed.set()
         return listing

@@ -31,6 +31,6 @@ def needs_reinit(exc: BaseException) -> bool:
     return isinstance(exc, pynvml.NVMLError) and exc.value in NEEDS_REINIT
 
 
-def describe(exc: BaseException) -> str:
+def nvml_error_line(exc: BaseException) -> str:
     """One line: `NVMLError_GpuIsLost: GPU is lost`."""
     return f"{type(exc).__name__}: {exc}"

@@ -21,7 +21,7 @@ MAX_WINDOW_S = 600.0
 PERCENT = 0.01
 
 # GPM metric id -> the ratio metric it feeds (values arrive in percent).
-METRICS: dict[int, GpuMetric] = {
+GPM_METRICS: dict[int, GpuMetric] = {
     pynvml.NVML_GPM_METRIC_SM_UTIL: GpuMetric.SM_UTILIZATION_RATIO,
     pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: GpuMetric.SM_OCCUPANCY_RATIO,
     pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: GpuMetric.TENSOR_ACTIVE_RATIO,
@@ -72,13 +72,13 @@ class GpmSampler:
     def _metrics(self) -> dict[GpuMetric, float]:
         request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(METRICS)
+        request.numMetrics = len(GPM_METRICS)
         request.sample1, request.sample2 = self._previous, self._current
-        for slot, metric_id in enumerate(METRICS):
+        for slot, metric_id in enumerate(GPM_METRICS):
             request.metrics[slot].metricId = metric_id
         pynvml.nvmlGpmMetricsGet(request)
         ratios = {}
-        for slot, name in enumerate(METRICS.values()):
+        for slot, name in enumerate(GPM_METRICS.values()):
             metric = request.metrics[slot]
             if metric.nvmlReturn == pynvml.NVML_SUCCESS:
                 ratios[name] = min(1.0, max(0.0, metric.value * PERCENT))

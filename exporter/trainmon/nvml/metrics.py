@@ -1,6 +1,6 @@
 """The per-GPU metrics a reading carries: one key shared by the NVML layer and the GPU collector.
 
-`GpuReading` is keyed by these members and `collectors/gpu.py` has one `Spec` for each, so a
+`GpuReading` is keyed by these members and `collectors/gpu.py` has one `GpuFamily` for each, so a
 misspelt key fails at import (and under mypy) instead of silently serving nothing.
 """
 

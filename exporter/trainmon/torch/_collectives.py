@@ -57,7 +57,9 @@ OP_PREFIXES = (("all_reduce", "all_reduce"), ("reduce_scatter", "reduce_scatter"
 
 
 @dataclass(frozen=True, slots=True)
-class Spec:
+class CollectiveSignature:
+    """Where a collective function takes its payload and its group, and the SPEC `op` it counts as."""
+
     op: str
     payload_name: str | None
     payload_index: int
@@ -71,7 +73,7 @@ def op_of(name: str) -> str | None:
     return next((op for prefix, op in OP_PREFIXES if name == prefix or name.startswith(prefix + "_")), None)
 
 
-def collective_functions(module: Any = distributed_c10d) -> dict[str, tuple[Callable[..., Any], Spec]]:
+def collective_functions(module: Any = distributed_c10d) -> dict[str, tuple[Callable[..., Any], CollectiveSignature]]:
     """The collectives of `module` (torch's `distributed_c10d`) that do the work themselves, by name."""
     found: dict[str, Callable[..., Any]] = {}
     for name in getattr(module, "__all__", ()):
@@ -82,14 +84,14 @@ def collective_functions(module: Any = distributed_c10d) -> dict[str, tuple[Call
     for name, fn in found.items():
         globals_used = {i.argval for i in dis.get_instructions(inspect.unwrap(fn)) if i.opname == "LOAD_GLOBAL"}
         if not globals_used & (found.keys() - {name}):  # a forwarder is counted by the one it calls
-            out[name] = (fn, _spec(fn, op_of(name) or "other"))
+            out[name] = (fn, _signature(fn, op_of(name) or "other"))
     return out
 
 
-def _spec(fn: Callable[..., Any], op: str) -> Spec:
+def _signature(fn: Callable[..., Any], op: str) -> CollectiveSignature:
     params = list(inspect.signature(fn).parameters)
     payload = next((p for p in params if p in PAYLOAD_NAMES), None)
-    return Spec(op, payload, params.index(payload) if payload else 10**6, params.index("group"))
+    return CollectiveSignature(op, payload, params.index(payload) if payload else 10**6, params.index("group"))
 
 
 def _nbytes(payload: object) -> int:
@@ -144,7 +146,7 @@ class CollectiveRecorder:
 
     def install(self) -> int:
         """Wrap the collectives wherever the original functions are bound; return how many names."""
-        wrappers = {id(fn): (fn, self._wrap(fn, spec)) for fn, spec in collective_functions().values()}
+        wrappers = {id(fn): (fn, self._wrap(fn, signature)) for fn, signature in collective_functions().values()}
         for module in list(sys.modules.values()):
             try:  # sys.modules may hold objects whose attribute access runs code
                 namespace = vars(module)
@@ -211,13 +213,13 @@ class CollectiveRecorder:
         for name, method in (("wait", wait), ("is_completed", is_completed)):
             setattr(dist.Work, name, method)
 
-    def _wrap(self, fn: Callable[..., Any], spec: Spec) -> Callable[..., Any]:
+    def _wrap(self, fn: Callable[..., Any], signature: CollectiveSignature) -> Callable[..., Any]:
         # Dynamo traces this wrapper with it True (so the graph holds torch's own call); in eager it is
         # one frame, where `is_compiling` is two.
         compiling = torch.compiler.is_dynamo_compiling
         work_type, future_type = dist.Work, torch._C.Future
-        op, payload_index, group_index = spec.op, spec.payload_index, spec.group_index
-        payload_name = spec.payload_name or ""
+        op, payload_index, group_index = signature.op, signature.payload_index, signature.group_index
+        payload_name = signature.payload_name or ""
         complete, pending, groups, tensor_type = self.state.complete, self._pending, self._groups, torch.Tensor
         completions, settle, spans, unsettled_max = self.state.completions, self.state.settle, self.spans, MAX_UNSETTLED
 
