@@ -25,7 +25,7 @@ from trainmon.families import info
 from trainmon.gpu_inventory import InventoryGpu
 from trainmon.parsers.cgroup import slurm_job_of
 from trainmon.parsers.job_mapping import gpu_index_of, parse_job_lines
-from trainmon.roots import Unavailable, read_attribute
+from trainmon.roots import Root, Unavailable, read_attribute
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -78,12 +78,12 @@ def read_mapping(directory: Path) -> Mapping:
     return Mapping(jobs={i: tuple(ids) for i, ids in jobs.items()}, problems=tuple(problems))
 
 
-def cgroup_jobs(procfs: Path, pids: Iterable[int]) -> tuple[tuple[str, ...], list[str]]:
+def cgroup_jobs(procfs: Root, pids: Iterable[int]) -> tuple[tuple[str, ...], list[str]]:
     """The Slurm jobs of these processes, from their cgroup files; a process gone meanwhile is dropped."""
     jobs: dict[str, None] = {}
     problems: list[str] = []
     for pid in pids:
-        text = read_attribute(procfs / str(pid) / "cgroup", MAX_CGROUP_BYTES)
+        text = read_attribute(procfs.join(str(pid), "cgroup"), MAX_CGROUP_BYTES)
         if isinstance(text, Unavailable):
             why = "exited before its cgroup was read" if text.why in GONE else text.why
             problems.append(f"pid {pid}: {why}")
@@ -100,7 +100,7 @@ class HpcJobsCollector:
     def __init__(self, settings: Settings, resources: NodeResources,
                  refresh_s: float = REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self._directory = settings.hpc_job_mapping_dir
-        self._procfs = settings.procfs
+        self._procfs = Root(settings.procfs, "procfs")
         self._inventory = resources.gpus
         self._refresh_s = refresh_s
         self._clock = clock
