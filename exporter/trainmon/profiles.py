@@ -39,6 +39,7 @@ FLEET_FAMILIES = frozenset({
     "trainmon_infiniband_state_id",
     "trainmon_infiniband_symbol_error_total",
     "trainmon_ingest_ranks",
+    "trainmon_nccl_group_size",
     "trainmon_nccl_inflight_oldest_seconds",
     "trainmon_nccl_issued_total",
     "trainmon_nccl_time_seconds_total",
