@@ -1,21 +1,34 @@
-"""N simulated nodes scraped by a real Prometheus 2.42 running the shipped rules: rule-group evaluation
-time and the range-query time of every dashboard panel, per N.
+"""N simulated nodes under a real Prometheus 2.42 running the shipped rules: rule-group evaluation time and
+the range-query time of every dashboard panel, per N.
 
-    python -m tests.bench.bench_fleet                    # --nodes 100,300,1000 --minutes 2
+    python -m tests.bench.bench_fleet                          # --mode backfill --nodes 100,300,1000 --minutes 30
+    python -m tests.bench.bench_fleet --mode scrape --minutes 2
 
 One real node (the daemon on the fake NVML and a synthetic tree, 8 ranks fed through the hook's wire)
 gives the exposition; each simulated node is that text with its own GPU UUIDs and its share of a
-training job (jobs of 1 to 64 nodes, ranks numbered across the job), served by one HTTP server as
-/metrics/<node> and scraped as its own target (`instance` = node name). The values stay those of the
-one real node, so the TSDB holds what the fleet serves but counters do not move. The 24 h range
-queries cover only the minutes the benchmark ran, so they measure the step count, not 24 h of chunks.
+training job (jobs of 1 to 64 nodes, ranks numbered across the job).
+
+`scrape`: one HTTP server serves every node as /metrics/<node>, scraped as its own target (`instance` =
+node name). Values stay those of the one real node (counters do not move). On a small machine the
+scrapes' ingestion competes with rule evaluation, so group durations then measure CPU starvation too.
+
+`backfill`: the fleet's samples of the last `--minutes` (every 15 s, counters growing) are written as
+OpenMetrics in time slices and turned into TSDB blocks by `promtool tsdb create-blocks-from openmetrics`,
+slice after slice until the data reaches the present; then Prometheus starts on those blocks with the
+rules and no scrape targets, so rules and panels read the fleet's data without any ingestion load.
+Slices do not overlap in time, so Prometheus has no vertical compaction to do while it is measured.
+
+Either way the 24 h range queries cover only the minutes of data there are, so they measure the step
+count, not 24 h of chunks.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
 import tempfile
 import threading
 import time
@@ -43,6 +56,12 @@ GPUS_PER_NODE = 8
 RANGES = {"1h": (3600, 15), "24h": (86400, 90)}
 UUID = re.compile(r'GPU-00000000-0000-0000-0000-0000000000(\d\d)')
 RANK = re.compile(r'\brank="(\d+)"')
+JOB = "trainmon"
+SCRAPE_SECONDS = 15
+# Two evaluations of every 30 s group after Prometheus starts on backfilled blocks.
+SETTLE_SECONDS = 70
+# Series whose values a training node's counters move (histogram parts included).
+GROWING_SUFFIXES = ("_total", "_sum", "_count", "_bucket")
 
 
 @dataclass(frozen=True)
@@ -50,6 +69,10 @@ class Placement:
     job_id: str
     first_rank: int
     world_size: int
+
+
+def node_name(node: int) -> str:
+    return f"node-{node:04d}"
 
 
 def placements(nodes: int) -> list[Placement]:
@@ -154,29 +177,152 @@ def query_times(prometheus_url: str, now: float) -> list[list[object]]:
     return rows
 
 
-def measure(binary: str, template: str, nodes: int, minutes: float) -> None:
-    bodies = [node_exposition(template, n, p).encode() for n, p in enumerate(placements(nodes))]
-    series = sum(1 for line in bodies[0].decode().splitlines() if line and not line.startswith("#"))
-    with fleet_server(bodies) as port, tempfile.TemporaryDirectory(prefix="trainmon-fleet-") as tmp:
-        work = Path(tmp)
-        targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"instance": f"node-{n:04d}",
+@dataclass(frozen=True)
+class Fleet:
+    """A Prometheus holding the fleet's data and evaluating the shipped rules."""
+
+    url: str
+    data_end: float  # the newest sample's time
+    note: str
+
+
+def prometheus_argv(binary: str, work: Path, config: dict[str, object], port: int) -> list[str]:
+    config = {"global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": "30s"},
+              "rule_files": [str(p) for p in RULE_FILES], **config}
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    return [binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}"]
+
+
+@contextmanager
+def scraped_fleet(binary: str, bodies: list[bytes], work: Path, minutes: float) -> Iterator[Fleet]:
+    nodes = len(bodies)
+    with fleet_server(bodies) as port:
+        targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"instance": node_name(n),
                                                                   "__metrics_path__": f"/metrics/{n}"}}
                    for n in range(nodes)]
-        config = {"global": {"scrape_interval": "15s", "evaluation_interval": "30s"},
-                  "rule_files": [str(p) for p in RULE_FILES],
-                  "scrape_configs": [{"job_name": "trainmon", "static_configs": targets}]}
-        (work / "prometheus.yml").write_text(yaml.safe_dump(config))
         prom_port = free_port()
         url = f"http://127.0.0.1:{prom_port}"
-        argv = [binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}"]
+        argv = prometheus_argv(binary, work, {"scrape_configs": [{"job_name": JOB, "static_configs": targets}]},
+                               prom_port)
         with served(argv, work / "prometheus.log", url + "/-/ready"):
             wait_until(lambda: _query(url, "sum(up)") == nodes, timeout=300, interval=2)
             time.sleep(minutes * 60)
+            yield Fleet(url, time.time(), f"scraped for {minutes} min, {_query(url, 'sum(up)'):.0f} targets up, "
+                        f"mean scrape {_query(url, 'avg(scrape_duration_seconds)') * 1000:.0f} ms")
+
+
+@dataclass(frozen=True)
+class SeriesLine:
+    """One sample line of the template exposition: its series and value."""
+
+    series: str
+    value: float
+
+    @property
+    def grows(self) -> bool:
+        return self.series.split("{", 1)[0].endswith(GROWING_SUFFIXES)
+
+
+def series_lines(exposition: str) -> list[SeriesLine]:
+    """The samples of a text exposition (no timestamps), comments dropped."""
+    lines = []
+    for line in exposition.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            lines.append(SeriesLine(series, float(value)))
+    return lines
+
+
+def with_target_labels(series: str, node: int) -> str:
+    """The series as Prometheus stores it from a scrape of node `node`: with `job` and `instance`."""
+    target = f'job="{JOB}",instance="{node_name(node)}"'
+    name, brace, labels = series.partition("{")
+    return f"{name}{{{target},{labels}" if brace else f"{name}{{{target}}}"
+
+
+@dataclass(frozen=True)
+class NodeSamples:
+    """One node's series split by whether the value moves, each with its label set already written."""
+
+    steady: list[str]  # "series value"
+    growing: list[str]  # "series "
+
+
+def node_samples(exposition: str, node: int) -> NodeSamples:
+    lines = [*series_lines(exposition), SeriesLine("up", 1.0)]
+    return NodeSamples(steady=[f"{with_target_labels(s.series, node)} {s.value!r}" for s in lines if not s.grows],
+                       growing=[f"{with_target_labels(s.series, node)} " for s in lines if s.grows])
+
+
+def write_openmetrics(path: Path, fleet: list[NodeSamples], growing_values: list[float], times: list[int],
+                      since: int) -> int:
+    """The fleet's samples at `times` in OpenMetrics, time by time (the order promtool appends them in).
+    Counters grow by their template value every hour from `since`, so their rates are the same on every
+    node and at every time. Returns the number of samples written."""
+    written = 0
+    with open(path, "w", buffering=1 << 24) as out:
+        for at in times:
+            suffix = f" {at}\n"
+            scale = 1 + (at - since) / 3600
+            tails = [f"{value * scale!r}{suffix}" for value in growing_values]
+            for node in fleet:
+                out.write(suffix.join(node.steady))
+                out.write(suffix)
+                out.write("".join(map(str.__add__, node.growing, tails)))
+                written += len(node.steady) + len(node.growing)
+        out.write("# EOF\n")
+    return written
+
+
+@contextmanager
+def backfilled_fleet(binary: str, bodies: list[bytes], work: Path, minutes: float,
+                     slice_samples: int) -> Iterator[Fleet]:
+    promtool = require_tool("promtool")
+    fleet = [node_samples(body.decode(), n) for n, body in enumerate(bodies)]
+    growing_values = [s.value for s in series_lines(bodies[0].decode()) if s.grows]
+    per_time = len(fleet[0].steady) + len(fleet[0].growing)
+    steps_per_slice = max(1, slice_samples // (per_time * len(fleet)))
+    began = time.time()
+    since = int(began - minutes * 60)
+    cursor, samples, slices = since, 0, 0
+    # Slice after slice until the newest is under one scrape interval old: the later slices are short,
+    # because the earlier ones took only a fraction of the time they cover.
+    while time.time() - cursor >= SCRAPE_SECONDS:
+        newest = min(cursor + (steps_per_slice - 1) * SCRAPE_SECONDS, int(time.time()))
+        times = list(range(cursor, newest + 1, SCRAPE_SECONDS))
+        samples += write_openmetrics(work / "slice.om", fleet, growing_values, times, since)
+        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(work / "slice.om"),
+                        str(work / "tsdb")], check=True, capture_output=True)
+        cursor, slices = times[-1] + SCRAPE_SECONDS, slices + 1
+    (work / "slice.om").unlink()
+    data_end = cursor - SCRAPE_SECONDS
+    backfill_seconds = time.time() - began
+    prom_port = free_port()
+    url = f"http://127.0.0.1:{prom_port}"
+    with served(prometheus_argv(binary, work, {}, prom_port), work / "prometheus.log", url + "/-/ready"):
+        time.sleep(SETTLE_SECONDS)
+        yield Fleet(url, data_end, f"backfilled {minutes} min: {samples / 1e6:.1f} M samples in {slices} slices, "
+                    f"{len(list((work / 'tsdb').glob('01*')))} blocks, in {backfill_seconds:.0f} s; "
+                    f"rules evaluated {SETTLE_SECONDS} s from the start, the newest sample "
+                    f"{time.time() - data_end:.0f} s old")
+
+
+def measure(binary: str, template: str, nodes: int, mode: str, minutes: float, slice_samples: int) -> None:
+    bodies = [node_exposition(template, n, p).encode() for n, p in enumerate(placements(nodes))]
+    series = len(series_lines(bodies[0].decode()))
+    with tempfile.TemporaryDirectory(prefix="trainmon-fleet-") as tmp:
+        work = Path(tmp)
+        fleet = (scraped_fleet(binary, bodies, work, minutes) if mode == "scrape"
+                 else backfilled_fleet(binary, bodies, work, minutes, slice_samples))
+        with fleet as prometheus:
+            url = prometheus.url
             head = _scalar(url, "prometheus_tsdb_head_series")
-            print(f"\n## {nodes} nodes: {series} series per node, {head:.0f} head series, ran {minutes} min, "
-                  f"{_query(url, 'sum(up)'):.0f} targets up, mean scrape "
-                  f"{_query(url, 'avg(scrape_duration_seconds)') * 1000:.0f} ms")
+            stored = _query(url, 'count({__name__=~"trainmon_.*|up"})')
+            print(f"\n## {nodes} nodes, {mode}: {series} series per node, {stored:.0f} fleet series "
+                  f"({head:.0f} in the head), {prometheus.note}")
+            print(f"load average {' / '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cpus, "
+                  f"Prometheus used {_scalar(url, 'process_cpu_seconds_total'):.0f} CPU s so far")
             print(table(["rule group", "last eval ms", "of interval"], rule_durations(url)))
             print(table(["dashboard", "panel", *[f"{r} ms" for r in RANGES], "series"],
                         query_times(url, time.time())))
@@ -195,14 +341,19 @@ def _scalar(url: str, name: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="100,300,1000", help="comma-separated fleet sizes")
-    parser.add_argument("--minutes", type=float, default=2.0, help="scraping and rule evaluation before measuring")
+    parser.add_argument("--mode", choices=("backfill", "scrape"), default="backfill")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="minutes of data: backfilled (default 30) or scraped before measuring (default 2)")
+    parser.add_argument("--slice-samples", type=int, default=10_000_000,
+                        help="samples per OpenMetrics file promtool turns into a block (it reads the file whole)")
     args = parser.parse_args()
+    minutes = args.minutes if args.minutes is not None else (30.0 if args.mode == "backfill" else 2.0)
     binary = require_tool("prometheus")
     with started_node(interval=1.0, with_node_exporter=False) as node:
         template = httpx.get(node.trainmon.url + "/metrics", headers={"Accept": "text/plain"}, timeout=10).text
     print(f"machine: {machine()}")
     for nodes in (int(n) for n in args.nodes.split(",")):
-        measure(binary, template, nodes, args.minutes)
+        measure(binary, template, nodes, args.mode, minutes, args.slice_samples)
 
 
 if __name__ == "__main__":
