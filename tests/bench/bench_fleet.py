@@ -58,6 +58,8 @@ UUID = re.compile(r'GPU-00000000-0000-0000-0000-0000000000(\d\d)')
 RANK = re.compile(r'\brank="(\d+)"')
 JOB = "trainmon"
 SCRAPE_SECONDS = 15
+# promtool's pace turning OpenMetrics into blocks on the 2-core build machine (it reads, then appends).
+BACKFILL_SAMPLES_PER_SECOND = 120_000
 # Two evaluations of every 30 s group after Prometheus starts on backfilled blocks.
 SETTLE_SECONDS = 70
 # Series whose values a training node's counters move (histogram parts included).
@@ -151,13 +153,21 @@ def fill_variables(expr: str) -> str:
 
 def rule_durations(prometheus_url: str) -> list[list[object]]:
     samples = parse_samples(httpx.get(prometheus_url + "/metrics", timeout=30).text)
-    rows = []
+    rows: list[list[object]] = []
     for (name, labels), value in sorted(samples.items()):
         if name == "prometheus_rule_group_last_duration_seconds":
             group = dict(labels)["rule_group"]
             interval = samples[("prometheus_rule_group_interval_seconds", labels)]
             rows.append([group.split(";", 1)[1], f"{value * 1000:.1f}", f"{value / interval:.2%}"])
     return rows
+
+
+def slowest_rules(prometheus_url: str, count: int = 12) -> list[list[object]]:
+    """The rules whose last evaluation took longest (the rules API times each rule)."""
+    groups = httpx.get(prometheus_url + "/api/v1/rules", timeout=30).json()["data"]["groups"]
+    rules = sorted(((rule["evaluationTime"], group["name"], rule["name"]) for group in groups
+                    for rule in group["rules"]), reverse=True)
+    return [[name, group, f"{seconds * 1000:.1f}"] for seconds, group, name in rules[:count]]
 
 
 def query_times(prometheus_url: str, now: float) -> list[list[object]]:
@@ -284,12 +294,12 @@ def backfilled_fleet(binary: str, bodies: list[bytes], work: Path, minutes: floa
     per_time = len(fleet[0].steady) + len(fleet[0].growing)
     steps_per_slice = max(1, slice_samples // (per_time * len(fleet)))
     began = time.time()
-    since = int(began - minutes * 60)
+    # The data ends when the backfill is expected to be done; slices past that catch up with the present.
+    planned_end = int(began + per_time * len(fleet) * minutes * 60 / SCRAPE_SECONDS / BACKFILL_SAMPLES_PER_SECOND)
+    since = int(planned_end - minutes * 60)
     cursor, samples, slices = since, 0, 0
-    # Slice after slice until the newest is under one scrape interval old: the later slices are short,
-    # because the earlier ones took only a fraction of the time they cover.
-    while time.time() - cursor >= SCRAPE_SECONDS:
-        newest = min(cursor + (steps_per_slice - 1) * SCRAPE_SECONDS, int(time.time()))
+    while cursor <= planned_end or time.time() - cursor >= SCRAPE_SECONDS:
+        newest = min(cursor + (steps_per_slice - 1) * SCRAPE_SECONDS, max(planned_end, int(time.time())))
         times = list(range(cursor, newest + 1, SCRAPE_SECONDS))
         samples += write_openmetrics(work / "slice.om", fleet, growing_values, times, since)
         subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(work / "slice.om"),
@@ -298,6 +308,8 @@ def backfilled_fleet(binary: str, bodies: list[bytes], work: Path, minutes: floa
     (work / "slice.om").unlink()
     data_end = cursor - SCRAPE_SECONDS
     backfill_seconds = time.time() - began
+    # Prometheus appends rule results only after its newest block: no sample may lie in the future.
+    time.sleep(max(0.0, data_end + 1 - time.time()))
     prom_port = free_port()
     url = f"http://127.0.0.1:{prom_port}"
     with served(prometheus_argv(binary, work, {}, prom_port), work / "prometheus.log", url + "/-/ready"):
@@ -324,6 +336,7 @@ def measure(binary: str, template: str, nodes: int, mode: str, minutes: float, s
             print(f"load average {' / '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cpus, "
                   f"Prometheus used {_scalar(url, 'process_cpu_seconds_total'):.0f} CPU s so far")
             print(table(["rule group", "last eval ms", "of interval"], rule_durations(url)))
+            print(table(["slowest rules", "group", "last eval ms"], slowest_rules(url)))
             print(table(["dashboard", "panel", *[f"{r} ms" for r in RANGES], "series"],
                         query_times(url, time.time())))
 
