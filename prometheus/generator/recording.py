@@ -31,6 +31,8 @@ STEP_SHARES = (
 NOT_OTHER = 'group!="other"'
 UNCORRECTED = 'error="uncorrected"'
 STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
+JOB_STEP_SECONDS = "job_id:trainmon_train_step_duration_seconds_sum:rate5m"
+NVME_REQUESTS = "instance_device:trainmon_nvme_requests:rate5m"
 
 
 def joined_name(series: str) -> str:
@@ -58,8 +60,6 @@ def gpu_group(c: RulesConfig) -> Group:
 def _rank_rates(c: RulesConfig) -> list[Record]:
     counters = {
         "trainmon_train_steps": "trainmon_train_steps_total",
-        "trainmon_train_samples": "trainmon_train_samples_total",
-        "trainmon_train_tokens": "trainmon_train_tokens_total",
         "trainmon_train_step_duration_seconds_sum": "trainmon_train_step_duration_seconds_sum",
         "trainmon_train_step_duration_seconds_count": "trainmon_train_step_duration_seconds_count",
         "trainmon_train_comm_wait_seconds": "trainmon_train_comm_wait_seconds_total",
@@ -95,8 +95,9 @@ clamp_min(
         Record(record=f"rank:{name}_per_step_time:ratio", expr=f"{per_rank} / {STEP_SECONDS}")
         for name, per_rank in STEP_SHARES
     ]
+    # Throughput is only read per job: no per-rank series of it.
     rules += [
-        Record(record=f"job_id:{name}:rate5m", expr=f"sum without (instance, rank) (rank:{name}:rate5m)")
+        Record(record=f"job_id:{name}:rate5m", expr=f"sum without (instance, rank) (rate({c.m(name + '_total')}[5m]))")
         for name in ("trainmon_train_samples", "trainmon_train_tokens")
     ]
     rules += [
@@ -105,10 +106,12 @@ clamp_min(
             record="job_id:trainmon_train_steps:avg_rate5m",
             expr="avg without (instance, rank) (rank:trainmon_train_steps:rate5m)",
         ),
+        # The job's step seconds per second, summed once for the mean and the four shares below.
+        Record(record=JOB_STEP_SECONDS, expr=f"sum without (instance, rank) ({STEP_SECONDS})"),
         Record(
             record="job_id:trainmon_train_step_duration_seconds:mean5m",
             expr=f"""
-  sum without (instance, rank) ({STEP_SECONDS})
+  {JOB_STEP_SECONDS}
 /
   sum without (instance, rank) (rank:trainmon_train_step_duration_seconds_count:rate5m)""",
         ),
@@ -123,7 +126,7 @@ clamp_min(
             expr=f"""
   sum without (instance, rank) ({per_rank})
 /
-  sum without (instance, rank) ({STEP_SECONDS})""",
+  {JOB_STEP_SECONDS}""",
         )
         for name, per_rank in STEP_SHARES
     ]
@@ -197,8 +200,10 @@ def nvme_group(c: RulesConfig) -> Group:
     return Group(
         name="trainmon.nvme.rules",
         rules=[
-            Record(record="instance_device:trainmon_nvme_requests:rate5m", expr=requests),
-            Record(record="instance_device:trainmon_nvme_request_seconds:mean5m", expr=f"({busy}) / ({requests})"),
+            Record(record=NVME_REQUESTS, expr=requests),
+            # A later rule of a group reads an earlier one's output of this evaluation: the request rates
+            # are computed once.
+            Record(record="instance_device:trainmon_nvme_request_seconds:mean5m", expr=f"({busy}) / {NVME_REQUESTS}"),
         ],
     )
 
