@@ -62,8 +62,15 @@ SCRAPE_SECONDS = 15
 BACKFILL_SAMPLES_PER_SECOND = 120_000
 # Two evaluations of every 30 s group after Prometheus starts on backfilled blocks.
 SETTLE_SECONDS = 70
-# Series whose values a training node's counters move (histogram parts included).
+# Series whose values a training node's counters move (histogram parts included)...
 GROWING_SUFFIXES = ("_total", "_sum", "_count", "_bucket")
+# ...except the fault counters of a healthy fleet, which stay put: otherwise every port and GPU would
+# alert, and the benchmark would time the expansion of thousands of alert templates.
+FAULT_COUNTER = re.compile(r"error|downed|recovery|drop|discard|nak|retrans|timeout|oom|retries|nonfinite|skipped"
+                           r"|remapped|throttle|rebind|overrun|sequence|constraint|coalesced")
+REMAP_FLAGS = ("trainmon_gpu_row_remap_pending", "trainmon_gpu_row_remap_failure")
+# Gauges that hold the time of the latest step: in backfilled data they follow the sample's time.
+CLOCK_SERIES = ("trainmon_train_last_step_timestamp_seconds",)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,26 @@ def node_exposition(template: str, node: int, placement: Placement) -> str:
     text = text.replace('job_id="bench-job"', f'job_id="{placement.job_id}"')
     text = text.replace(f'world_size="{GPUS_PER_NODE}"', f'world_size="{placement.world_size}"')
     return RANK.sub(lambda m: f'rank="{placement.first_rank + int(m[1])}"', text)
+
+
+def healthy(exposition: str) -> str:
+    """The test node's exposition without the faults its synthetic tree and fake NVML plant (ECC and fabric
+    errors, pending row remaps, narrowed PCIe links): all nodes but the first are healthy, as in a fleet."""
+    width = {}
+    for line in exposition.splitlines():
+        if line.startswith("trainmon_gpu_pcie_link_width{") and 'kind="max"' in line:
+            series, value = line.rsplit(" ", 1)
+            width[series.replace('kind="max"', 'kind="current"')] = value
+    lines = []
+    for line in exposition.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name = series.split("{", 1)[0]
+            if (FAULT_COUNTER.search(name) and name.endswith("_total")) or name in REMAP_FLAGS:
+                value = "0.0"
+            line = f"{series} {width.get(series, value)}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -170,6 +197,12 @@ def slowest_rules(prometheus_url: str, count: int = 12) -> list[list[object]]:
     return [[name, group, f"{seconds * 1000:.1f}"] for seconds, group, name in rules[:count]]
 
 
+def alert_counts(prometheus_url: str) -> list[list[object]]:
+    answer = httpx.get(prometheus_url + "/api/v1/query", params={"query": "count by (alertname) (ALERTS)"},
+                       timeout=30).json()["data"]["result"]
+    return sorted([[row["metric"]["alertname"], row["value"][1]] for row in answer], key=lambda row: str(row[0]))
+
+
 def query_times(prometheus_url: str, now: float) -> list[list[object]]:
     rows = []
     for dashboard in DASHBOARDS:
@@ -231,7 +264,8 @@ class SeriesLine:
 
     @property
     def grows(self) -> bool:
-        return self.series.split("{", 1)[0].endswith(GROWING_SUFFIXES)
+        name = self.series.split("{", 1)[0]
+        return name.endswith(GROWING_SUFFIXES) and not FAULT_COUNTER.search(name)
 
 
 def series_lines(exposition: str) -> list[SeriesLine]:
@@ -257,12 +291,16 @@ class NodeSamples:
 
     steady: list[str]  # "series value"
     growing: list[str]  # "series "
+    clock: list[str]  # "series "
 
 
 def node_samples(exposition: str, node: int) -> NodeSamples:
     lines = [*series_lines(exposition), SeriesLine("up", 1.0)]
+    clock = [line for line in lines if line.series.split("{", 1)[0] in CLOCK_SERIES]
+    lines = [line for line in lines if line not in clock]
     return NodeSamples(steady=[f"{with_target_labels(s.series, node)} {s.value!r}" for s in lines if not s.grows],
-                       growing=[f"{with_target_labels(s.series, node)} " for s in lines if s.grows])
+                       growing=[f"{with_target_labels(s.series, node)} " for s in lines if s.grows],
+                       clock=[f"{with_target_labels(s.series, node)} " for s in clock])
 
 
 def write_openmetrics(path: Path, fleet: list[NodeSamples], growing_values: list[float], times: list[int],
@@ -280,7 +318,8 @@ def write_openmetrics(path: Path, fleet: list[NodeSamples], growing_values: list
                 out.write(suffix.join(node.steady))
                 out.write(suffix)
                 out.write("".join(map(str.__add__, node.growing, tails)))
-                written += len(node.steady) + len(node.growing)
+                out.write("".join(f"{series}{at}{suffix}" for series in node.clock))
+                written += len(node.steady) + len(node.growing) + len(node.clock)
         out.write("# EOF\n")
     return written
 
@@ -291,7 +330,7 @@ def backfilled_fleet(binary: str, bodies: list[bytes], work: Path, minutes: floa
     promtool = require_tool("promtool")
     fleet = [node_samples(body.decode(), n) for n, body in enumerate(bodies)]
     growing_values = [s.value for s in series_lines(bodies[0].decode()) if s.grows]
-    per_time = len(fleet[0].steady) + len(fleet[0].growing)
+    per_time = len(fleet[0].steady) + len(fleet[0].growing) + len(fleet[0].clock)
     steps_per_slice = max(1, slice_samples // (per_time * len(fleet)))
     began = time.time()
     # The data ends when the backfill is expected to be done; slices past that catch up with the present.
@@ -321,7 +360,8 @@ def backfilled_fleet(binary: str, bodies: list[bytes], work: Path, minutes: floa
 
 
 def measure(binary: str, template: str, nodes: int, mode: str, minutes: float, slice_samples: int) -> None:
-    bodies = [node_exposition(template, n, p).encode() for n, p in enumerate(placements(nodes))]
+    bodies = [node_exposition(template if n == 0 else healthy(template), n, p).encode()
+              for n, p in enumerate(placements(nodes))]
     series = len(series_lines(bodies[0].decode()))
     with tempfile.TemporaryDirectory(prefix="trainmon-fleet-") as tmp:
         work = Path(tmp)
@@ -337,6 +377,7 @@ def measure(binary: str, template: str, nodes: int, mode: str, minutes: float, s
                   f"Prometheus used {_scalar(url, 'process_cpu_seconds_total'):.0f} CPU s so far")
             print(table(["rule group", "last eval ms", "of interval"], rule_durations(url)))
             print(table(["slowest rules", "group", "last eval ms"], slowest_rules(url)))
+            print(table(["firing or pending alert", "instances"], alert_counts(url)))
             print(table(["dashboard", "panel", *[f"{r} ms" for r in RANGES], "series"],
                         query_times(url, time.time())))
 
