@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -198,14 +199,15 @@ def slowest_rules(prometheus_url: str, count: int = 12) -> list[list[object]]:
 
 
 def alert_counts(prometheus_url: str) -> list[list[object]]:
-    answer = httpx.get(prometheus_url + "/api/v1/query", params={"query": "count by (alertname) (ALERTS)"},
-                       timeout=30).json()["data"]["result"]
-    return sorted([[row["metric"]["alertname"], row["value"][1]] for row in answer], key=lambda row: str(row[0]))
+    """Active alert instances by name and state: each costs a template expansion per evaluation."""
+    alerts = httpx.get(prometheus_url + "/api/v1/alerts", timeout=30).json()["data"]["alerts"]
+    counts = Counter((alert["labels"]["alertname"], alert["state"]) for alert in alerts)
+    return [[name, state, count] for (name, state), count in sorted(counts.items())]
 
 
-def query_times(prometheus_url: str, now: float) -> list[list[object]]:
+def query_times(prometheus_url: str, now: float, dashboards: list[Path]) -> list[list[object]]:
     rows = []
-    for dashboard in DASHBOARDS:
+    for dashboard in dashboards:
         for title, expr in panel_queries(dashboard):
             row: list[object] = [dashboard.stem.removeprefix("trainmon-"), title[:40]]
             for seconds, step in RANGES.values():
@@ -221,6 +223,18 @@ def query_times(prometheus_url: str, now: float) -> list[list[object]]:
 
 
 @dataclass(frozen=True)
+class Setup:
+    """What one benchmark run measures, and how."""
+
+    prometheus: str  # the binary
+    mode: str  # "backfill" or "scrape"
+    minutes: float
+    slice_samples: int
+    rule_files: list[Path]
+    dashboards: list[Path]
+
+
+@dataclass(frozen=True)
 class Fleet:
     """A Prometheus holding the fleet's data and evaluating the shipped rules."""
 
@@ -229,16 +243,17 @@ class Fleet:
     note: str
 
 
-def prometheus_argv(binary: str, work: Path, config: dict[str, object], port: int) -> list[str]:
+def prometheus_argv(setup: Setup, work: Path, config: dict[str, object], port: int) -> list[str]:
     config = {"global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": "30s"},
-              "rule_files": [str(p) for p in RULE_FILES], **config}
+              "rule_files": [str(p) for p in setup.rule_files], **config}
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    return [binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
+    return [setup.prometheus, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{port}"]
 
 
 @contextmanager
-def scraped_fleet(binary: str, bodies: list[bytes], work: Path, minutes: float) -> Iterator[Fleet]:
+def scraped_fleet(setup: Setup, bodies: list[bytes], work: Path) -> Iterator[Fleet]:
+    minutes = setup.minutes
     nodes = len(bodies)
     with fleet_server(bodies) as port:
         targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"instance": node_name(n),
@@ -246,7 +261,7 @@ def scraped_fleet(binary: str, bodies: list[bytes], work: Path, minutes: float) 
                    for n in range(nodes)]
         prom_port = free_port()
         url = f"http://127.0.0.1:{prom_port}"
-        argv = prometheus_argv(binary, work, {"scrape_configs": [{"job_name": JOB, "static_configs": targets}]},
+        argv = prometheus_argv(setup, work, {"scrape_configs": [{"job_name": JOB, "static_configs": targets}]},
                                prom_port)
         with served(argv, work / "prometheus.log", url + "/-/ready"):
             wait_until(lambda: _query(url, "sum(up)") == nodes, timeout=300, interval=2)
@@ -325,13 +340,13 @@ def write_openmetrics(path: Path, fleet: list[NodeSamples], growing_values: list
 
 
 @contextmanager
-def backfilled_fleet(binary: str, bodies: list[bytes], work: Path, minutes: float,
-                     slice_samples: int) -> Iterator[Fleet]:
+def backfilled_fleet(setup: Setup, bodies: list[bytes], work: Path) -> Iterator[Fleet]:
+    minutes = setup.minutes
     promtool = require_tool("promtool")
     fleet = [node_samples(body.decode(), n) for n, body in enumerate(bodies)]
     growing_values = [s.value for s in series_lines(bodies[0].decode()) if s.grows]
     per_time = len(fleet[0].steady) + len(fleet[0].growing) + len(fleet[0].clock)
-    steps_per_slice = max(1, slice_samples // (per_time * len(fleet)))
+    steps_per_slice = max(1, setup.slice_samples // (per_time * len(fleet)))
     began = time.time()
     # The data ends when the backfill is expected to be done; slices past that catch up with the present.
     planned_end = int(began + per_time * len(fleet) * minutes * 60 / SCRAPE_SECONDS / BACKFILL_SAMPLES_PER_SECOND)
@@ -351,7 +366,7 @@ def backfilled_fleet(binary: str, bodies: list[bytes], work: Path, minutes: floa
     time.sleep(max(0.0, data_end + 1 - time.time()))
     prom_port = free_port()
     url = f"http://127.0.0.1:{prom_port}"
-    with served(prometheus_argv(binary, work, {}, prom_port), work / "prometheus.log", url + "/-/ready"):
+    with served(prometheus_argv(setup, work, {}, prom_port), work / "prometheus.log", url + "/-/ready"):
         time.sleep(SETTLE_SECONDS)
         yield Fleet(url, data_end, f"backfilled {minutes} min: {samples / 1e6:.1f} M samples in {slices} slices, "
                     f"{len(list((work / 'tsdb').glob('01*')))} blocks, in {backfill_seconds:.0f} s; "
@@ -359,27 +374,27 @@ def backfilled_fleet(binary: str, bodies: list[bytes], work: Path, minutes: floa
                     f"{time.time() - data_end:.0f} s old")
 
 
-def measure(binary: str, template: str, nodes: int, mode: str, minutes: float, slice_samples: int) -> None:
+def measure(setup: Setup, template: str, nodes: int) -> None:
     bodies = [node_exposition(template if n == 0 else healthy(template), n, p).encode()
               for n, p in enumerate(placements(nodes))]
     series = len(series_lines(bodies[0].decode()))
     with tempfile.TemporaryDirectory(prefix="trainmon-fleet-") as tmp:
         work = Path(tmp)
-        fleet = (scraped_fleet(binary, bodies, work, minutes) if mode == "scrape"
-                 else backfilled_fleet(binary, bodies, work, minutes, slice_samples))
+        fleet = (scraped_fleet(setup, bodies, work) if setup.mode == "scrape"
+                 else backfilled_fleet(setup, bodies, work))
         with fleet as prometheus:
             url = prometheus.url
             head = _scalar(url, "prometheus_tsdb_head_series")
             stored = _query(url, 'count({__name__=~"trainmon_.*|up"})')
-            print(f"\n## {nodes} nodes, {mode}: {series} series per node, {stored:.0f} fleet series "
+            print(f"\n## {nodes} nodes, {setup.mode}: {series} series per node, {stored:.0f} fleet series "
                   f"({head:.0f} in the head), {prometheus.note}")
             print(f"load average {' / '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cpus, "
                   f"Prometheus used {_scalar(url, 'process_cpu_seconds_total'):.0f} CPU s so far")
             print(table(["rule group", "last eval ms", "of interval"], rule_durations(url)))
             print(table(["slowest rules", "group", "last eval ms"], slowest_rules(url)))
-            print(table(["firing or pending alert", "instances"], alert_counts(url)))
+            print(table(["active alert", "state", "instances"], alert_counts(url)))
             print(table(["dashboard", "panel", *[f"{r} ms" for r in RANGES], "series"],
-                        query_times(url, time.time())))
+                        query_times(url, time.time(), setup.dashboards)))
 
 
 def _query(url: str, expr: str) -> float:
@@ -400,14 +415,21 @@ def main() -> None:
                         help="minutes of data: backfilled (default 30) or scraped before measuring (default 2)")
     parser.add_argument("--slice-samples", type=int, default=10_000_000,
                         help="samples per OpenMetrics file promtool turns into a block (it reads the file whole)")
+    parser.add_argument("--rules", type=Path, nargs="+", default=RULE_FILES,
+                        help="rule files to evaluate (default: the shipped ones), e.g. an older rules.yml")
+    parser.add_argument("--dashboards", default="",
+                        help="comma-separated dashboards whose panels are timed (default all), e.g. fleet")
     args = parser.parse_args()
-    minutes = args.minutes if args.minutes is not None else (30.0 if args.mode == "backfill" else 2.0)
-    binary = require_tool("prometheus")
+    chosen = set(filter(None, args.dashboards.split(",")))
+    setup = Setup(prometheus=require_tool("prometheus"), mode=args.mode,
+                  minutes=args.minutes if args.minutes is not None else (30.0 if args.mode == "backfill" else 2.0),
+                  slice_samples=args.slice_samples, rule_files=[path.resolve() for path in args.rules],
+                  dashboards=[d for d in DASHBOARDS if not chosen or d.stem.removeprefix("trainmon-") in chosen])
     with started_node(interval=1.0, with_node_exporter=False) as node:
         template = httpx.get(node.trainmon.url + "/metrics", headers={"Accept": "text/plain"}, timeout=10).text
     print(f"machine: {machine()}")
     for nodes in (int(n) for n in args.nodes.split(",")):
-        measure(binary, template, nodes, args.mode, minutes, args.slice_samples)
+        measure(setup, template, nodes)
 
 
 if __name__ == "__main__":
