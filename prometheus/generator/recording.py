@@ -33,6 +33,7 @@ UNCORRECTED = 'error="uncorrected"'
 STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
 JOB_STEP_SECONDS = "job_id:trainmon_train_step_duration_seconds_sum:rate5m"
 NVME_REQUESTS = "instance_device:trainmon_nvme_requests:rate5m"
+RANK_INFO = "rank:trainmon_train_rank_info:max"
 
 
 def joined_name(series: str) -> str:
@@ -126,16 +127,19 @@ clamp_min(
         )
         for name, per_rank in STEP_SHARES
     ]
-    rules += [
-        Record(
-            record="job_id:trainmon_train_ranks:count",
-            expr=f"count without (instance, rank, {RANK_ATTRIBUTES}, uuid) ({c.m('trainmon_train_rank_info')})",
-        ),
+    return Group(name="trainmon.training.rules", rules=rules)
+
+
+def rank_gpu_group(c: RulesConfig) -> Group:
+    """Each live rank and the series of its GPU. Apart from the training group's rates, which do not read
+    them, so the two evaluate side by side: a group's rules run one after another, groups concurrently."""
+    rules = [
         # One series per live rank: instance, job, job_id, rank, uuid.
         Record(
-            record="rank:trainmon_train_rank_info:max",
+            record=RANK_INFO,
             expr=f"max without ({RANK_ATTRIBUTES}) ({c.m('trainmon_train_rank_info')})",
         ),
+        Record(record="job_id:trainmon_train_ranks:count", expr=f"count without (instance, rank, uuid) ({RANK_INFO})"),
     ]
     rules += [
         Record(
@@ -143,11 +147,11 @@ clamp_min(
             expr=f"""
   {series if ":" in series else c.m(series)}
 * on (instance, uuid) group_right (gpu)
-  rank:trainmon_train_rank_info:max""",
+  {RANK_INFO}""",
         )
         for series in JOINED_GPU_SERIES
     ]
-    return Group(name="trainmon.training.rules", rules=rules)
+    return Group(name="trainmon.rank_gpu.rules", rules=rules)
 
 
 def histogram_group(c: RulesConfig) -> Group:
@@ -302,5 +306,5 @@ def fleet_group(c: RulesConfig) -> Group:
 
 
 def recording_groups(c: RulesConfig) -> list[Group]:
-    return [gpu_group(c), training_group(c), histogram_group(c), collectives_group(c), nvme_group(c),
-            ownership_group(c), efficiency_group(c), fleet_group(c)]
+    return [gpu_group(c), training_group(c), rank_gpu_group(c), histogram_group(c), collectives_group(c),
+            nvme_group(c), ownership_group(c), efficiency_group(c), fleet_group(c)]
