@@ -61,6 +61,10 @@ JOB = "trainmon"
 SCRAPE_SECONDS = 15
 # promtool's pace turning OpenMetrics into blocks on the 2-core build machine (it reads, then appends).
 BACKFILL_SAMPLES_PER_SECOND = 120_000
+# Data this old when the backfill ends is recent enough: 5-minute windows still hold most of their samples,
+# and at 1,000 nodes promtool converts barely faster than the fleet produces, so catching up further
+# would take many slices.
+CATCH_UP_SECONDS = 60
 # Two evaluations of every 30 s group after Prometheus starts on backfilled blocks.
 SETTLE_SECONDS = 70
 # Series whose values a training node's counters move (histogram parts included)...
@@ -352,7 +356,7 @@ def backfilled_fleet(setup: Setup, bodies: list[bytes], work: Path) -> Iterator[
     planned_end = int(began + per_time * len(fleet) * minutes * 60 / SCRAPE_SECONDS / BACKFILL_SAMPLES_PER_SECOND)
     since = int(planned_end - minutes * 60)
     cursor, samples, slices = since, 0, 0
-    while cursor <= planned_end or time.time() - cursor >= SCRAPE_SECONDS:
+    while cursor <= planned_end or time.time() - cursor >= CATCH_UP_SECONDS:
         newest = min(cursor + (steps_per_slice - 1) * SCRAPE_SECONDS, max(planned_end, int(time.time())))
         times = list(range(cursor, newest + 1, SCRAPE_SECONDS))
         samples += write_openmetrics(work / "slice.om", fleet, growing_values, times, since)
