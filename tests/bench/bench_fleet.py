@@ -59,8 +59,8 @@ UUID = re.compile(r'GPU-00000000-0000-0000-0000-0000000000(\d\d)')
 RANK = re.compile(r'\brank="(\d+)"')
 JOB = "trainmon"
 SCRAPE_SECONDS = 15
-# promtool's pace turning OpenMetrics into blocks on the 2-core build machine (it reads, then appends).
-BACKFILL_SAMPLES_PER_SECOND = 120_000
+# promtool's pace turning OpenMetrics into blocks on the shared 2-core build machine (it reads, then appends).
+BACKFILL_SAMPLES_PER_SECOND = 90_000
 # Data this old when the backfill ends is recent enough: 5-minute windows still hold most of their samples,
 # and at 1,000 nodes promtool converts barely faster than the fleet produces, so catching up further
 # would take many slices.
