@@ -23,14 +23,31 @@ HISTOGRAM_SAMPLE = re.compile(r"_(bucket|sum|count)$")
 RANKS = 8
 
 
+def recording_rules() -> dict[str, str]:
+    """Each recorded name of prometheus/rules.yml and its expressions, joined."""
+    records: dict[str, str] = {}
+    for group in yaml.safe_load((REPO / "prometheus" / "rules.yml").read_text())["groups"]:
+        for rule in group["rules"]:
+            records[rule["record"]] = records.get(rule["record"], "") + "\n" + rule["expr"]
+    return records
+
+
 def fleet_sources() -> list[str]:
-    """Every PromQL expression of prometheus/rules.yml, alerts.yml and the Fleet dashboard."""
-    exprs = [rule["expr"] for name in ("rules.yml", "alerts.yml")
-             for group in yaml.safe_load((REPO / "prometheus" / name).read_text())["groups"]
+    """Every PromQL expression the fleet tier evaluates: prometheus/alerts.yml, the Fleet dashboard, and the
+    recording rules they read, directly or through other recording rules."""
+    exprs = [rule["expr"] for group in yaml.safe_load((REPO / "prometheus" / "alerts.yml").read_text())["groups"]
              for rule in group["rules"]]
     board = json.loads((REPO / "grafana" / "dashboards" / "trainmon-fleet.json").read_text())
     panels = [p for top in board["panels"] for p in (top, *top.get("panels", []))]
-    return exprs + [t["expr"] for p in panels for t in p.get("targets", [])]
+    exprs += [t["expr"] for p in panels for t in p.get("targets", [])]
+    records, read = recording_rules(), set()
+    pending = [name for expr in exprs for name in NAME.findall(expr) if name in records]
+    while pending:
+        name = pending.pop()
+        if name not in read:
+            read.add(name)
+            pending += [found for found in NAME.findall(records[name]) if found in records]
+    return exprs + [records[name] for name in sorted(read)]
 
 
 def used_series() -> set[str]:
@@ -69,6 +86,7 @@ def test_the_fleet_profile_keeps_every_family_the_fleet_tier_reads() -> None:
     used = used_series()
 
     assert "trainmon_gpu_sm_utilization_ratio" in used  # the derivation found the rules' series
+    assert "trainmon_train_comm_wait_seconds_total" in used  # ... and those behind chained recording rules
     assert {name for name in used if name not in FLEET_FAMILIES
             and HISTOGRAM_SAMPLE.sub("", name) not in FLEET_FAMILIES} == set()
 
@@ -77,7 +95,16 @@ def test_the_fleet_profile_serves_every_used_series_the_full_profile_serves(expo
     full, fleet = set(sample_names(expositions["full"])), set(sample_names(expositions["fleet"]))
 
     assert (full & used_series()) - fleet == set()
-    assert {"trainmon_train_step_duration_seconds_bucket", "trainmon_gpu_info", "trainmon_build_info"} <= fleet
+    assert {"trainmon_train_step_duration_seconds_count", "trainmon_gpu_info", "trainmon_build_info"} <= fleet
+
+
+def test_the_fleet_profile_serves_the_step_time_histogram_without_its_buckets(expositions: dict[str, str]) -> None:
+    fleet = expositions["fleet"]
+
+    assert "trainmon_train_step_duration_seconds_bucket" in expositions["full"]
+    assert "trainmon_train_step_duration_seconds_bucket" not in fleet
+    assert RANKS == sample_names(fleet).count("trainmon_train_step_duration_seconds_sum")
+    assert "# TYPE trainmon_train_step_duration_seconds summary" in fleet
 
 
 def test_the_fleet_profile_drops_what_the_fleet_tier_does_not_read(expositions: dict[str, str]) -> None:
@@ -86,6 +113,7 @@ def test_the_fleet_profile_drops_what_the_fleet_tier_does_not_read(expositions: 
     assert "trainmon_gpu_clocks_event_active" not in fleet
     assert "trainmon_nvme_discards_completed_total" not in fleet
     assert len(fleet) < len(sample_names(expositions["full"])) / 2
+    assert len(fleet) <= 400  # the fleet tier's budget for 8 GPUs, 16 NVMe, 8 ports and 8 ranks
 
 
 def test_an_unknown_profile_is_refused_naming_the_choices() -> None:

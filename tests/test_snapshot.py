@@ -71,8 +71,8 @@ def test_the_store_is_empty_until_published_and_wakes_a_waiter() -> None:
     assert store.latest() is snap
 
 
-def test_the_store_keeps_only_the_families_its_filter_serves() -> None:
-    store = SnapshotStore(keep=lambda metric: metric.name.endswith("kept"))
+def test_the_store_keeps_only_the_families_its_profile_serves() -> None:
+    store = SnapshotStore(shape=lambda metric: metric if metric.name.endswith("kept") else None)
     published = snapshot(family("kept", 1.0), family("dropped", 2.0))
 
     store.publish(published)

@@ -12,7 +12,7 @@ from trainmon.collectors.base import Collection, Collector, NodeResources
 from trainmon.errors import CollectorError, error_line
 from trainmon.ingest.ranks import Procfs, RankTable
 from trainmon.ingest.server import IngestServer
-from trainmon.profiles import family_filter
+from trainmon.profiles import profile_shape
 from trainmon.scheduler import Scheduler
 from trainmon.settings import Settings
 from trainmon.snapshot import Snapshot, SnapshotStore
@@ -91,7 +91,7 @@ def serve(settings: Settings, web: WebConfig | None = None) -> int:
     from trainmon.http.app import create_app
     from trainmon.http.server import run_server
 
-    store = SnapshotStore(family_filter(settings.profile))
+    store = SnapshotStore(profile_shape(settings.profile))
     resources = build_resources(settings)
     scheduler = make_scheduler(settings, build_collectors(settings, resources), store)
     scheduler.start()

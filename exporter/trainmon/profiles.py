@@ -66,6 +66,9 @@ FLEET_FAMILIES = frozenset({
     "trainmon_train_steps_total",
     "trainmon_train_tokens_total",
 })
+# Histograms the fleet tier reads only as a mean: served as `_sum` and `_count`, without the buckets
+# (13 + 1 per rank and histogram). A Fleet-profile node then serves a bucket-less summary.
+FLEET_WITHOUT_BUCKETS = frozenset({"trainmon_train_step_duration_seconds"})
 # prometheus_client strips these from a family's name and adds them back on output.
 EXPOSED_SUFFIX = {"counter": "_total", "info": "_info"}
 
@@ -74,8 +77,24 @@ def exposed_name(family: Metric) -> str:
     return family.name + EXPOSED_SUFFIX.get(family.type, "")
 
 
-def family_filter(profile: str) -> Callable[[Metric], bool] | None:
-    """Whether `profile` serves a family; None when it serves every one."""
+def without_buckets(family: Metric) -> Metric:
+    """The histogram as a summary without quantiles: the same `_sum` and `_count` series, no `_bucket`."""
+    from prometheus_client.core import Metric as MetricFamily
+
+    summary = MetricFamily(family.name, family.documentation, "summary")
+    summary.samples = [s for s in family.samples if not s.name.endswith("_bucket")]
+    return summary
+
+
+def fleet_shape(family: Metric) -> Metric | None:
+    name = exposed_name(family)
+    if name not in FLEET_FAMILIES:
+        return None
+    return without_buckets(family) if name in FLEET_WITHOUT_BUCKETS else family
+
+
+def profile_shape(profile: str) -> Callable[[Metric], Metric | None] | None:
+    """What `profile` serves of a family (None: nothing of it); None when it serves every family whole."""
     if profile == "full":
         return None
-    return lambda family: exposed_name(family) in FLEET_FAMILIES
+    return fleet_shape

@@ -69,14 +69,15 @@ class Snapshot:
 class SnapshotStore:
     """Holds the latest snapshot; publishing replaces one reference, so readers never see a mix."""
 
-    def __init__(self, keep: Callable[[Metric], bool] | None = None) -> None:
+    def __init__(self, shape: Callable[[Metric], Metric | None] | None = None) -> None:
         self._latest: Snapshot | None = None
         self._published = threading.Event()
-        self._keep = keep  # the --profile's family filter; None serves every family
+        self._shape = shape  # the --profile: what it serves of a family, None for nothing; None serves all
 
     def publish(self, snapshot: Snapshot) -> None:
-        if self._keep is not None:
-            snapshot = replace(snapshot, families=tuple(filter(self._keep, snapshot.families)))
+        if self._shape is not None:
+            served = (self._shape(family) for family in snapshot.families)
+            snapshot = replace(snapshot, families=tuple(family for family in served if family is not None))
         self._latest = snapshot
         self._published.set()
 

@@ -49,13 +49,14 @@ def _mfu(c: RulesConfig) -> list[Record]:
 
 
 def _energy(c: RulesConfig) -> list[Record]:
+    # The energy of the ranks' GPUs, summed per job straight away: no panel reads it per rank.
     return [
-        Record(record="rank:trainmon_gpu_energy_joules:rate5m", expr=f"""
-  rate({c.m('trainmon_gpu_energy_joules_total')}[5m])
-* on (instance, uuid) group_right (gpu)
-  rank:trainmon_train_rank_info:max"""),
-        Record(record="job_id:trainmon_train_joules_per_token:ratio", expr="""
-  sum without (instance, rank, gpu, uuid) (rank:trainmon_gpu_energy_joules:rate5m)
+        Record(record="job_id:trainmon_train_joules_per_token:ratio", expr=f"""
+  sum without (instance, rank, gpu, uuid) (
+      rate({c.m('trainmon_gpu_energy_joules_total')}[5m])
+    * on (instance, uuid) group_right (gpu)
+      rank:trainmon_train_rank_info:max
+  )
 /
   job_id:trainmon_train_tokens:rate5m"""),
     ]
