@@ -221,7 +221,7 @@ class CollectiveRecorder:
         op, payload_index, group_index = signature.op, signature.payload_index, signature.group_index
         payload_name = signature.payload_name or ""
         complete, pending, groups, tensor_type = self.state.complete, self._pending, self._groups, torch.Tensor
-        completions, settle, spans, unsettled_max = self.state.completions, self.state.settle, self.spans, MAX_UNSETTLED
+        completions, settle, spans = self.state.completions, self.state.settle, self.spans
 
         @functools.wraps(fn)
         def trainmon_collective(*args: Any, **kwargs: Any) -> Any:
@@ -249,8 +249,7 @@ class CollectiveRecorder:
                 complete(seqs, n, op, nbytes, seconds, seconds)
                 raise
             try:
-                if result is not None and (type(result) is work_type or isinstance(result, (work_type, future_type))):
-                    # async: complete when seen done
+                if result is not None and isinstance(result, (work_type, future_type)):  # async: when seen done
                     pending[id(result)] = (result, seqs, n, op, nbytes, t0, event)
                     if len(pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
                         self._forget(next(iter(pending)))
@@ -258,7 +257,7 @@ class CollectiveRecorder:
                     seconds = perf_counter() - t0
                     completions.append((seqs, n, op, nbytes, seconds, seconds))
                     seqs.inflight.pop(n, None)
-                    if len(completions) > unsettled_max:
+                    if len(completions) > MAX_UNSETTLED:
                         settle()
                 elif spans is not None:  # CUDA (an event comes from spans): the current stream now waits
                     # for the collective, so all of it is exposed
