@@ -58,24 +58,48 @@ def gpu_group(c: RulesConfig) -> Group:
     )
 
 
-def _rank_rates(c: RulesConfig) -> list[Record]:
+def step_rates_group(c: RulesConfig) -> Group:
+    """Per-rank rates of the step counters, and each job's throughput. The raw per-rank reads are the
+    costliest rules (8,000 ranks at 1,000 nodes, each over a 5m range), so they are split over two groups
+    that evaluate side by side; `trainmon.training.rules` then combines their recorded series."""
     counters = {
         "trainmon_train_steps": "trainmon_train_steps_total",
         "trainmon_train_step_duration_seconds_sum": "trainmon_train_step_duration_seconds_sum",
         "trainmon_train_step_duration_seconds_count": "trainmon_train_step_duration_seconds_count",
-        "trainmon_train_comm_wait_seconds": "trainmon_train_comm_wait_seconds_total",
-        "trainmon_train_dataloader_wait_seconds": "trainmon_train_dataloader_wait_seconds_total",
     }
-    return [Record(record=f"rank:{name}:rate5m", expr=f"rate({c.m(metric)}[5m])") for name, metric in counters.items()]
-
-
-def training_group(c: RulesConfig) -> Group:
-    rules = _rank_rates(c)
+    rules = [Record(record=f"rank:{name}:rate5m", expr=f"rate({c.m(metric)}[5m])") for name, metric in counters.items()]
+    # Throughput is only read per job: no per-rank series of it.
     rules += [
-        Record(
-            record="rank:trainmon_nccl_time_seconds:rate5m",
-            expr=f"sum without (op, group) (rate({c.m('trainmon_nccl_time_seconds_total')}[5m]))",
-        ),
+        Record(record=f"job_id:{name}:rate5m", expr=f"sum without (instance, rank) (rate({c.m(name + '_total')}[5m]))")
+        for name in ("trainmon_train_samples", "trainmon_train_tokens")
+    ]
+    return Group(name="trainmon.step_rates.rules", rules=rules)
+
+
+def wait_rates_group(c: RulesConfig) -> Group:
+    """Per-rank rates of the time a rank waits: exposed communication, data loading, collectives."""
+    return Group(
+        name="trainmon.wait_rates.rules",
+        rules=[
+            Record(
+                record="rank:trainmon_train_comm_wait_seconds:rate5m",
+                expr=f"rate({c.m('trainmon_train_comm_wait_seconds_total')}[5m])",
+            ),
+            Record(
+                record="rank:trainmon_train_dataloader_wait_seconds:rate5m",
+                expr=f"rate({c.m('trainmon_train_dataloader_wait_seconds_total')}[5m])",
+            ),
+            Record(
+                record="rank:trainmon_nccl_time_seconds:rate5m",
+                expr=f"sum without (op, group) (rate({c.m('trainmon_nccl_time_seconds_total')}[5m]))",
+            ),
+        ],
+    )
+
+
+def training_group() -> Group:
+    """Step-time shares per rank and per job, from the rate groups' output: it reads no raw series."""
+    rules = [
         Record(
             record="rank:trainmon_train_step_duration_seconds:mean5m",
             expr=f"{STEP_SECONDS} / rank:trainmon_train_step_duration_seconds_count:rate5m",
@@ -95,11 +119,6 @@ clamp_min(
     rules += [
         Record(record=f"rank:{name}_per_step_time:ratio", expr=f"{per_rank} / {STEP_SECONDS}")
         for name, per_rank in STEP_SHARES
-    ]
-    # Throughput is only read per job: no per-rank series of it.
-    rules += [
-        Record(record=f"job_id:{name}:rate5m", expr=f"sum without (instance, rank) (rate({c.m(name + '_total')}[5m]))")
-        for name in ("trainmon_train_samples", "trainmon_train_tokens")
     ]
     rules += [
         # Ranks of a synchronous job step together: the job's step rate is the ranks' average.
@@ -131,8 +150,8 @@ clamp_min(
 
 
 def rank_gpu_group(c: RulesConfig) -> Group:
-    """Each live rank and the series of its GPU. Apart from the training group's rates, which do not read
-    them, so the two evaluate side by side: a group's rules run one after another, groups concurrently."""
+    """Each live rank and the series of its GPU. Apart from the training rates, which do not read them,
+    so they evaluate side by side: a group's rules run one after another, groups concurrently."""
     rules = [
         # One series per live rank: instance, job, job_id, rank, uuid.
         Record(
@@ -312,5 +331,9 @@ def fleet_group(c: RulesConfig) -> Group:
 
 
 def recording_groups(c: RulesConfig) -> list[Group]:
-    return [gpu_group(c), training_group(c), rank_gpu_group(c), histogram_group(c), collectives_group(c),
-            nvme_group(c), ownership_group(c), efficiency_group(c), fleet_group(c)]
+    """In dependency order (promtool tests evaluate them in this order, `group_eval_order`)."""
+    return [
+        gpu_group(c), step_rates_group(c), wait_rates_group(c), training_group(), rank_gpu_group(c),
+        histogram_group(c), collectives_group(c), nvme_group(c), ownership_group(c), efficiency_group(c),
+        fleet_group(c),
+    ]

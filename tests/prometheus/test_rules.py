@@ -117,3 +117,26 @@ def test_every_alert_has_a_firing_and_a_silent_unit_test() -> None:
     names = {rule["alert"] for rule in alert_rules()}
 
     assert (names - firing, names - silent) == (set(), set())
+
+
+def test_groups_are_listed_after_the_groups_they_read() -> None:
+    """A rule reads only series recorded before it in file order, so that order is an evaluation order."""
+    recorded: set[str] = set()
+    late = []
+    for path in RULE_FILES:
+        for group in load(path)["groups"]:
+            for rule in group["rules"]:
+                read = set(re.findall(r"\b\w+:\w+:\w+\b", rule["expr"]))
+                late += [(group["name"], name) for name in read - recorded]
+                if "record" in rule:
+                    recorded.add(rule["record"])
+
+    assert late == []
+
+
+@pytest.mark.parametrize("test_file", RULE_TESTS, ids=lambda p: p.name)
+def test_promtool_tests_evaluate_the_groups_in_file_order(test_file: Path) -> None:
+    """promtool evaluates groups in random order unless told; chained groups then pass or fail by chance."""
+    groups = [group["name"] for path in RULE_FILES for group in load(path)["groups"]]
+
+    assert load(test_file).get("group_eval_order") == groups
