@@ -196,19 +196,6 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
     baseline = f"avg_over_time(job_id:trainmon_train_steps:avg_rate5m[{c.baseline_window}] offset {c.baseline_offset})"
     return [
         Alert(
-            alert="TrainmonGPUMemoryPressure",
-            expr=f"""
-  {rising(c.m("trainmon_train_cuda_ooms_total"), "10m")}
-or
-  increase({c.m("trainmon_train_cuda_alloc_retries_total")}[10m]) > 0""",
-            severity="warning",
-            summary="A training rank is short of GPU memory.",
-            description=(
-                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }}: the CUDA caching "
-                "allocator retried allocations or ran out of memory in the last 10 minutes."
-            ),
-        ),
-        Alert(
             alert="TrainmonGPUIdleDuringTraining",
             # SM activity (GPM); where it is absent, power. Never the coarse utilization, which reads
             # 100% while NCCL kernels spin in a hang.
@@ -306,6 +293,26 @@ and on (job, job_id)
                 "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} has a straggler score "
                 'of {{ printf "%.2f" $value }} (the fastest rank\'s compute time over its own) while the job\'s median '
                 "rank waits in collectives."
+            ),
+        ),
+    ]
+
+
+def rank_health_alerts(c: RulesConfig) -> list[Alert]:
+    """Per-rank counters of memory and numerics: their own group, since at 1,000 nodes each reads 8,000
+    ranks' raw series over 10 minutes to an hour."""
+    return [
+        Alert(
+            alert="TrainmonGPUMemoryPressure",
+            expr=f"""
+  {rising(c.m("trainmon_train_cuda_ooms_total"), "10m")}
+or
+  increase({c.m("trainmon_train_cuda_alloc_retries_total")}[10m]) > 0""",
+            severity="warning",
+            summary="A training rank is short of GPU memory.",
+            description=(
+                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }}: the CUDA caching "
+                "allocator retried allocations or ran out of memory in the last 10 minutes."
             ),
         ),
         Alert(
@@ -489,6 +496,7 @@ def alert_groups(c: RulesConfig) -> list[Group]:
         "trainmon.exporter": exporter_alerts(c),
         "trainmon.gpu": gpu_alerts(c),
         "trainmon.training": training_alerts(c),
+        "trainmon.rank_health": rank_health_alerts(c),
         "trainmon.collectives": collective_alerts(c),
         "trainmon.fabric": fabric_alerts(c),
     }

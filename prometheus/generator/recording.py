@@ -7,7 +7,7 @@ GPU, `instance_device` one NVMe namespace. Ratios sum numerator and denominator 
 from __future__ import annotations
 
 from .config import RulesConfig
-from .efficiency import efficiency_group
+from .efficiency import efficiency_groups
 from .model import Group, Record
 
 # Labels of trainmon_train_rank_info that describe a rank rather than identify it.
@@ -334,6 +334,6 @@ def recording_groups(c: RulesConfig) -> list[Group]:
     """In dependency order (promtool tests evaluate them in this order, `group_eval_order`)."""
     return [
         gpu_group(c), step_rates_group(c), wait_rates_group(c), training_group(), rank_gpu_group(c),
-        histogram_group(c), collectives_group(c), nvme_group(c), ownership_group(c), efficiency_group(c),
-        fleet_group(c),
+        histogram_group(c), collectives_group(c), nvme_group(c), ownership_group(c),
+        *efficiency_groups(c), fleet_group(c),
     ]

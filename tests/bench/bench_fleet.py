@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -65,8 +66,11 @@ BACKFILL_SAMPLES_PER_SECOND = 90_000
 # and at 1,000 nodes promtool converts barely faster than the fleet produces, so catching up further
 # would take many slices.
 CATCH_UP_SECONDS = 60
-# Two evaluations of every 30 s group after Prometheus starts on backfilled blocks.
+# Two evaluations of every 30 s group after Prometheus starts on backfilled blocks...
 SETTLE_SECONDS = 70
+# ...then the groups' durations are read --evaluations times, 30 s apart (by default the last read comes
+# 160 s after the start, when 5-minute windows still hold samples of every series).
+EVALUATIONS = 4
 # Series whose values a training node's counters move (histogram parts included)...
 GROWING_SUFFIXES = ("_total", "_sum", "_count", "_bucket")
 # ...except the fault counters of a healthy fleet, which stay put: otherwise every port and GPU would
@@ -183,14 +187,56 @@ def fill_variables(expr: str) -> str:
     return re.sub(r"\$\{?\w+\}?", ".*", expr)
 
 
-def rule_durations(prometheus_url: str) -> list[list[object]]:
-    samples = parse_samples(httpx.get(prometheus_url + "/metrics", timeout=30).text)
+@dataclass(frozen=True)
+class Evaluations:
+    """Each rule group's distinct evaluations seen while sampling, and what the machine did meanwhile."""
+
+    seconds: dict[str, list[float]]  # group -> its evaluations' durations
+    intervals: dict[str, float]
+    window: float
+    prometheus_cpu: float  # CPU seconds Prometheus used in the window
+    steal: float  # the share of the machine's CPU time the hypervisor took in the window
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies of all CPUs (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[7], sum(fields[:8])
+
+
+def sampled_evaluations(prometheus_url: str, rounds: int) -> Evaluations:
+    """Every group's last duration, read once per 30 s interval for `rounds` intervals: one evaluation
+    is noise on a shared machine (cold chunks, a neighbour's burst), the median of several is not."""
+    seconds: dict[str, dict[float, float]] = {}
+    intervals: dict[str, float] = {}
+    began, (steal0, total0) = time.time(), _cpu_ticks()
+    cpu0 = _scalar(prometheus_url, "process_cpu_seconds_total")
+    for i in range(rounds):
+        if i:
+            time.sleep(30)
+        samples = parse_samples(httpx.get(prometheus_url + "/metrics", timeout=30).text)
+        for (name, labels), value in samples.items():
+            if name == "prometheus_rule_group_last_duration_seconds":
+                group = dict(labels)["rule_group"].split(";", 1)[1]
+                evaluated = samples[("prometheus_rule_group_last_evaluation_timestamp_seconds", labels)]
+                seconds.setdefault(group, {})[evaluated] = value
+                intervals[group] = samples[("prometheus_rule_group_interval_seconds", labels)]
+    steal1, total1 = _cpu_ticks()
+    return Evaluations(
+        seconds={group: list(by_time.values()) for group, by_time in sorted(seconds.items())},
+        intervals=intervals,
+        window=time.time() - began,
+        prometheus_cpu=_scalar(prometheus_url, "process_cpu_seconds_total") - cpu0,
+        steal=(steal1 - steal0) / max(1, total1 - total0),
+    )
+
+
+def rule_durations(evaluations: Evaluations) -> list[list[object]]:
     rows: list[list[object]] = []
-    for (name, labels), value in sorted(samples.items()):
-        if name == "prometheus_rule_group_last_duration_seconds":
-            group = dict(labels)["rule_group"]
-            interval = samples[("prometheus_rule_group_interval_seconds", labels)]
-            rows.append([group.split(";", 1)[1], f"{value * 1000:.1f}", f"{value / interval:.2%}"])
+    for group, durations in evaluations.seconds.items():
+        interval, median = evaluations.intervals[group], statistics.median(durations)
+        rows.append([group, len(durations), f"{median * 1000:.1f}", f"{max(durations) * 1000:.1f}",
+                     f"{median / interval:.2%}", f"{max(durations) / interval:.2%}"])
     return rows
 
 
@@ -236,6 +282,7 @@ class Setup:
     slice_samples: int
     rule_files: list[Path]
     dashboards: list[Path]
+    evaluations: int  # reads of the groups' durations, 30 s apart
 
 
 @dataclass(frozen=True)
@@ -393,7 +440,12 @@ def measure(setup: Setup, template: str, nodes: int) -> None:
                   f"({head:.0f} in the head), {prometheus.note}")
             print(f"load average {' / '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cpus, "
                   f"Prometheus used {_scalar(url, 'process_cpu_seconds_total'):.0f} CPU s so far")
-            print(table(["rule group", "last eval ms", "of interval"], rule_durations(url)))
+            evaluations = sampled_evaluations(url, setup.evaluations)
+            print(f"over {evaluations.window:.0f} s of evaluations: Prometheus used "
+                  f"{evaluations.prometheus_cpu / evaluations.window:.2f} of {os.cpu_count()} cpus, "
+                  f"the hypervisor took {evaluations.steal:.1%} (steal)")
+            print(table(["rule group", "evals", "median ms", "max ms", "median of interval", "max of interval"],
+                        rule_durations(evaluations)))
             print(table(["slowest rules", "group", "last eval ms"], slowest_rules(url)))
             print(table(["active alert", "state", "instances"], alert_counts(url)))
             print(table(["dashboard", "panel", *[f"{r} ms" for r in RANGES], "series"],
@@ -420,6 +472,8 @@ def main() -> None:
                         help="samples per OpenMetrics file promtool turns into a block (it reads the file whole)")
     parser.add_argument("--rules", type=Path, nargs="+", default=RULE_FILES,
                         help="rule files to evaluate (default: the shipped ones), e.g. an older rules.yml")
+    parser.add_argument("--evaluations", type=int, default=EVALUATIONS,
+                        help="reads of every rule group's last duration, 30 s apart; the median is printed")
     parser.add_argument("--dashboards", default="",
                         help="comma-separated dashboards whose panels are timed (default all), e.g. fleet")
     args = parser.parse_args()
@@ -427,7 +481,8 @@ def main() -> None:
     setup = Setup(prometheus=require_tool("prometheus"), mode=args.mode,
                   minutes=args.minutes if args.minutes is not None else (30.0 if args.mode == "backfill" else 2.0),
                   slice_samples=args.slice_samples, rule_files=[path.resolve() for path in args.rules],
-                  dashboards=[d for d in DASHBOARDS if not chosen or d.stem.removeprefix("trainmon-") in chosen])
+                  dashboards=[d for d in DASHBOARDS if not chosen or d.stem.removeprefix("trainmon-") in chosen],
+                  evaluations=args.evaluations)
     with started_node(interval=1.0, with_node_exporter=False) as node:
         template = httpx.get(node.trainmon.url + "/metrics", headers={"Accept": "text/plain"}, timeout=10).text
     print(f"machine: {machine()}")

@@ -13,8 +13,9 @@ Per call the wrapper issues the next sequence number of the group (in flight fro
 * a blocking call on CPU tensors (gloo) completes when it returns; its time is `perf_counter`
   around the call;
 * an async call returns the original `Work` (frameworks check `isinstance(work, Work)`); `Work.wait`
-  and `Work.is_completed` are patched on the class, so whoever first sees it done (a `wait()` or
-  `is_completed()`, or the poll at the step end and before every report) completes and times it.
+  (while async works are pending) and `Work.is_completed` are patched on the class, so whoever first
+  sees it done (a `wait()` or `is_completed()`, or the poll at the step end and before every report)
+  completes and times it.
   No `Future.then`: it costs 40-50 µs. A coalesced call that returns a `Future` is polled by `done()`;
 * CUDA tensors: an event pair on the current stream (before the call, and after it or after
   `wait()`); the collective completes when the end event has passed, polled, never synchronised.
@@ -141,11 +142,13 @@ class CollectiveRecorder:
         self._pending: dict[int, Pending] = {}  # async works not yet seen complete, by id; popping one claims it
         self._patches: list[tuple[dict[str, Any], str, Any, Any]] = []
         self._work_methods: list[tuple[str, Any]] = []
+        self._waits: tuple[Any, Any] = (None, None)  # Work.wait: (torch's, ours)
 
     # -- patching -------------------------------------------------------------------------------
 
     def install(self) -> int:
         """Wrap the collectives wherever the original functions are bound; return how many names."""
+        self._patch_work()  # before the wrappers, which need our `Work.wait`
         wrappers = {id(fn): (fn, self._wrap(fn, signature)) for fn, signature in collective_functions().values()}
         for module in list(sys.modules.values()):
             try:  # sys.modules may hold objects whose attribute access runs code
@@ -160,7 +163,6 @@ class CollectiveRecorder:
                 if hit is not None and hit[0] is value:
                     namespace[key] = hit[1]
                     self._patches.append((namespace, key, value, hit[1]))
-        self._patch_work()
         return len(self._patches)
 
     def uninstall(self) -> None:
@@ -173,15 +175,16 @@ class CollectiveRecorder:
         self._work_methods.clear()
 
     def _patch_work(self) -> None:
-        """`Work.wait`/`is_completed` complete our pending works; other works pass straight through."""
+        """`Work.wait`/`is_completed` complete our pending works; other works pass straight through.
+
+        `wait` is only patched while async works may be pending (`_intercept_waits`): every blocking
+        collective waits on its own `Work` too, and a pass-through frame there costs ~0.5 µs a call."""
         pending, finish = self._pending, self._finish
         completions, settle = self.state.completions, self.state.settle
         original_wait, original_completed = dist.Work.wait, dist.Work.is_completed
 
-        # Every blocking collective passes through here too (torch waits on its own Work): positional
-        # arguments only, not *args/**kwargs, is what keeps that pass-through cheap.
         @functools.wraps(original_wait)
-        def wait(work: Any, timeout: Any = None) -> Any:
+        def wait(work: Any, timeout: Any = None) -> Any:  # positional: the pass-through stays cheap
             entry = pending.pop(id(work), None) if pending else None  # popping claims it
             if entry is None:
                 return original_wait(work) if timeout is None else original_wait(work, timeout)
@@ -210,8 +213,16 @@ class CollectiveRecorder:
             return bool(done)
 
         self._work_methods = [("wait", original_wait), ("is_completed", original_completed)]
-        for name, method in (("wait", wait), ("is_completed", is_completed)):
-            setattr(dist.Work, name, method)
+        self._waits = (original_wait, wait)
+        dist.Work.is_completed = is_completed  # type: ignore[method-assign,assignment]  # on the class: Work has no __dict__
+
+    def _intercept_waits(self, on: bool) -> None:
+        """Patch `Work.wait` (an async work is pending) or restore it (none is, and a blocking call ran).
+
+        Threads racing here can leave it restored with a work pending: `poll` still completes that one,
+        without its exposed wait."""
+        original, patched = self._waits
+        dist.Work.wait = patched if on else original  # type: ignore[method-assign]
 
     def _wrap(self, fn: Callable[..., Any], signature: CollectiveSignature) -> Callable[..., Any]:
         # Dynamo traces this wrapper with it True (so the graph holds torch's own call); in eager it is
@@ -222,6 +233,7 @@ class CollectiveRecorder:
         payload_name = signature.payload_name or ""
         complete, pending, groups, tensor_type = self.state.complete, self._pending, self._groups, torch.Tensor
         completions, settle, spans = self.state.completions, self.state.settle, self.spans
+        intercept, patched_wait = self._intercept_waits, self._waits[1]
 
         @functools.wraps(fn)
         def trainmon_collective(*args: Any, **kwargs: Any) -> Any:
@@ -251,17 +263,22 @@ class CollectiveRecorder:
             try:
                 if result is not None and isinstance(result, (work_type, future_type)):  # async: when seen done
                     pending[id(result)] = (result, seqs, n, op, nbytes, t0, event)
+                    if work_type.wait is not patched_wait:
+                        intercept(True)
                     if len(pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
                         self._forget(next(iter(pending)))
-                elif event is None:  # CPU: the call blocked until the collective finished
-                    seconds = perf_counter() - t0
-                    completions.append((seqs, n, op, nbytes, seconds, seconds))
-                    seqs.inflight.pop(n, None)
-                    if len(completions) > MAX_UNSETTLED:
-                        settle()
-                elif spans is not None:  # CUDA (an event comes from spans): the current stream now waits
-                    # for the collective, so all of it is exposed
-                    spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, s or 0.0))
+                else:
+                    if event is None:  # CPU: the call blocked until the collective finished
+                        seconds = perf_counter() - t0
+                        completions.append((seqs, n, op, nbytes, seconds, seconds))
+                        seqs.inflight.pop(n, None)
+                        if len(completions) > MAX_UNSETTLED:
+                            settle()
+                    elif spans is not None:  # CUDA (an event comes from spans): the current stream now
+                        # waits for the collective, so all of it is exposed
+                        spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, s or 0.0))
+                    if not pending and work_type.wait is patched_wait:
+                        intercept(False)
             except Exception:
                 self.errors += 1
             return result
