@@ -231,12 +231,36 @@ def sampled_evaluations(prometheus_url: str, rounds: int) -> Evaluations:
     )
 
 
-def rule_durations(evaluations: Evaluations) -> list[list[object]]:
+def alone_durations(setup: Setup, work: Path, url: str, rounds: int = 3) -> dict[str, float]:
+    """Each group's cost on its own: the rules are unloaded (a config reload), then every group's
+    expressions run one after another as instant queries at one time, the group's time being the sum
+    of the engine's evaluation times (`stats=all`). On two cores the groups' concurrent evaluations
+    slow each other down; this is what a group takes where there are cores to spare. Alert template
+    expansion and writing the results are not in it. The median of `rounds`."""
+    config = yaml.safe_load((work / "prometheus.yml").read_text())
+    (work / "prometheus.yml").write_text(yaml.safe_dump({**config, "rule_files": []}))
+    httpx.post(url + "/-/reload", timeout=60).raise_for_status()
+    at = time.time()
+    groups = [(group["name"], [rule["expr"] for rule in group["rules"]])
+              for path in setup.rule_files for group in yaml.safe_load(path.read_text())["groups"]]
+    seconds: dict[str, list[float]] = {name: [] for name, _ in groups}
+    for _ in range(rounds):
+        for name, exprs in groups:
+            seconds[name].append(sum(_evaluation_seconds(url, f"count(({expr}))", at) for expr in exprs))
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def _evaluation_seconds(url: str, expr: str, at: float) -> float:
+    response = httpx.get(url + "/api/v1/query", params={"query": expr, "time": at, "stats": "all"}, timeout=120)
+    return float(response.json()["data"]["stats"]["timings"]["evalTotalTime"])
+
+
+def rule_durations(evaluations: Evaluations, alone: dict[str, float]) -> list[list[object]]:
     rows: list[list[object]] = []
     for group, durations in evaluations.seconds.items():
         interval, median = evaluations.intervals[group], statistics.median(durations)
         rows.append([group, len(durations), f"{median * 1000:.1f}", f"{max(durations) * 1000:.1f}",
-                     f"{median / interval:.2%}", f"{max(durations) / interval:.2%}"])
+                     f"{median / interval:.2%}", f"{alone[group] * 1000:.1f}", f"{alone[group] / interval:.2%}"])
     return rows
 
 
@@ -299,7 +323,7 @@ def prometheus_argv(setup: Setup, work: Path, config: dict[str, object], port: i
               "rule_files": [str(p) for p in setup.rule_files], **config}
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     return [setup.prometheus, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}"]
+            f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle"]
 
 
 @contextmanager
@@ -444,12 +468,16 @@ def measure(setup: Setup, template: str, nodes: int) -> None:
             print(f"over {evaluations.window:.0f} s of evaluations: Prometheus used "
                   f"{evaluations.prometheus_cpu / evaluations.window:.2f} of {os.cpu_count()} cpus, "
                   f"the hypervisor took {evaluations.steal:.1%} (steal)")
-            print(table(["rule group", "evals", "median ms", "max ms", "median of interval", "max of interval"],
-                        rule_durations(evaluations)))
             print(table(["slowest rules", "group", "last eval ms"], slowest_rules(url)))
             print(table(["active alert", "state", "instances"], alert_counts(url)))
             print(table(["dashboard", "panel", *[f"{r} ms" for r in RANGES], "series"],
                         query_times(url, time.time(), setup.dashboards)))
+            alone = alone_durations(setup, work, url)
+            print("rule groups: evaluated together (Prometheus, every group at once on these cpus), and alone "
+                  f"(each group's expressions in turn, nothing beside them); alone, all groups take "
+                  f"{sum(alone[g] / evaluations.intervals[g] for g in alone):.2f} cpus")
+            print(table(["rule group", "evals", "together median ms", "together max ms", "of interval", "alone ms",
+                         "alone of interval"], rule_durations(evaluations, alone)))
 
 
 def _query(url: str, expr: str) -> float:
