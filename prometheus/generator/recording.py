@@ -175,11 +175,12 @@ def rank_gpu_group(c: RulesConfig) -> Group:
 
 def histogram_group(c: RulesConfig) -> Group:
     """The step-time buckets per job, for quantiles: 13 buckets per rank make this the largest input of all
-    the rules (a third of a 1,000-node fleet's training series), and a panel of step-time quantiles over
-    5 minutes needs no 30 s resolution, so it is evaluated every minute, apart from the training group."""
+    the rules (a third of a 1,000-node fleet's training series), and a quantile over a 5-minute window
+    sampled every 2 minutes loses nothing a step-time panel shows. At 1,000 nodes on 2 cores it took 6-7 s
+    beside the other groups, 3 s alone."""
     return Group(
         name="trainmon.histograms.rules",
-        interval="1m",
+        interval="2m",
         rules=[
             Record(
                 record="job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m",
