@@ -58,16 +58,20 @@ def gpu_group(c: RulesConfig) -> Group:
     )
 
 
+def _rank_rates(c: RulesConfig, counters: dict[str, str]) -> list[Record]:
+    """`rank:<name>:rate5m` of each raw counter, by name."""
+    return [Record(record=f"rank:{name}:rate5m", expr=f"rate({c.m(metric)}[5m])") for name, metric in counters.items()]
+
+
 def step_rates_group(c: RulesConfig) -> Group:
     """Per-rank rates of the step counters, and each job's throughput. The raw per-rank reads are the
     costliest rules (8,000 ranks at 1,000 nodes, each over a 5m range), so they are split over two groups
     that evaluate side by side; `trainmon.training.rules` then combines their recorded series."""
-    counters = {
+    rules = _rank_rates(c, {
         "trainmon_train_steps": "trainmon_train_steps_total",
         "trainmon_train_step_duration_seconds_sum": "trainmon_train_step_duration_seconds_sum",
         "trainmon_train_step_duration_seconds_count": "trainmon_train_step_duration_seconds_count",
-    }
-    rules = [Record(record=f"rank:{name}:rate5m", expr=f"rate({c.m(metric)}[5m])") for name, metric in counters.items()]
+    })
     # Throughput is only read per job: no per-rank series of it.
     rules += [
         Record(record=f"job_id:{name}:rate5m", expr=f"sum without (instance, rank) (rate({c.m(name + '_total')}[5m]))")
@@ -78,23 +82,15 @@ def step_rates_group(c: RulesConfig) -> Group:
 
 def wait_rates_group(c: RulesConfig) -> Group:
     """Per-rank rates of the time a rank waits: exposed communication, data loading, collectives."""
-    return Group(
-        name="trainmon.wait_rates.rules",
-        rules=[
-            Record(
-                record="rank:trainmon_train_comm_wait_seconds:rate5m",
-                expr=f"rate({c.m('trainmon_train_comm_wait_seconds_total')}[5m])",
-            ),
-            Record(
-                record="rank:trainmon_train_dataloader_wait_seconds:rate5m",
-                expr=f"rate({c.m('trainmon_train_dataloader_wait_seconds_total')}[5m])",
-            ),
-            Record(
-                record="rank:trainmon_nccl_time_seconds:rate5m",
-                expr=f"sum without (op, group) (rate({c.m('trainmon_nccl_time_seconds_total')}[5m]))",
-            ),
-        ],
-    )
+    rules = _rank_rates(c, {
+        "trainmon_train_comm_wait_seconds": "trainmon_train_comm_wait_seconds_total",
+        "trainmon_train_dataloader_wait_seconds": "trainmon_train_dataloader_wait_seconds_total",
+    })
+    rules.append(Record(
+        record="rank:trainmon_nccl_time_seconds:rate5m",
+        expr=f"sum without (op, group) (rate({c.m('trainmon_nccl_time_seconds_total')}[5m]))",
+    ))
+    return Group(name="trainmon.wait_rates.rules", rules=rules)
 
 
 def training_group() -> Group:

@@ -35,6 +35,13 @@ def mean_call_us(body: Callable[[], None]) -> float:
     return (time.thread_time() - start) / CALLS * 1e6
 
 
+def reference_call(table: dict[int, float] = {}) -> None:  # noqa: B006  # the same dict on every call
+    """A fixed bit of Python like the hook's bookkeeping (a call, a clock read, a dict store and pop): its
+    time tracks how fast this shared machine is at the moment, so runs in different states compare."""
+    table[0] = time.perf_counter()
+    table.pop(0)
+
+
 def workloads(mon: TrainingMonitor) -> dict[str, Callable[[bool], None]]:
     """Each operation, hook on (True) or off (False); collectives through `dist`'s attributes, which
     the hook patches, so off is torch alone (no patched `Work.wait` either)."""
@@ -62,8 +69,10 @@ def main() -> None:
         ops = workloads(mon)
         recorder = mon._collectives
         results: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in ops}
+        reference: list[float] = []
         installed = True
         for i in range(ROUNDS):  # off-on, then on-off: drift of a shared machine and the order hit both alike
+            reference.append(mean_call_us(reference_call))
             for name, op in ops.items():
                 for on in (False, True) if i % 2 == 0 else (True, False):
                     if on != installed:
@@ -74,10 +83,15 @@ def main() -> None:
     dist.destroy_process_group()
     print(f"torch {torch.__version__}, gloo world size 1, training-thread CPU time per call, "
           f"median of {ROUNDS} rounds alternating off-on and on-off x {CALLS} calls; off: hook uninstalled")
-    print(f"{'operation':<28}{'off µs':>10}{'on µs':>10}{'added µs':>10}")
+    unit = statistics.median(reference)
+    print(f"machine speed: a reference Python call took {unit:.3f} µs (median; {min(reference):.3f}-"
+          f"{max(reference):.3f} over the rounds); 'added refs' = added µs in reference calls, comparable across "
+          f"the machine's fast and slow states")
+    print(f"{'operation':<28}{'off µs':>10}{'on µs':>10}{'added µs':>10}{'added refs':>12}")
     for name, (off_us, on_us) in results.items():
         added = statistics.median(b - a for a, b in zip(off_us, on_us, strict=True))  # paired: same drift
-        print(f"{name:<28}{statistics.median(off_us):>10.2f}{statistics.median(on_us):>10.2f}{added:>10.2f}")
+        print(f"{name:<28}{statistics.median(off_us):>10.2f}{statistics.median(on_us):>10.2f}{added:>10.2f}"
+              f"{added / unit:>12.1f}")
 
 
 if __name__ == "__main__":
