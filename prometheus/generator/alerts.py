@@ -298,9 +298,9 @@ and on (job, job_id)
     ]
 
 
-def rank_health_alerts(c: RulesConfig) -> list[Alert]:
-    """Per-rank counters of memory and numerics: their own group, since at 1,000 nodes each reads 8,000
-    ranks' raw series over 10 minutes to an hour."""
+def rank_counter_alerts(c: RulesConfig) -> list[Alert]:
+    """Per-rank counters that rose in 10 minutes (out of memory, non-finite losses): a group of their own,
+    since at 1,000 nodes each reads 8,000 ranks' raw series three times."""
     return [
         Alert(
             alert="TrainmonGPUMemoryPressure",
@@ -316,6 +316,23 @@ or
             ),
         ),
         Alert(
+            alert="TrainmonLossNonFinite",
+            expr=rising(c.m("trainmon_train_nonfinite_loss_total"), "10m"),
+            severity="warning",
+            summary="A training rank reported a NaN or infinite loss.",
+            description=(
+                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a "
+                "non-finite loss in the last 10 minutes."
+            ),
+        ),
+    ]
+
+
+def loss_scale_alerts(c: RulesConfig) -> list[Alert]:
+    """Each rank's loss scale against its own hour: 8,000 ranks' hour of samples at 1,000 nodes, the
+    costliest read of any alert, for a condition that develops over minutes (it must hold 5 of them)."""
+    return [
+        Alert(
             alert="TrainmonLossScaleCollapse",
             # The gauge exists only where a loss scaler does (bf16 runs have none).
             expr=f"""
@@ -330,16 +347,6 @@ unless {ON_RANK}
             description=(
                 "Rank {{ $labels.rank }} of job {{ $labels.job_id }} runs at loss scale {{ $value }}: gradients "
                 "keep overflowing and steps are being skipped."
-            ),
-        ),
-        Alert(
-            alert="TrainmonLossNonFinite",
-            expr=rising(c.m("trainmon_train_nonfinite_loss_total"), "10m"),
-            severity="warning",
-            summary="A training rank reported a NaN or infinite loss.",
-            description=(
-                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a "
-                "non-finite loss in the last 10 minutes."
             ),
         ),
     ]
@@ -493,14 +500,15 @@ and
 
 def alert_groups(c: RulesConfig) -> list[Group]:
     groups = {
-        "trainmon.exporter": exporter_alerts(c),
-        "trainmon.gpu": gpu_alerts(c),
-        "trainmon.training": training_alerts(c),
-        "trainmon.rank_health": rank_health_alerts(c),
-        "trainmon.collectives": collective_alerts(c),
-        "trainmon.fabric": fabric_alerts(c),
+        "trainmon.exporter": (exporter_alerts(c), "30s"),
+        "trainmon.gpu": (gpu_alerts(c), "30s"),
+        "trainmon.training": (training_alerts(c), "30s"),
+        "trainmon.rank_counters": (rank_counter_alerts(c), "30s"),
+        "trainmon.loss_scale": (loss_scale_alerts(c), "1m"),
+        "trainmon.collectives": (collective_alerts(c), "30s"),
+        "trainmon.fabric": (fabric_alerts(c), "30s"),
     }
     return [
-        Group(name=name, rules=[replace(a, runbook_url=c.runbook_url(a.alert)) for a in alerts])
-        for name, alerts in groups.items()
+        Group(name=name, interval=interval, rules=[replace(a, runbook_url=c.runbook_url(a.alert)) for a in alerts])
+        for name, (alerts, interval) in groups.items()
     ]
