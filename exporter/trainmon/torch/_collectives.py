@@ -178,7 +178,7 @@ class CollectiveRecorder:
         """`Work.wait`/`is_completed` complete our pending works; other works pass straight through.
 
         `wait` is only patched while async works may be pending (`_intercept_waits`): every blocking
-        collective waits on its own `Work` too, and a pass-through frame there costs ~0.5 µs a call."""
+        collective waits on its own `Work` too, and a pass-through frame there is one more Python call each."""
         pending, finish = self._pending, self._finish
         completions, settle = self.state.completions, self.state.settle
         original_wait, original_completed = dist.Work.wait, dist.Work.is_completed
