@@ -22,24 +22,49 @@ def gloo(tmp_path: Path) -> Iterator[None]:
 
 
 def test_work_wait_is_patched_only_while_an_async_collective_may_be_pending(gloo: None) -> None:
-    """Every blocking collective waits on its own `Work`: with nothing pending, that wait is torch's."""
+    """Every blocking collective waits on its own `Work`: from the step end with nothing pending, that wait
+    is torch's."""
     torch_wait, transport = dist.Work.wait, ListTransport()
     mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
     tensor = torch.ones(4)
     seen = []
 
+    mon.step_begin()
     dist.all_reduce(tensor)
     seen.append(dist.Work.wait is torch_wait)
     work = dist.all_reduce(tensor, async_op=True)
     seen.append(dist.Work.wait is torch_wait)
     work.wait()
     dist.broadcast(tensor, src=0)
+    seen.append(dist.Work.wait is torch_wait)  # ours until the step ends
+    mon.step_end()
     seen.append(dist.Work.wait is torch_wait)
     dist.all_reduce(tensor, async_op=True).wait()  # patched again, and this one is counted too
     mon.close()
     seen.append(dist.Work.wait is torch_wait)
     bye = wire.decode(transport.sent[-1])
 
-    assert [True, False, True, True] == seen
+    assert [True, False, False, True, True] == seen
     assert {("all_reduce", 3), ("broadcast", 1)} == {(c.op, c.calls) for c in bye.collectives}
     assert [(s.issued, s.completed) for s in bye.group_seqs] == [(4, 4)]
+
+
+def test_groups_are_found_when_settled_and_before_torch_destroys_them(tmp_path: Path) -> None:
+    """The wrapper records the group as torch got it; its numbers are found later, so a group this rank is
+    not a member of counts nothing, and the default group's calls still count when it is destroyed first."""
+    transport = ListTransport()
+    mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    tensor = torch.ones(4)
+    dist.all_reduce(tensor)
+    dist.broadcast(tensor, src=0, async_op=True).wait()
+    with pytest.warns(UserWarning):  # torch's: this rank is not in that group, nothing is communicated
+        dist.all_reduce(tensor, group=dist.GroupMember.NON_GROUP_MEMBER)
+    assert mon.state.open and not mon.state.group_seqs  # nothing looked up yet
+    dist.destroy_process_group()
+    mon.close()
+    bye = wire.decode(transport.sent[-1])
+
+    assert [(s.group, s.issued, s.completed) for s in bye.group_seqs] == [("default_pg", 2, 2)]
+    assert {("all_reduce", 1, 16), ("broadcast", 1, 16)} == {(c.op, c.calls, c.bytes) for c in bye.collectives}
+    assert bye.hook_errors.get("collective", 0) == 0 and not mon.state.open

@@ -8,7 +8,8 @@ That covers the `*_single` and `*_coalesced` forms FSDP2 and others use. Names a
 at import time (`dist_reduce_scatter_func = torch.distributed.reduce_scatter_tensor`) are found by
 scanning `sys.modules` for the original function objects.
 
-Per call the wrapper issues the next sequence number of the group (in flight from here), then:
+Per call the wrapper issues the collective into `RankState.open` (in flight from here), with the
+group as torch got it (`settle` finds its numbers in the reporter thread), then:
 
 * a blocking call on CPU tensors (gloo) completes when it returns; its time is `perf_counter`
   around the call;
@@ -118,8 +119,8 @@ def group_label(pg: Any) -> str:
     return f"{desc if desc and desc != 'undefined' else 'group'}:{name}"
 
 
-# (work or future, its group, its sequence number, op, bytes, perf_counter at issue, CUDA start event)
-Pending = tuple[Any, GroupSeqs, int, str, int, float, "torch.cuda.Event | None"]
+# (work or future, its group key, its ticket, op, bytes, perf_counter at issue, CUDA start event)
+Pending = tuple[Any, object, int, str, int, float, "torch.cuda.Event | None"]
 
 
 class HookSlot:
@@ -143,6 +144,7 @@ class CollectiveRecorder:
         self._patches: list[tuple[dict[str, Any], str, Any, Any]] = []
         self._work_methods: list[tuple[str, Any]] = []
         self._waits: tuple[Any, Any] = (None, None)  # Work.wait: (torch's, ours)
+        state.resolve = self._resolve
 
     # -- patching -------------------------------------------------------------------------------
 
@@ -150,6 +152,8 @@ class CollectiveRecorder:
         """Wrap the collectives wherever the original functions are bound; return how many names."""
         self._patch_work()  # before the wrappers, which need our `Work.wait`
         wrappers = {id(fn): (fn, self._wrap(fn, signature)) for fn, signature in collective_functions().values()}
+        destroy = getattr(dist.destroy_process_group, "__trainmon_original__", dist.destroy_process_group)
+        wrappers[id(destroy)] = (destroy, self._settle_before(destroy))
         for module in list(sys.modules.values()):
             try:  # sys.modules may hold objects whose attribute access runs code
                 namespace = vars(module)
@@ -178,7 +182,8 @@ class CollectiveRecorder:
         """`Work.wait`/`is_completed` complete our pending works; other works pass straight through.
 
         `wait` is only patched while async works may be pending (`_intercept_waits`): every blocking
-        collective waits on its own `Work` too, and a pass-through frame there is one more Python call each."""
+        collective waits on its own `Work` too, and a pass-through frame there is one more Python call each.
+        The first async call patches it, and the step end with nothing pending restores it."""
         pending, finish = self._pending, self._finish
         completions, settle = self.state.completions, self.state.settle
         original_wait, original_completed = dist.Work.wait, dist.Work.is_completed
@@ -193,10 +198,9 @@ class CollectiveRecorder:
                 result = original_wait(work) if timeout is None else original_wait(work, timeout)
             finally:  # a wait that raised (timeout, peer gone) ends the collective too
                 now = perf_counter()
-                _, seqs, n, op, nbytes, t0, event = entry
+                _, group, n, op, nbytes, t0, event = entry
                 if event is None:  # CPU, `RankState.complete` inlined: this is the async hot path
-                    completions.append((seqs, n, op, nbytes, now - t0, now - t))
-                    seqs.inflight.pop(n, None)
+                    completions.append((group, n, op, nbytes, now - t0, now - t))
                     if len(completions) > MAX_UNSETTLED:
                         settle()
                 else:
@@ -217,40 +221,35 @@ class CollectiveRecorder:
         dist.Work.is_completed = is_completed  # type: ignore[method-assign,assignment]  # on the class: Work has no __dict__
 
     def _intercept_waits(self, on: bool) -> None:
-        """Patch `Work.wait` (an async work is pending) or restore it (none is, and a blocking call ran).
+        """Patch `Work.wait` (an async work is pending) or restore it (none is, at the step end).
 
-        Threads racing here can leave it restored with a work pending: `poll` still completes that one,
-        without its exposed wait."""
+        A framework thread issuing an async call while the training thread ends its step can leave it
+        restored with a work pending: `poll` still completes that one, without its exposed wait."""
         original, patched = self._waits
         dist.Work.wait = patched if on else original  # type: ignore[method-assign]
 
     def _wrap(self, fn: Callable[..., Any], signature: CollectiveSignature) -> Callable[..., Any]:
-        # Dynamo traces this wrapper with it True (so the graph holds torch's own call); in eager it is
-        # one frame, where `is_compiling` is two.
-        compiling = torch.compiler.is_dynamo_compiling
         work_type, future_type = dist.Work, torch._C.Future
         op, payload_index, group_index = signature.op, signature.payload_index, signature.group_index
         payload_name = signature.payload_name or ""
-        complete, pending, groups, tensor_type = self.state.complete, self._pending, self._groups, torch.Tensor
-        completions, settle, spans = self.state.completions, self.state.settle, self.spans
-        intercept, patched_wait = self._intercept_waits, self._waits[1]
+        state, pending, tensor_type, spans = self.state, self._pending, torch.Tensor, self.spans
+        opened, tickets, completions = state.open, state.tickets, state.completions
+        complete, settle, intercept, patched_wait = state.complete, state.settle, self._intercept_waits, self._waits[1]
 
         @functools.wraps(fn)
         def trainmon_collective(*args: Any, **kwargs: Any) -> Any:
-            if self.suppressed or compiling():
+            if self.suppressed:
                 return fn(*args, **kwargs)
-            try:  # the hot path: lookups, `RankState.issue` and `RankState.complete` inlined, no lock
+            # The hot path: `RankState.issue` and `complete` inlined, no lock, and the group as torch got it
+            # (`settle` finds its numbers, and drops a group this rank is not a member of).
+            try:
                 payload = args[payload_index] if len(args) > payload_index else kwargs.get(payload_name)
                 group = args[group_index] if len(args) > group_index else kwargs.get("group")
-                hit = groups.get(id(group))
-                seqs = hit[0] if hit is not None else self.group(group)
-                if seqs is None:  # not a member: torch returns without communicating
-                    return fn(*args, **kwargs)
                 nbytes = payload.nbytes if type(payload) is tensor_type else _nbytes(payload)
                 event = spans.mark() if spans is not None and _is_cuda(payload) else None
                 t0 = perf_counter()
-                n = next(seqs.numbers)
-                seqs.inflight[n] = (t0, op)
+                n = next(tickets)
+                opened[n] = (group, op, t0)
             except Exception:
                 self.errors += 1
                 return fn(*args, **kwargs)
@@ -258,11 +257,11 @@ class CollectiveRecorder:
                 result = fn(*args, **kwargs)
             except BaseException:  # failed (peer gone, timeout): no longer in flight
                 seconds = perf_counter() - t0
-                complete(seqs, n, op, nbytes, seconds, seconds)
+                complete(group, n, op, nbytes, seconds, seconds)
                 raise
             try:
                 if result is not None and isinstance(result, (work_type, future_type)):  # async: when seen done
-                    pending[id(result)] = (result, seqs, n, op, nbytes, t0, event)
+                    pending[id(result)] = (result, group, n, op, nbytes, t0, event)
                     if work_type.wait is not patched_wait:
                         intercept(True)
                     if len(pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
@@ -270,20 +269,20 @@ class CollectiveRecorder:
                 else:
                     if event is None:  # CPU: the call blocked until the collective finished
                         seconds = perf_counter() - t0
-                        completions.append((seqs, n, op, nbytes, seconds, seconds))
-                        seqs.inflight.pop(n, None)
+                        completions.append((group, n, op, nbytes, seconds, seconds))
                         if len(completions) > MAX_UNSETTLED:
                             settle()
                     elif spans is not None:  # CUDA (an event comes from spans): the current stream now
                         # waits for the collective, so all of it is exposed
-                        spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, s or 0.0))
-                    if not pending and work_type.wait is patched_wait:
-                        intercept(False)
+                        spans.close(event, lambda s: complete(group, n, op, nbytes, s or 0.0, s or 0.0))
             except Exception:
                 self.errors += 1
             return result
 
         trainmon_collective.__trainmon_original__ = fn  # type: ignore[attr-defined]  # a marker on a function object
+        # Dynamo traces the original in our place (as it does for its own wrappers), so a compiled graph
+        # holds torch's call and the wrapper needs no `is_compiling()` check.
+        trainmon_collective._torchdynamo_inline = fn  # type: ignore[attr-defined]
         return trainmon_collective
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -301,17 +300,42 @@ class CollectiveRecorder:
             hit = self._groups[id(group)] = (seqs, group)
         return hit[0]
 
+    def _resolve(self, group: Any) -> GroupSeqs | None:
+        """`RankState.resolve`: the numbers of a group the wrapper recorded as torch got it."""
+        try:
+            return self.group(group)
+        except Exception:  # its completions are dropped, and counted here
+            self.errors += 1
+            return None
+
+    def _settle_before(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`destroy_process_group`: the default group's numbers are found, and what is queued is settled,
+        while torch still has its groups (the wrapper leaves finding them to `settle`)."""
+
+        @functools.wraps(fn)
+        def trainmon_destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            try:
+                if dist.is_initialized():
+                    self.group(None)
+                    self.state.settle()
+            except Exception:
+                self.errors += 1
+            return fn(*args, **kwargs)
+
+        trainmon_destroy_process_group.__trainmon_original__ = fn  # type: ignore[attr-defined]
+        return trainmon_destroy_process_group
+
     def _finish(self, entry: Pending, now: float, blocked_since: float | None, waited: bool) -> None:
         """Complete a claimed async collective: CPU timed at once, CUDA through its event pair after `wait()`."""
-        _, seqs, n, op, nbytes, t0, event = entry
+        _, group, n, op, nbytes, t0, event = entry
         complete = self.state.complete
         try:
             if event is None:
-                complete(seqs, n, op, nbytes, now - t0, now - blocked_since if blocked_since is not None else 0.0)
+                complete(group, n, op, nbytes, now - t0, now - blocked_since if blocked_since is not None else 0.0)
             elif waited and self.spans is not None:  # the current stream waits for the collective from here
-                self.spans.close(event, lambda s: complete(seqs, n, op, nbytes, s or 0.0, 0.0))
+                self.spans.close(event, lambda s: complete(group, n, op, nbytes, s or 0.0, 0.0))
             else:
-                complete(seqs, n, op, nbytes, 0.0, 0.0)
+                complete(group, n, op, nbytes, 0.0, 0.0)
         except Exception:
             self.errors += 1
 
@@ -320,9 +344,13 @@ class CollectiveRecorder:
         if entry is not None:
             self.state.complete(entry[1], entry[2], entry[3], entry[4], 0.0, 0.0)
 
-    def poll(self) -> None:
-        """Complete async collectives that finished without anyone asking (step end, and before each report)."""
+    def poll(self, *, step_end: bool = False) -> None:
+        """Complete async collectives that finished without anyone asking (step end, and before each report).
+
+        At the step end (the training thread) with none pending, torch's `Work.wait` comes back."""
         if not self._pending:
+            if step_end and dist.Work.wait is self._waits[1]:
+                self._intercept_waits(False)
             return
         for key, entry in list(self._pending.items()):  # one C call: safe against the training thread
             try:

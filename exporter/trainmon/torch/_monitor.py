@@ -196,7 +196,7 @@ class TrainingMonitor:
             if self._spans is not None:
                 self._spans.poll()
             self._copies.poll()
-            self._collectives.poll()
+            self._collectives.poll(step_end=True)
         except Exception as exc:
             self._fail(exc)
 

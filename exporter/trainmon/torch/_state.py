@@ -6,16 +6,18 @@ before each report completes finished collectives and device spans and sets
 `cuda_alloc_retries`, `cuda_ooms` and `hook_errors` (whole values, one assignment each). The
 sender copies under the lock, so a report is never torn mid-update.
 
-Every collective gets the next sequence number of its group when it is issued and moves the
-group's completed count when it completes; until then it is in flight, stamped with the
-`perf_counter` of its issue, so the report can say how old the oldest one is even while the
-training thread is blocked inside it.
+Every collective is issued into `open` (rank-wide: ticket -> its group, op and the `perf_counter`
+of its issue) and completes into the `completions` queue; `settle` moves each completion into its
+group's totals. A group's issued count is its completed count plus its open collectives, so the
+report can say how old the oldest one is even while the training thread is blocked inside it.
 
-Neither `issue` nor `complete` takes the lock: an uncontended `threading.Lock` round costs more
-than the rest of a collective's bookkeeping (about 0.6 µs of a 3 µs budget). `issue` is two
-atomic operations; `complete` appends to a queue (atomic), and `settle` adds the queue into the
-totals under the lock, before every read (`report` and the properties), so any number a report
-carries already counts every completion queued before it and counters never go backwards.
+Neither `issue` nor `complete` takes the lock or looks anything up: an uncontended `threading.Lock`
+round costs more than the rest of a collective's bookkeeping (about 0.6 µs of a 3 µs budget), and
+finding the group's numbers is left to `settle` too (`resolve`: the collectives' wrapper records
+torch's group object as it was passed). `issue` is two atomic operations; `complete` one append;
+`settle` adds the queue into the totals under the lock, before every read (`report` and the
+properties), so any number a report carries already counts every completion queued before it and
+counters never go backwards.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from time import perf_counter
 from typing import Any
@@ -64,21 +67,20 @@ STATE_FIELDS = tuple(f.attr for f in FIELDS if f.attr not in MESSAGE_FIELDS | ID
 
 
 class GroupSeqs:
-    """One process group's sequence numbers, its in-flight collectives and its per-op totals.
+    """One process group's completed count and its per-op totals, kept by `settle`."""
 
-    `numbers` hands out sequence numbers without a lock (`next()` on a count is atomic); every
-    issued number is in `inflight` (number -> (issued at, op); insertion order, so the first is the
-    oldest) until its settled completion moves it into `completed`, so issued = completed + in flight.
-    """
-
-    __slots__ = ("completed", "inflight", "label", "numbers", "totals")
+    __slots__ = ("completed", "label", "totals")
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.numbers = itertools.count(1)
         self.completed = 0
-        self.inflight: dict[int, tuple[float, str]] = {}
         self.totals: dict[str, list[float]] = {}  # op -> the (op, label) entry of RankState.collectives
+
+
+def no_group(key: object) -> GroupSeqs | None:
+    """The default `RankState.resolve`: a caller that issues with `GroupSeqs` keys needs none, and any
+    other key is not counted."""
+    return None
 
 
 class RankState:
@@ -115,8 +117,13 @@ class RankState:
         self.cuda_alloc_retries: int | None = None
         self.cuda_ooms: int | None = None
         self.hook_errors: dict[str, int] = {}
-        # (group, number, op, bytes, seconds, blocked) of completions `settle` has not added yet
-        self.completions: collections.deque[tuple[GroupSeqs, int, str, int, float, float]] = collections.deque()
+        # Collectives issued and not settled yet: ticket -> (group key, op, perf_counter at issue), in issue
+        # order. A group key is a `GroupSeqs`, or anything `resolve` turns into one (None: not counted).
+        self.open: dict[int, tuple[object, str, float]] = {}
+        self.tickets = itertools.count(1)
+        self.resolve: Callable[[object], GroupSeqs | None] = no_group
+        # (group key, ticket, op, bytes, seconds, blocked) of completions `settle` has not added yet
+        self.completions: collections.deque[tuple[object, int, str, int, float, float]] = collections.deque()
         self.group_seqs: tuple[GroupSeq, ...] = ()  # as of the last report (`_settle_sequences`)
         self.inflight: tuple[Inflight, ...] = ()
 
@@ -180,22 +187,20 @@ class RankState:
             seqs = self.groups.setdefault(label, GroupSeqs(label))
         return seqs
 
-    @staticmethod
-    def issue(seqs: GroupSeqs, op: str, t0: float) -> int:
-        """A collective issued at `perf_counter` time `t0`: its sequence number, in flight until `complete`."""
-        n = next(seqs.numbers)
-        seqs.inflight[n] = (t0, op)
+    def issue(self, group: object, op: str, t0: float) -> int:
+        """A collective of `group` (a key `settle` resolves) issued at `perf_counter` time `t0`: its ticket,
+        open until its completion is settled."""
+        n = next(self.tickets)
+        self.open[n] = (group, op, t0)
         return n
 
-    def complete(self, seqs: GroupSeqs, n: int, op: str, nbytes: int, seconds: float, blocked: float) -> None:
-        """Collective `n` of `seqs` completed: one call of `nbytes`, `seconds` long, `blocked` of it exposed.
+    def complete(self, group: object, n: int, op: str, nbytes: int, seconds: float, blocked: float) -> None:
+        """Collective `n` of `group` completed: one call of `nbytes`, `seconds` long, `blocked` of it exposed.
 
-        The hot path of every collective: queued, then out of `inflight` (in that order, so a report
-        finds it in one of the two), no lock; `settle` adds it up.
+        The hot path of every collective: queued, no lock; `settle` adds it up and closes it.
         """
         completions = self.completions
-        completions.append((seqs, n, op, nbytes, seconds, blocked))
-        seqs.inflight.pop(n, None)
+        completions.append((group, n, op, nbytes, seconds, blocked))
         if len(completions) > MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
             self.settle()
 
@@ -204,17 +209,23 @@ class RankState:
         with self.lock:
             self._settle()
 
-    def _settle(self) -> set[tuple[int, int]]:
+    def _group_of(self, key: object) -> GroupSeqs | None:
+        return key if type(key) is GroupSeqs else self.resolve(key)
+
+    def _settle(self) -> set[int]:
         """Under the lock, so one thread at a time takes from the queue while others append to it.
 
-        Returns the (group id, number) of each completion it added.
+        Returns the tickets of the completions it added (those of groups `resolve` does not count too).
         """
-        completions, settled = self.completions, set()
+        completions, opened, settled = self.completions, self.open, set()
         while completions:
-            seqs, n, op, nbytes, seconds, blocked = completions.popleft()
-            seqs.inflight.pop(n, None)
+            key, n, op, nbytes, seconds, blocked = completions.popleft()
+            opened.pop(n, None)
+            settled.add(n)
+            seqs = self._group_of(key)
+            if seqs is None:
+                continue
             seqs.completed += 1
-            settled.add((id(seqs), n))
             entry = seqs.totals.get(op) or self._entry(seqs, op)
             entry[0] += seconds
             entry[1] += 1
@@ -229,22 +240,25 @@ class RankState:
     def _settle_sequences(self) -> None:
         """Under the lock: settle, and set `group_seqs` and `inflight` (oldest per group, as Unix time).
 
-        Each collective counts once: the in-flight numbers are taken before settling, and those the
-        settling completes are left out of them, so one that completes meanwhile is not lost between
-        the queue and `inflight`.
+        Each collective counts once: the open ones are taken before settling, and those the settling
+        completes are left out of them, so one that completes meanwhile is not lost between the queue
+        and `open`.
         """
         offset = time.time() - perf_counter()
-        groups = list(self.groups.values())  # one C call each: safe against a concurrent issue
-        before = [list(g.inflight.items()) for g in groups]
+        before = list(self.open.items())  # one C call: safe against a concurrent issue
         settled = self._settle()
-        seqs, inflight = [], []
-        for g, entries in zip(groups, before, strict=True):
-            pending = [value for n, value in entries if (id(g), n) not in settled]
-            seqs.append(GroupSeq(group=g.label, issued=g.completed + len(pending), completed=g.completed))
-            if pending:
-                t0, op = pending[0]
-                inflight.append(Inflight(group=g.label, op=op, since=t0 + offset))
-        self.group_seqs, self.inflight = tuple(seqs), tuple(inflight)
+        pending: dict[GroupSeqs, int] = {}
+        oldest: dict[GroupSeqs, tuple[float, str]] = {}
+        for n, (key, op, t0) in before:
+            seqs = None if n in settled else self._group_of(key)
+            if seqs is not None:
+                pending[seqs] = pending.get(seqs, 0) + 1
+                oldest.setdefault(seqs, (t0, op))  # `open` is in issue order
+        groups = list(self.groups.values())
+        self.group_seqs = tuple(GroupSeq(group=g.label, issued=g.completed + pending.get(g, 0), completed=g.completed)
+                                for g in groups)
+        self.inflight = tuple(Inflight(group=g.label, op=oldest[g][1], since=oldest[g][0] + offset)
+                              for g in groups if g in oldest)
 
     @property
     def collectives(self) -> tuple[Collective, ...]:
