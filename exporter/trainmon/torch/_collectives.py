@@ -352,7 +352,7 @@ class CollectiveRecorder:
             if step_end and dist.Work.wait is self._waits[1]:
                 self._intercept_waits(False)
             return
-        for key, entry in list(self._pending.items()):  # one C call: safe against the training thread
+        for key, entry in self._pending.copy().items():  # a C copy that runs no Python: safe against other threads
             try:
                 work = entry[0]
                 future = isinstance(work, torch._C.Future)

@@ -245,16 +245,16 @@ class RankState:
         and `open`.
         """
         offset = time.time() - perf_counter()
-        before = list(self.open.items())  # one C call: safe against a concurrent issue
+        before = self.open.copy()  # a C copy that runs no Python (unlike list(items()), which may run the GC)
         settled = self._settle()
         pending: dict[GroupSeqs, int] = {}
         oldest: dict[GroupSeqs, tuple[float, str]] = {}
-        for n, (key, op, t0) in before:
+        for n, (key, op, t0) in before.items():
             seqs = None if n in settled else self._group_of(key)
             if seqs is not None:
                 pending[seqs] = pending.get(seqs, 0) + 1
                 oldest.setdefault(seqs, (t0, op))  # `open` is in issue order
-        groups = list(self.groups.values())
+        groups = list(self.groups.copy().values())
         self.group_seqs = tuple(GroupSeq(group=g.label, issued=g.completed + pending.get(g, 0), completed=g.completed)
                                 for g in groups)
         self.inflight = tuple(Inflight(group=g.label, op=oldest[g][1], since=oldest[g][0] + offset)
