@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed import c10d_logger
 
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
@@ -68,3 +71,36 @@ def test_groups_are_found_when_settled_and_before_torch_destroys_them(tmp_path: 
     assert [(s.group, s.issued, s.completed) for s in bye.group_seqs] == [("default_pg", 2, 2)]
     assert {("all_reduce", 1, 16), ("broadcast", 1, 16)} == {(c.op, c.calls, c.bytes) for c in bye.collectives}
     assert bye.hook_errors.get("collective", 0) == 0 and not mon.state.open
+
+
+def test_a_failing_collective_is_logged_by_torch_as_without_the_hook(gloo: None) -> None:
+    """The wrapper calls past torch's exception-logging frame; a call that raises still reaches torch's c10d
+    logger with the same record, raises the same error from the same place, and is no longer in flight."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    c10d_logger._c10d_logger.addHandler(handler)
+
+    def fail() -> tuple[Exception, tuple[str, int, str, str]]:
+        with pytest.raises(TypeError) as raised:
+            dist.all_reduce("not a tensor")  # type: ignore[arg-type]
+        record = records.pop()
+        return raised.value, (record.getMessage(), record.lineno, record.funcName, record.filename)
+
+    try:
+        error, logged = fail()
+        transport = ListTransport()
+        mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
+        hooked_error, hooked_logged = fail()
+        mon.close()
+    finally:
+        c10d_logger._c10d_logger.removeHandler(handler)
+    bye = wire.decode(transport.sent[-1])
+
+    frames, hooked_frames = (traceback.extract_tb(e.__traceback__) for e in (error, hooked_error))
+    assert "'func_name': 'all_reduce'" in logged[0] and hooked_logged == logged and not records
+    assert str(hooked_error) == str(error) and hooked_error.__context__ is None
+    assert (hooked_frames[-1].name, hooked_frames[-1].lineno) == (frames[-1].name, frames[-1].lineno)
+    assert any(f.filename == c10d_logger.__file__ for f in frames)
+    assert not any(f.filename == c10d_logger.__file__ for f in hooked_frames)  # one frame fewer per call
+    assert [(s.issued, s.completed) for s in bye.group_seqs] == [(1, 1)] and not mon.state.open
