@@ -15,6 +15,8 @@ from torch.distributed import c10d_logger
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
 from trainmon.torch import TrainingMonitor
+from trainmon.torch._collectives import CollectiveRecorder, _signature, op_of, wrapper_source
+from trainmon.torch._state import Identity, RankState
 
 
 @pytest.fixture
@@ -70,7 +72,7 @@ def test_groups_are_found_when_settled_and_before_torch_destroys_them(tmp_path: 
 
     assert [(s.group, s.issued, s.completed) for s in bye.group_seqs] == [("default_pg", 2, 2)]
     assert {("all_reduce", 1, 16), ("broadcast", 1, 16)} == {(c.op, c.calls, c.bytes) for c in bye.collectives}
-    assert bye.hook_errors.get("collective", 0) == 0 and not mon.state.open
+    assert bye.hook_errors.get("collective", 0) == 0 and not mon.state.open and not mon.state.inflight
 
 
 def test_a_failing_collective_is_logged_by_torch_as_without_the_hook(gloo: None) -> None:
@@ -103,4 +105,40 @@ def test_a_failing_collective_is_logged_by_torch_as_without_the_hook(gloo: None)
     assert (hooked_frames[-1].name, hooked_frames[-1].lineno) == (frames[-1].name, frames[-1].lineno)
     assert any(f.filename == c10d_logger.__file__ for f in frames)
     assert not any(f.filename == c10d_logger.__file__ for f in hooked_frames)  # one frame fewer per call
-    assert [(s.issued, s.completed) for s in bye.group_seqs] == [(1, 1)] and not mon.state.open
+    assert [(s.issued, s.completed) for s in bye.group_seqs] == [(1, 1)] and not bye.inflight
+
+
+def test_wrappers_take_each_functions_own_parameters_and_forward_them_as_given(gloo: None) -> None:
+    """A wrapper is made with its function's parameters, or `*args, **kwargs` where the function has others
+    or one named like a name the wrapper uses; either way torch's function gets what the caller gave."""
+    seen: list[tuple[object, ...]] = []
+
+    def all_reduce(tensor: object, op: object = "sum", group: object = None, async_op: bool = False) -> None:
+        seen.append((tensor, op, group, async_op))
+
+    def broadcast(tensor: object, group: object = None, **options: object) -> None:
+        seen.append((tensor, group, options))
+
+    def all_gather(entry: object, tensor: object, group: object = None) -> None:  # `entry`: the wrapper's
+        seen.append((entry, tensor, group))
+
+    state = RankState()
+    recorder = CollectiveRecorder(state, spans=None)
+    functions = (all_reduce, broadcast, all_gather)
+    sources = [wrapper_source(f, _signature(f, op_of(f.__name__) or "other"))[0] for f in functions]
+    reduce, cast, gather = (recorder._wrap(f, _signature(f, op_of(f.__name__) or "other")) for f in functions)
+    one, two = torch.ones(2), torch.ones(4)
+    reduce(one)
+    reduce(one, "max", async_op=True)
+    reduce(tensor=two, group=None)
+    cast(two, None, src=3)
+    gather("e", tensor=one)
+    gather("e", two, None)
+    report = state.report(Identity(job_id="j", rank=0, pid=1, start_time=0.0), seq=1)
+
+    assert ["*args" not in sources[0], "*args" in sources[1], "*args" in sources[2]] == [True, True, True]
+    assert seen == [(one, "sum", None, False), (one, "max", None, True), (two, "sum", None, False),
+                    (two, None, {"src": 3}), ("e", one, None), ("e", two, None)]
+    assert {(c.op, c.calls, c.bytes) for c in report.collectives} == {
+        ("all_reduce", 3, 8 + 8 + 16), ("broadcast", 1, 16), ("all_gather", 2, 8 + 16)}
+    assert recorder.errors == 0 and [(s.issued, s.completed) for s in report.group_seqs] == [(6, 6)]

@@ -217,7 +217,7 @@ def test_a_report_that_would_be_oversized_drops_the_nccl_environment_first(trans
     for op in wire.OPS:
         for g in range(wire.MAX_GROUPS):
             seqs = mon.state.sequences(f"{g}{'g' * 120}")
-            mon.state.complete(seqs, mon.state.issue(seqs, op, 0.0), op, 1, 0.1, 0.0)
+            mon.state.complete(mon.state.issue(seqs, op, 0.0, 1), 0.1, 0.0)
     mon.close()
     bye = wire.decode(transport.sent[-1])
 

@@ -50,8 +50,8 @@ def test_a_collective_in_flight_is_issued_not_completed_and_ages_from_its_issue(
     state = RankState()
     seqs = state.sequences(GROUP)
     issued_at = time.perf_counter() - 5.0
-    first = state.issue(seqs, "all_reduce", issued_at)
-    state.complete(seqs, state.issue(seqs, "broadcast", issued_at), "broadcast", 64, 0.5, 0.25)
+    first = state.issue(seqs, "all_reduce", issued_at, 8)
+    state.complete(state.issue(seqs, "broadcast", issued_at, 64), 0.5, 0.25)
     state.issue(seqs, "all_gather", time.perf_counter())
     report = state.report(IDENTITY, seq=1)
     assert counts(report) == (3, 1)
@@ -59,17 +59,17 @@ def test_a_collective_in_flight_is_issued_not_completed_and_ages_from_its_issue(
     assert inflight.op == "all_reduce" and time.time() - inflight.since == pytest.approx(5.0, abs=0.5)
     assert [(c.op, c.calls, c.bytes, c.seconds) for c in report.collectives] == [("broadcast", 1, 64, 0.5)]
     assert report.comm_wait == 0.25
-    state.complete(seqs, first, "all_reduce", 8, 5.0, 5.0)
+    state.complete(first, 5.0, 5.0)
     later = state.report(IDENTITY, seq=2)
     assert counts(later) == (3, 2) and [i.op for i in later.inflight] == ["all_gather"]
 
 
-def test_completions_wait_for_a_report_but_never_pile_up_unbounded() -> None:
+def test_collectives_wait_for_a_report_but_never_pile_up_unbounded() -> None:
     state = RankState()
     seqs = state.sequences(GROUP)
     for _ in range(MAX_UNSETTLED * 3):
-        state.complete(seqs, state.issue(seqs, "all_reduce", 0.0), "all_reduce", 1, 0.0, 0.0)
-    assert len(state.completions) <= MAX_UNSETTLED
+        state.complete(state.issue(seqs, "all_reduce", 0.0, 1), 0.0, 0.0)
+    assert len(state.open) <= MAX_UNSETTLED
     assert counts(state.report(IDENTITY, seq=1)) == (MAX_UNSETTLED * 3,) * 2
 
 
@@ -86,9 +86,9 @@ def test_reports_taken_while_threads_issue_and_complete_count_each_collective_on
 
     def train(worker: int) -> None:  # until enough reports were taken meanwhile, whatever the load
         while made[worker] < least_calls or (len(seen) < least_reports and time.monotonic() < deadline):
-            n = state.issue(seqs, "all_reduce", time.perf_counter())
+            entry = state.issue(seqs, "all_reduce", time.perf_counter(), 4)
             Cycle()
-            state.complete(seqs, n, "all_reduce", 4, 0.001, 0.001)
+            state.complete(entry, 0.001, 0.001)
             made[worker] += 1
 
     def report() -> None:

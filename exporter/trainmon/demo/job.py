@@ -199,8 +199,7 @@ def collective(state: RankState, op: str, calls: int, nbytes: int, seconds: floa
     `blocked` are their totals."""
     seqs = state.sequences(GROUP)
     for _ in range(calls):
-        n = state.issue(seqs, op, time.perf_counter())
-        state.complete(seqs, n, op, nbytes // calls, seconds / calls, blocked / calls)
+        state.complete(state.issue(seqs, op, time.perf_counter(), nbytes // calls), seconds / calls, blocked / calls)
 
 
 def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None, plan: Plan | None = None,

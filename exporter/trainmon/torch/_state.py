@@ -6,18 +6,19 @@ before each report completes finished collectives and device spans and sets
 `cuda_alloc_retries`, `cuda_ooms` and `hook_errors` (whole values, one assignment each). The
 sender copies under the lock, so a report is never torn mid-update.
 
-Every collective is issued into `open` (rank-wide: ticket -> its group, op and the `perf_counter`
-of its issue) and completes into the `completions` queue; `settle` moves each completion into its
-group's totals. A group's issued count is its completed count plus its open collectives, so the
-report can say how old the oldest one is even while the training thread is blocked inside it.
+Every collective is an `OpenCollective` entry, appended to the rank-wide `open` queue when it is
+issued and completed in place (its seconds set); `settle`, under the lock, takes the queue, adds
+each completed entry into its group's totals and keeps the others as still in flight. A group's
+issued count is its completed count plus its entries in flight, so the report can say how old the
+oldest one is even while the training thread is blocked inside it.
 
-Neither `issue` nor `complete` takes the lock or looks anything up: an uncontended `threading.Lock`
-round costs more than the rest of a collective's bookkeeping (about 0.6 µs of a 3 µs budget), and
-finding the group's numbers is left to `settle` too (`resolve`: the collectives' wrapper records
-torch's group object as it was passed). `issue` is two atomic operations; `complete` one append;
-`settle` adds the queue into the totals under the lock, before every read (`report` and the
-properties), so any number a report carries already counts every completion queued before it and
-counters never go backwards.
+Neither `issue` nor `complete` takes the lock, allocates more than the entry or looks anything up:
+an uncontended `threading.Lock` round costs more than the rest of a collective's bookkeeping (about
+0.6 µs of a 3 µs budget), and finding the group's numbers is left to `settle` too (`resolve`: the
+collectives' wrapper records torch's group object as it was passed). `issue` is one append;
+`complete` two stores into the entry, `blocked` before `seconds`, so an entry whose seconds `settle`
+sees is whole. `settle` runs before every read (`report` and the properties), so any number a
+report carries counts every completion before it, and counters never go backwards.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ from typing import Any
 from trainmon.wire import FIELDS, MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, GroupSeq, Inflight, Report
 
 MAX_PHASES = 8  # distinct phase names per rank; the rest are added up under OTHER_GROUP
-MAX_UNSETTLED = 4096  # completions queued before the completing thread settles them itself
+MAX_UNSETTLED = 4096  # entries queued before the issuing thread settles them itself
+
+# An open collective, a list for the hot path's sake (the cheapest object to make and fill):
+# [group key, op, bytes, perf_counter at issue, seconds (None while in flight), blocked seconds].
+OpenCollective = list[Any]
+KEY, OP, BYTES, ISSUED_AT, SECONDS, BLOCKED = range(6)
 
 
 @dataclass(kw_only=True)
@@ -117,13 +123,11 @@ class RankState:
         self.cuda_alloc_retries: int | None = None
         self.cuda_ooms: int | None = None
         self.hook_errors: dict[str, int] = {}
-        # Collectives issued and not settled yet: ticket -> (group key, op, perf_counter at issue), in issue
-        # order. A group key is a `GroupSeqs`, or anything `resolve` turns into one (None: not counted).
-        self.open: dict[int, tuple[object, str, float]] = {}
-        self.tickets = itertools.count(1)
+        # Collectives issued since the last settle, in issue order; their group key is a `GroupSeqs`, or
+        # anything `resolve` turns into one (None: not counted). Appended by any thread, taken by `settle`.
+        self.open: collections.deque[OpenCollective] = collections.deque()
         self.resolve: Callable[[object], GroupSeqs | None] = no_group
-        # (group key, ticket, op, bytes, seconds, blocked) of completions `settle` has not added yet
-        self.completions: collections.deque[tuple[object, int, str, int, float, float]] = collections.deque()
+        self._in_flight: list[OpenCollective] = []  # settle's: entries it found not completed, in issue order
         self.group_seqs: tuple[GroupSeq, ...] = ()  # as of the last report (`_settle_sequences`)
         self.inflight: tuple[Inflight, ...] = ()
 
@@ -187,73 +191,64 @@ class RankState:
             seqs = self.groups.setdefault(label, GroupSeqs(label))
         return seqs
 
-    def issue(self, group: object, op: str, t0: float) -> int:
-        """A collective of `group` (a key `settle` resolves) issued at `perf_counter` time `t0`: its ticket,
-        open until its completion is settled."""
-        n = next(self.tickets)
-        self.open[n] = (group, op, t0)
-        return n
-
-    def complete(self, group: object, n: int, op: str, nbytes: int, seconds: float, blocked: float) -> None:
-        """Collective `n` of `group` completed: one call of `nbytes`, `seconds` long, `blocked` of it exposed.
-
-        The hot path of every collective: queued, no lock; `settle` adds it up and closes it.
-        """
-        completions = self.completions
-        completions.append((group, n, op, nbytes, seconds, blocked))
-        if len(completions) > MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
+    def issue(self, group: object, op: str, t0: float, nbytes: int = 0) -> OpenCollective:
+        """A collective of `group` (a key `settle` resolves) on `nbytes`, issued at `perf_counter` time `t0`:
+        its entry, in flight until `complete`."""
+        entry = [group, op, nbytes, t0, None, 0.0]
+        opened = self.open
+        opened.append(entry)
+        if len(opened) > MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
             self.settle()
+        return entry
+
+    @staticmethod
+    def complete(entry: OpenCollective, seconds: float, blocked: float) -> None:
+        """The collective of `entry` completed, `seconds` long, `blocked` of it exposed; `settle` adds it up."""
+        entry[BLOCKED] = blocked
+        entry[SECONDS] = seconds
 
     def settle(self) -> None:
-        """Add the queued completions into the totals."""
+        """Add the completed entries into the totals."""
         with self.lock:
             self._settle()
 
     def _group_of(self, key: object) -> GroupSeqs | None:
         return key if type(key) is GroupSeqs else self.resolve(key)
 
-    def _settle(self) -> set[int]:
-        """Under the lock, so one thread at a time takes from the queue while others append to it.
-
-        Returns the tickets of the completions it added (those of groups `resolve` does not count too).
-        """
-        completions, opened, settled = self.completions, self.open, set()
-        while completions:
-            key, n, op, nbytes, seconds, blocked = completions.popleft()
-            opened.pop(n, None)
-            settled.add(n)
-            seqs = self._group_of(key)
+    def _settle(self) -> None:
+        """Under the lock, so one thread at a time takes from the queue while others append to it."""
+        opened, in_flight = self.open, []
+        for entry in self._in_flight + [opened.popleft() for _ in range(len(opened))]:
+            seconds = entry[SECONDS]
+            if seconds is None:
+                in_flight.append(entry)
+                continue
+            seqs = self._group_of(entry[KEY])
             if seqs is None:
                 continue
             seqs.completed += 1
-            entry = seqs.totals.get(op) or self._entry(seqs, op)
-            entry[0] += seconds
-            entry[1] += 1
-            entry[2] += nbytes
-            self.comm_wait += blocked
-        return settled
+            totals = seqs.totals.get(entry[OP]) or self._entry(seqs, entry[OP])
+            totals[0] += seconds
+            totals[1] += 1
+            totals[2] += entry[BYTES]
+            self.comm_wait += entry[BLOCKED]
+        self._in_flight = in_flight
 
     def _entry(self, seqs: GroupSeqs, op: str) -> list[float]:
         seqs.totals[op] = self.collective_totals.setdefault((op, seqs.label), [0.0, 0, 0])
         return seqs.totals[op]
 
     def _settle_sequences(self) -> None:
-        """Under the lock: settle, and set `group_seqs` and `inflight` (oldest per group, as Unix time).
-
-        Each collective counts once: the open ones are taken before settling, and those the settling
-        completes are left out of them, so one that completes meanwhile is not lost between the queue
-        and `open`.
-        """
+        """Under the lock: settle, and set `group_seqs` and `inflight` (oldest per group, as Unix time)."""
         offset = time.time() - perf_counter()
-        before = self.open.copy()  # a C copy that runs no Python (unlike list(items()), which may run the GC)
-        settled = self._settle()
+        self._settle()
         pending: dict[GroupSeqs, int] = {}
         oldest: dict[GroupSeqs, tuple[float, str]] = {}
-        for n, (key, op, t0) in before.items():
-            seqs = None if n in settled else self._group_of(key)
+        for entry in self._in_flight:
+            seqs = self._group_of(entry[KEY])
             if seqs is not None:
                 pending[seqs] = pending.get(seqs, 0) + 1
-                oldest.setdefault(seqs, (t0, op))  # `open` is in issue order
+                oldest.setdefault(seqs, (entry[ISSUED_AT], entry[OP]))  # in issue order
         groups = list(self.groups.copy().values())
         self.group_seqs = tuple(GroupSeq(group=g.label, issued=g.completed + pending.get(g, 0), completed=g.completed)
                                 for g in groups)
