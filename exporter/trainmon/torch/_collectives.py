@@ -165,8 +165,8 @@ def {name}({parameters}):
         raise
     if result is None and event is None:  # CPU, blocking: done when it returns; `blocked` is stored first
         entry[BLOCKED] = entry[SECONDS] = perf_counter() - t0
-    elif event is None and isinstance(result, work_types):  # CPU, async: done when seen done
-        pending[id(result)] = (result, entry, None)
+    elif isinstance(result, work_types):  # async: done when seen done
+        pending[id(result)] = (result, entry, event)
         if work_type.wait is not patched_wait:
             intercept(True)
         if len(pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
@@ -371,15 +371,9 @@ class CollectiveRecorder:
             log_exception(error, args, kwargs)
 
     def _finished(self, result: Any, entry: OpenCollective, event: torch.cuda.Event | None) -> None:
-        """After a call on CUDA, or one that returned something other than None or a `Work` on the CPU."""
+        """After a call that returned neither a `Work` nor a `Future`: on CUDA, or on the CPU with a result."""
         try:
-            if result is not None and isinstance(result, (dist.Work, torch._C.Future)):
-                self._pending[id(result)] = (result, entry, event)
-                if dist.Work.wait is not self._waits[1]:
-                    self._intercept_waits(True)
-                if len(self._pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
-                    self._forget(next(iter(self._pending)))
-            elif event is None:  # a blocking call that returned something
+            if event is None:  # a blocking call that returned something
                 entry[BLOCKED] = entry[SECONDS] = perf_counter() - entry[ISSUED_AT]
             elif self.spans is not None:  # CUDA: the current stream now waits for the collective, all of it exposed
                 self.spans.close(event, lambda s: self.state.complete(entry, s or 0.0, s or 0.0))

@@ -194,11 +194,10 @@ class RankState:
     def issue(self, group: object, op: str, t0: float, nbytes: int = 0) -> OpenCollective:
         """A collective of `group` (a key `settle` resolves) on `nbytes`, issued at `perf_counter` time `t0`:
         its entry, in flight until `complete`."""
-        entry = [group, op, nbytes, t0, None, 0.0]
-        opened = self.open
-        opened.append(entry)
-        if len(opened) > MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
+        if len(self.open) >= MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
             self.settle()
+        entry = [group, op, nbytes, t0, None, 0.0]
+        self.open.append(entry)
         return entry
 
     @staticmethod
