@@ -2,7 +2,7 @@
 
 The daemon builds one inventory per node and passes it to every collector in `NodeResources`: the `gpu`
 collector publishes into it every cycle, `pod_resources` and `hpc_jobs` read it (they need each GPU's
-index and UUID, and the pids NVML lists on it).
+index, UUID and minor number, and the pids NVML lists on it).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ class InventoryGpu:
     uuid: str
     # NVML's compute processes on the GPU; None when they could not be read this cycle.
     pids: tuple[int, ...] | None
+    # NVML's minor number (/dev/nvidia<minor>), which DRA device names carry; "" where NVML has none.
+    minor_number: str = ""
 
 
 class GpuInventory:

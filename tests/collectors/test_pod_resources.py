@@ -14,14 +14,14 @@ import pytest
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.helpers.daemon import Daemon, start_daemon
-from tests.helpers.kubelet import GPU, FakeKubelet, Pod, garbage_server, kubelet_server
+from tests.helpers.kubelet import GPU, Claim, FakeKubelet, Pod, garbage_server, kubelet_server
 from tests.helpers.metrics import parse_samples, samples_of
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import NodeResources
-from trainmon.collectors.pod_resources import PodResourcesCollector, match_allocations
+from trainmon.collectors.pod_resources import DraGpu, PodResourcesCollector, match_allocations, parse_dra_device
 from trainmon.errors import CollectorError
 from trainmon.gpu_inventory import GpuInventory, InventoryGpu
-from trainmon.kubelet.client import ContainerDevices
+from trainmon.kubelet.client import ClaimDevice, ContainerDevices
 from trainmon.settings import Settings
 
 ALLOCATION = "trainmon_gpu_allocation_info"
@@ -31,15 +31,23 @@ def uuid(index: int) -> str:
     return scenarios.gpu(index)["uuid"]
 
 
+def minor(index: int) -> int:
+    """The NVML minor number of GPU `index` in these tests: not the index, so a match by index would show."""
+    return 7 - index
+
+
 def node_inventory(count: int = 8) -> GpuInventory:
     inventory = GpuInventory()
-    inventory.publish(InventoryGpu(index=i, uuid=uuid(i), pids=()) for i in range(count))
+    inventory.publish(InventoryGpu(index=i, uuid=uuid(i), pids=(), minor_number=str(minor(i))) for i in range(count))
     return inventory
 
 
-def allocation(index: int, namespace: str, pod: str, container: str) -> tuple[str, frozenset[tuple[str, str]]]:
-    return (ALLOCATION, frozenset({"gpu": str(index), "uuid": uuid(index), "namespace": namespace, "pod": pod,
-                                   "container": container}.items()))
+def allocation(index: int, namespace: str, pod: str, container: str, claim: str = "",
+               gpu_uuid: str | None = None) -> tuple[str, frozenset[tuple[str, str]]]:
+    """The allocation series of GPU `index`: from the device plugin, or from DRA `claim` when one is given."""
+    return (ALLOCATION, frozenset({"gpu": str(index), "uuid": gpu_uuid or uuid(index), "namespace": namespace,
+                                   "pod": pod, "container": container, "source": "dra" if claim else "device_plugin",
+                                   "claim": claim}.items()))
 
 
 @pytest.fixture
@@ -66,10 +74,82 @@ def test_devices_match_by_uuid_by_index_and_time_slicing_replica() -> None:
 
     got = match_allocations(devices, node_inventory().latest() or ())
 
-    assert (("0", uuid(0), "ml", "a", "main"), ("1", uuid(1), "ml", "a", "main"), ("3", uuid(3), "ml", "b", "main"),
-            ("4", uuid(4), "ml", "c", "main")) == got.rows
+    plugin = "device_plugin", ""
+    assert (("0", uuid(0), "ml", "a", "main", *plugin), ("1", uuid(1), "ml", "a", "main", *plugin),
+            ("3", uuid(3), "ml", "b", "main", *plugin), ("4", uuid(4), "ml", "c", "main", *plugin)) == got.rows
     assert ["'ml/d/main': nvidia.com/gpu device 'GPU-not-here' is no GPU of this node",
             "'ml/e\\x1b[2J/main': names that are not printable, GPU 5 not attributed"] == list(got.unknown)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("gpu-0", DraGpu(minor_number="0", mig="")),
+    ("gpu-12", DraGpu(minor_number="12", mig="")),
+    ("gpu-3-mig-19-4-1", DraGpu(minor_number="3", mig="19-4-1")),  # GPU-instance profile id 19, start 4, size 1
+    ("gpu-3-mig-1g.10gb-0-1", DraGpu(minor_number="3", mig="1g.10gb-0-1")),
+    ("gpu-vfio-0", None),  # the driver's VFIO passthrough devices: no NVML minor number to map to
+    ("gpu-3-mig-19-4", None),
+    ("gpu-", None),
+    ("GPU-0", None),
+    ("gpu-0 ", None),
+    ("nic-0", None),
+])
+def test_dra_device_names_of_nvidias_driver(name: str, expected: DraGpu | None) -> None:
+    assert expected == parse_dra_device(name)
+
+
+def test_dra_devices_match_by_minor_number_and_unmappable_ones_are_listed_never_guessed() -> None:
+    def claim(container: str, claim: str, device: str, driver: str = "gpu.nvidia.com") -> ClaimDevice:
+        return ClaimDevice("ml", "trainer", container, claim, driver, "node-1", device)
+
+    devices = [
+        claim("main", "gpus", f"gpu-{minor(0)}"),
+        claim("main", "gpus", f"gpu-{minor(1)}"),
+        claim("side", "slice", f"gpu-{minor(2)}-mig-19-0-1"),
+        claim("side", "slice", f"gpu-{minor(2)}-mig-19-1-1"),  # a second slice of the same GPU: one row
+        claim("main", "nic", "eth1", driver="dra.net"),  # another driver: never guessed
+        claim("main", "gpus", "gpu-vfio-0"),  # a scheme trainmon cannot map
+        claim("main", "gpus", "gpu-42"),  # no GPU here has minor 42
+    ]
+
+    got = match_allocations(devices, node_inventory().latest() or ())
+
+    assert (("0", uuid(0), "ml", "trainer", "main", "dra", "gpus"),
+            ("1", uuid(1), "ml", "trainer", "main", "dra", "gpus"),
+            ("2", uuid(2), "ml", "trainer", "side", "dra", "slice")) == got.rows
+    assert f"gpu 2 {uuid(2)} MIG 19-0-1: ml/trainer container side (dra claim slice)" == got.found[2]
+    assert ["'ml/trainer/main': DRA claim 'nic' device 'node-1'/'eth1' of driver 'dra.net': "
+            "not a device name trainmon can map",
+            "'ml/trainer/main': DRA claim 'gpus' device 'node-1'/'gpu-vfio-0' of driver 'gpu.nvidia.com': "
+            "not a device name trainmon can map",
+            "'ml/trainer/main': DRA claim 'gpus' device 'node-1'/'gpu-42': no GPU of this node has minor number 42",
+            ] == list(got.unknown)
+
+
+def test_dra_mig_and_device_plugin_on_one_node_from_the_kubelet(socket_path: Path) -> None:
+    """One `List` answer with every form: device plugin, DRA whole GPUs, DRA MIG, and a pod with both."""
+    kubelet = FakeKubelet([
+        Pod("team-a", "plugin-pod", {"main": {GPU: [uuid(0)]}}),
+        Pod("team-b", "dra-pod", {}, claims={"main": [Claim("two-gpus", [f"gpu-{minor(1)}", f"gpu-{minor(2)}"])]}),
+        Pod("team-c", "mig-pod", {}, claims={"lab": [Claim("slice", [f"gpu-{minor(3)}-mig-14-0-2"])]}),
+        Pod("team-d", "mixed", {"main": {GPU: [uuid(4)]}},
+            claims={"main": [Claim("extra", [f"gpu-{minor(5)}"])],
+                    "side": [Claim("nic", ["eth0"], driver="dra.net", pool="nics")]}),
+    ])
+    with kubelet_server(socket_path, kubelet):
+        pods = collector(socket_path, node_inventory(), refresh_s=5)
+        try:
+            got = pods.collect()
+        finally:
+            pods.close()
+    assert {allocation(0, "team-a", "plugin-pod", "main"),
+            allocation(1, "team-b", "dra-pod", "main", claim="two-gpus"),
+            allocation(2, "team-b", "dra-pod", "main", claim="two-gpus"),
+            allocation(3, "team-c", "mig-pod", "lab", claim="slice"),
+            allocation(4, "team-d", "mixed", "main"),
+            allocation(5, "team-d", "mixed", "main", claim="extra")} == set(samples_of(got.families))
+    assert any("MIG 14-0-2" in line for line in got.found)
+    assert ["'team-d/mixed/side': DRA claim 'nic' device 'nics'/'eth0' of driver 'dra.net': "
+            "not a device name trainmon can map"] == list(got.skipped)
 
 
 def test_allocations_served_changed_and_removed(socket_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -173,3 +253,29 @@ def test_daemon_serves_allocations_of_fake_nvml_gpus_while_pods_change(
         assert kubelet.calls - calls <= 2, "scrapes and cycles must not call the kubelet"
         status = daemon.get("/api/v1/status").json()
         assert "ok" == next(c for c in status["collectors"] if c["name"] == "pod_resources")["state"]
+
+
+@pytest.mark.slow
+def test_daemon_maps_dra_devices_by_the_minor_numbers_nvml_reports(
+        tmp_path: Path, socket_path: Path, fake_nvml_dir: Path, daemons: list[Daemon]) -> None:  # noqa: F811
+    """A real daemon on the fake NVML (minor number = index): DRA whole GPU and MIG slice, next to the device
+    plugin; another driver's device is in /api/v1/status, not served."""
+    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.node(8))
+    kubelet = FakeKubelet([
+        Pod("team-a", "trainer-0", {}, claims={"main": [Claim("gpus", ["gpu-3", "gpu-5-mig-19-2-1"])],
+                                              "side": [Claim("nic", ["eth0"], driver="dra.net")]}),
+        Pod("team-b", "trainer-1", {"main": {GPU: [uuid(6)]}}),
+    ])
+    with kubelet_server(socket_path, kubelet):
+        daemon = start_daemon(tmp_path, ["--collectors", "gpu", "--interval", "0.5", "--sysfs", str(tmp_path),
+                                         "--kubelet-pod-resources-socket", str(socket_path)],
+                              env={"FAKE_NVML_SCENARIO": str(scenario), "LD_LIBRARY_PATH": str(fake_nvml_dir)})
+        daemons.append(daemon)
+        wait_until(lambda: {allocation(3, "team-a", "trainer-0", "main", claim="gpus"),
+                            allocation(5, "team-a", "trainer-0", "main", claim="gpus"),
+                            allocation(6, "team-b", "trainer-1", "main")} == {
+            k for k in parse_samples(daemon.metrics_text()) if k[0] == ALLOCATION}, timeout=20)
+        status = daemon.get("/api/v1/status").json()
+    pods = next(c for c in status["collectors"] if c["name"] == "pod_resources")
+    assert ["'team-a/trainer-0/side': DRA claim 'nic' device 'node-1'/'eth0' of driver 'dra.net': "
+            "not a device name trainmon can map"] == pods["skipped"]

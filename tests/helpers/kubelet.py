@@ -15,21 +15,43 @@ import grpc
 from trainmon.kubelet import api_pb2, api_pb2_grpc
 
 GPU = "nvidia.com/gpu"
+DRA_DRIVER = "gpu.nvidia.com"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A DRA claim as the kubelet lists it for a container: its devices, all from one driver's pool."""
+
+    name: str
+    devices: Sequence[str]
+    driver: str = DRA_DRIVER
+    pool: str = "node-1"
+
+    def message(self, namespace: str) -> api_pb2.DynamicResource:
+        return api_pb2.DynamicResource(claim_name=self.name, claim_namespace=namespace, claim_resources=[
+            api_pb2.ClaimResource(driver_name=self.driver, pool_name=self.pool, device_name=device,
+                                  cdi_devices=[api_pb2.CDIDevice(name=f"k8s.{self.driver}/claim={device}")])
+            for device in self.devices])
 
 
 @dataclass
 class Pod:
     namespace: str
     name: str
-    # container name -> {resource name: device ids}
+    # container name -> {resource name: device ids}, the device plugins' allocations
     containers: Mapping[str, Mapping[str, Sequence[str]]]
+    # container name -> DRA claims (a DRA-allocated container has no device-plugin devices)
+    claims: Mapping[str, Sequence[Claim]] = field(default_factory=dict)
 
     def message(self) -> api_pb2.PodResources:
+        names = dict.fromkeys([*self.containers, *self.claims])
         return api_pb2.PodResources(name=self.name, namespace=self.namespace, containers=[
-            api_pb2.ContainerResources(name=container, devices=[
-                api_pb2.ContainerDevices(resource_name=resource, device_ids=list(ids))
-                for resource, ids in resources.items()])
-            for container, resources in self.containers.items()])
+            api_pb2.ContainerResources(
+                name=container,
+                devices=[api_pb2.ContainerDevices(resource_name=resource, device_ids=list(ids))
+                         for resource, ids in self.containers.get(container, {}).items()],
+                dynamic_resources=[claim.message(self.namespace) for claim in self.claims.get(container, ())])
+            for container in names])
 
 
 @dataclass

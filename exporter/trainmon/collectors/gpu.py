@@ -321,7 +321,8 @@ def _inventory(statuses: Sequence[GpuStatus]) -> Iterable[InventoryGpu]:
     for s in statuses:
         processes = s.reading.processes if s.reading is not None else None
         pids = tuple(p.pid for p in processes) if processes is not None else None
-        yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids)
+        yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids,
+                           minor_number=s.identity.minor_number)
 
 
 def _peak_flops_family(identities: Iterable[GpuIdentity]) -> Metric:

@@ -4,9 +4,11 @@ Enabled by `--kubelet-pod-resources-socket`. A background thread calls the kubel
 v1 `List` every `REFRESH_SECONDS`, never on a scrape and never from the collection cycle, with a
 call timeout shorter than the period so calls never pile up. `collect()` only joins the latest
 answer with the GPUs the `gpu` collector read: a device id is a GPU UUID (NVIDIA's device plugin
-default; `GPU-…::N` under time-slicing) or an NVML index. A kubelet that is down, slow or answers
-garbage fails the collector (its allocations are unknown, so none are served); a device no GPU
-here has is dropped and listed in `skipped`.
+default; `GPU-…::N` under time-slicing) or an NVML index. Under DRA a device is named by NVIDIA's
+DRA driver (`gpu-<minor>`, `gpu-<minor>-mig-<profile>-<start>-<size>`) and matched by NVML's minor
+number, without the API server: a MIG device is its parent GPU. A kubelet that is down, slow or
+answers garbage fails the collector (its allocations are unknown, so none are served); a device no
+GPU here has, or a DRA device name trainmon cannot map, is dropped and listed in `skipped`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from trainmon.collectors.problems import ProblemLog
 from trainmon.errors import CollectorError, ConfigError, error_line
 from trainmon.families import info
 from trainmon.gpu_inventory import InventoryGpu
-from trainmon.kubelet.client import ContainerDevices, KubeletError, list_devices
+from trainmon.kubelet.client import Allocated, ClaimDevice, ContainerDevices, KubeletError, list_devices
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,46 +36,105 @@ CALL_TIMEOUT_SECONDS = 10.0
 STALE_AFTER_REFRESHES = 3
 # NVIDIA's device plugin: whole GPUs, and MIG slices under the mixed strategy (`nvidia.com/mig-1g.10gb`).
 GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|mig-.+)")
-ALLOCATION_LABELS = ("gpu", "uuid", "namespace", "pod", "container")
+ALLOCATION_LABELS = ("gpu", "uuid", "namespace", "pod", "container", "source", "claim")
 SHARED_SUFFIX = "::"  # time-slicing replicas: `GPU-<uuid>::<replica>`
+# NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu) and its device names: a whole GPU by
+# NVML minor number, a MIG device by its parent's minor number, GPU-instance profile and placement.
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+DRA_DEVICE_NAME = re.compile(r"gpu-(?P<minor>\d+)(?:-mig-(?P<profile>[0-9A-Za-z.+]+)-(?P<start>\d+)-(?P<size>\d+))?")
 
 
 @dataclass(frozen=True, slots=True)
 class Listing:
     """One refresh: the devices listed, or why the call failed."""
 
-    devices: tuple[ContainerDevices, ...]
+    devices: tuple[Allocated, ...]
     error: str | None
     at: float
 
 
 @dataclass(frozen=True, slots=True)
+class DraGpu:
+    """What a DRA device name says: the GPU's minor number, and the MIG instance if it is one."""
+
+    minor_number: str
+    mig: str  # `<profile>-<start>-<size>`, "" for a whole GPU
+
+
+def parse_dra_device(name: str) -> DraGpu | None:
+    """The GPU an NVIDIA DRA driver device name points at; None for a name in no scheme trainmon knows."""
+    match = DRA_DEVICE_NAME.fullmatch(name)
+    if match is None:
+        return None
+    mig = "" if match["profile"] is None else f"{match['profile']}-{match['start']}-{match['size']}"
+    return DraGpu(minor_number=str(int(match["minor"])), mig=mig)
+
+
+@dataclass(frozen=True, slots=True)
 class Allocations:
     rows: tuple[tuple[str, ...], ...]  # label values in ALLOCATION_LABELS order, without repeats
+    found: tuple[str, ...]  # one line per row, with the MIG instance where there is one
     unknown: tuple[str, ...]  # devices no GPU here has, as stable problem texts
 
 
-def match_allocations(devices: Iterable[ContainerDevices], gpus: Sequence[InventoryGpu]) -> Allocations:
-    """GPU devices matched to this node's GPUs by UUID, else by index; other resources are ignored."""
-    by_uuid = {g.uuid: g for g in gpus}
-    by_index = {str(g.index): g for g in gpus}
-    rows: dict[tuple[str, ...], None] = {}
-    unknown: list[str] = []
-    for entry in devices:
+class _Matcher:
+    """Collects rows and problems while the devices of one `List` answer are matched to this node's GPUs."""
+
+    def __init__(self, gpus: Sequence[InventoryGpu]) -> None:
+        self.by_uuid = {g.uuid: g for g in gpus}
+        self.by_index = {str(g.index): g for g in gpus}
+        self.by_minor = {g.minor_number: g for g in gpus if g.minor_number}
+        self.rows: dict[tuple[str, ...], str] = {}
+        self.unknown: list[str] = []
+
+    def add(self, entry: Allocated, gpu: InventoryGpu, source: str, claim: str = "", mig: str = "") -> None:
+        row = (str(gpu.index), gpu.uuid, entry.namespace, entry.pod, entry.container, source, claim)
+        if not all(value.isprintable() for value in row):
+            self.unknown.append(f"{_owner(entry)!r}: names that are not printable, GPU {gpu.index} not attributed")
+            return
+        via = f" claim {claim}" if claim else ""
+        instance = f" MIG {mig}" if mig else ""
+        self.rows.setdefault(row, f"gpu {row[0]} {row[1]}{instance}: {row[2]}/{row[3]} container {row[4]} "
+                                  f"({source}{via})")
+
+    def device_plugin(self, entry: ContainerDevices) -> None:
         if not GPU_RESOURCE.fullmatch(entry.resource_name):
-            continue
-        owner = f"{entry.namespace}/{entry.pod}/{entry.container}"
+            return
         for device_id in entry.device_ids:
-            gpu = by_uuid.get(device_id.partition(SHARED_SUFFIX)[0]) or by_index.get(device_id)
+            gpu = self.by_uuid.get(device_id.partition(SHARED_SUFFIX)[0]) or self.by_index.get(device_id)
             if gpu is None:
-                unknown.append(f"{owner!r}: {entry.resource_name} device {device_id[:80]!r} is no GPU of this node")
+                self.unknown.append(f"{_owner(entry)!r}: {entry.resource_name} device {device_id[:80]!r} "
+                                    "is no GPU of this node")
                 continue
-            row = (str(gpu.index), gpu.uuid, entry.namespace, entry.pod, entry.container)
-            if not all(value.isprintable() for value in row):
-                unknown.append(f"{owner!r}: names that are not printable, GPU {gpu.index} not attributed")
-                continue
-            rows[row] = None
-    return Allocations(rows=tuple(rows), unknown=tuple(unknown))
+            self.add(entry, gpu, "device_plugin")
+
+    def dra(self, entry: ClaimDevice) -> None:
+        where = f"{_owner(entry)!r}: DRA claim {entry.claim[:80]!r} device {entry.pool[:80]!r}/{entry.device[:80]!r}"
+        parsed = parse_dra_device(entry.device) if entry.driver == NVIDIA_DRA_DRIVER else None
+        if parsed is None:
+            self.unknown.append(f"{where} of driver {entry.driver[:80]!r}: not a device name trainmon can map")
+            return
+        gpu = self.by_minor.get(parsed.minor_number)
+        if gpu is None:
+            self.unknown.append(f"{where}: no GPU of this node has minor number {parsed.minor_number}")
+            return
+        self.add(entry, gpu, "dra", entry.claim, parsed.mig)
+
+
+def _owner(entry: Allocated) -> str:
+    return f"{entry.namespace}/{entry.pod}/{entry.container}"
+
+
+def match_allocations(devices: Iterable[Allocated], gpus: Sequence[InventoryGpu]) -> Allocations:
+    """GPU devices matched to this node's GPUs: device plugins' by UUID, else by index; DRA devices by
+    minor number. Other device-plugin resources are ignored; other DRA drivers' devices are unknown."""
+    matcher = _Matcher(gpus)
+    for entry in devices:
+        if isinstance(entry, ClaimDevice):
+            matcher.dra(entry)
+        else:
+            matcher.device_plugin(entry)
+    return Allocations(rows=tuple(matcher.rows), found=tuple(matcher.rows.values()), unknown=tuple(matcher.unknown))
 
 
 class PodResourcesCollector:
@@ -128,13 +189,13 @@ class PodResourcesCollector:
         if gpus is None:
             raise CollectorError("no GPU inventory to match devices to: the gpu collector has not run (enabled?)")
         allocations = match_allocations(listing.devices, gpus)
-        family = info("gpu_allocation", "GPU allocated to a Kubernetes container (kubelet PodResources List); "
-                      "join on (gpu, uuid).", ALLOCATION_LABELS)
+        family = info("gpu_allocation", "GPU allocated to a Kubernetes container (kubelet PodResources List; "
+                      "source device_plugin or dra, claim the DRA claim); join on (gpu, uuid).", ALLOCATION_LABELS)
         for row in allocations.rows:
             family.add_metric(list(row), {})
         return Collection(
             families=(family,),
-            found=tuple(f"gpu {row[0]} {row[1]}: {row[2]}/{row[3]} container {row[4]}" for row in allocations.rows),
+            found=allocations.found,
             skipped=self._problems.update(allocations.unknown),
             details={"kubelet_socket": str(self._socket), "listed_at": listing.at,
                      "allocated_gpus": len({row[1] for row in allocations.rows})},
@@ -145,4 +206,4 @@ class PodResourcesCollector:
         self._thread.join(timeout=1.0)
 
 
-__all__ = ["PodResourcesCollector", "match_allocations"]
+__all__ = ["PodResourcesCollector", "match_allocations", "parse_dra_device"]
