@@ -129,6 +129,14 @@ def _gpu(b: Board) -> Board:
             "none",
             Query(f"increase(trainmon_gpu_xid_errors_total{{{node_matchers}}}{RATE})", GPU + " xid {{xid}}"),
         ),
+        graph(
+            "PCIe link width",
+            "Lanes of each GPU's PCIe link now and at most; current under max is a degraded link (reseat or "
+            "replace the riser). Idle GPUs lower their generation, not their width.",
+            "none",
+            Query(f'trainmon_gpu_pcie_link_width{{{node_matchers}, kind="current"}}', GPU + " current"),
+            Query(f'trainmon_gpu_pcie_link_width{{{node_matchers}, kind="max"}}', GPU + " max"),
+        ),
     )
 
 

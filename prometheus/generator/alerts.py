@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .config import RulesConfig
+from .dashboards import FLEET, NODE, TRAINING_JOB, panel_url
 from .model import Alert, Group
 from .recording import NOT_OTHER
 
@@ -35,6 +36,7 @@ def exporter_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonExporterDown",
+            dashboard_url=panel_url(c, NODE, "Scrape health"),
             expr=f"{c.m('up')} == 0",
             for_="5m",
             severity="critical",
@@ -46,6 +48,7 @@ def exporter_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonExporterAbsent",
+            dashboard_url=panel_url(c, FLEET, "Nodes"),
             expr=f"absent({c.m('up')})",
             for_="15m",
             severity="warning",
@@ -57,6 +60,7 @@ def exporter_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonCollectorFailing",
+            dashboard_url=panel_url(c, FLEET, "Failing collectors"),
             # A collector that never worked on this node (no InfiniBand: NoData) is not failing; the GPU
             # collector is, even if it never worked: a GPU node whose NVML never loads reports no GPU at all.
             expr=f"""
@@ -75,6 +79,24 @@ and on (instance, job, collector)
                 "are missing. /api/v1/status says why."
             ),
         ),
+        Alert(
+            alert="TrainmonKubeletSocketMissing",
+            dashboard_url=panel_url(c, NODE, "Kubernetes owner of each GPU"),
+            # Hooked ranks in pods name their pod; such a node's daemon has no pod_resources collector.
+            expr=f"""
+  group by (job, instance) ({c.m("trainmon_train_rank_info", 'pod!=""')})
+unless on (job, instance)
+  {c.m("trainmon_collector_success", 'collector="pod_resources"')}""",
+            for_="1h",
+            # Worth a ticket, not a page: training runs; only the GPUs' owners are unknown.
+            severity="info",
+            summary="A Kubernetes node runs trainmon without the kubelet socket.",
+            description=(
+                "Pods on {{ $labels.instance }} train on GPUs, but its trainmon daemon has no "
+                "--kubelet-pod-resources-socket: trainmon_gpu_allocation_info is missing, so GPUs without a hook "
+                "have no owner. Deploy the pod-resources overlay."
+            ),
+        ),
     ]
 
 
@@ -82,6 +104,7 @@ def gpu_alerts(c: RulesConfig) -> list[Alert]:
     xid_matcher = 'xid=~"' + "|".join(str(x) for x in c.critical_xids) + '"'
     lost = Alert(
         alert="TrainmonGPULost",
+        dashboard_url=panel_url(c, FLEET, "GPUs lost"),
         expr=f"{c.m('trainmon_gpu_up')} == 0",
         for_="2m",
         severity="critical",
@@ -121,6 +144,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPUXidCritical",
+            dashboard_url=panel_url(c, NODE, "XID errors"),
             expr=(f"time() - {c.m('trainmon_gpu_xid_last_timestamp_seconds', xid_matcher)} < {c.xid_firing_seconds}"),
             severity="critical",
             summary="A GPU reported an XID that needs an operator.",
@@ -131,6 +155,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPUEccUncorrectable",
+            dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
             # A level check: a count already present at the first scrape must alert too.
             expr=c.m("trainmon_gpu_ecc_errors_total", 'error="uncorrected"') + " > 0",
             severity="critical",
@@ -142,6 +167,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPURowRemapFailure",
+            dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
             expr=f"{c.m('trainmon_gpu_row_remap_failure')} == 1",
             severity="critical",
             summary="A GPU failed to remap a memory row.",
@@ -152,17 +178,20 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPURowRemapPending",
+            dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
             expr=f"{c.m('trainmon_gpu_row_remap_pending')} == 1",
             for_="15m",
-            severity="warning",
+            # Worth a ticket, not a page: the GPU works on; the remap applies at the next reset.
+            severity="info",
             summary="A GPU needs a reset to apply remapped memory rows.",
             description=(
                 "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} has a row remap "
-                "pending; drain the node and reset the GPU."
+                "pending; drain the node and reset the GPU at the next maintenance window."
             ),
         ),
         Alert(
             alert="TrainmonGPUThermalThrottle",
+            dashboard_url=panel_url(c, NODE, "Time throttled"),
             expr=(f"rate({c.m('trainmon_gpu_throttle_seconds_total', THERMAL)}[5m]) > {c.thermal_throttle_ratio}"),
             for_="10m",
             severity="warning",
@@ -174,6 +203,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPUPCIeLinkDegraded",
+            dashboard_url=panel_url(c, NODE, "PCIe link width"),
             # Width, not generation: idle GPUs lower their PCIe generation to save power.
             expr=f"""
   {c.m("trainmon_gpu_pcie_link_width", 'kind="current"')}
@@ -197,6 +227,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonGPUIdleDuringTraining",
+            dashboard_url=panel_url(c, TRAINING_JOB, "SM activity by rank"),
             # SM activity (GPM); where it is absent, power. Never the coarse utilization, which reads
             # 100% while NCCL kernels spin in a hang.
             expr=f"""
@@ -220,6 +251,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonCommunicationBound",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Communication wait share per rank"),
             expr=f"job_id:trainmon_train_comm_wait_per_step_time:ratio > {c.comm_bound_ratio}",
             for_="15m",
             severity="warning",
@@ -231,6 +263,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonDataLoaderBound",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Data-loader wait share per rank"),
             expr=f"job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.dataloader_bound_ratio}",
             for_="15m",
             severity="warning",
@@ -242,6 +275,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonTrainingStalled",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Step time per rank"),
             expr=f"""
   time() - {last_step} > {c.stall_seconds}
 {not_in_phase(c)}""",
@@ -255,6 +289,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonRankLost",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Absent ranks"),
             expr=rising(c.m("trainmon_train_rank_exits_total", 'reason="lost"'), "15m"),
             severity="warning",
             summary="Training ranks went silent without saying goodbye.",
@@ -265,6 +300,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonThroughputRegression",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Samples per second"),
             expr=f"""
   job_id:trainmon_train_steps:avg_rate5m
 <
@@ -280,6 +316,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonStragglerRank",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Straggler score by rank"),
             # Its compute is slow against the job's fastest rank, while the median rank waits in collectives.
             expr=f"""
   rank:trainmon_train_straggler_score:relative < {c.straggler_score_threshold}
@@ -304,6 +341,7 @@ def rank_counter_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonGPUMemoryPressure",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Allocator retries and OOMs"),
             expr=f"""
   {rising(c.m("trainmon_train_cuda_ooms_total"), "10m")}
 or
@@ -317,6 +355,7 @@ or
         ),
         Alert(
             alert="TrainmonLossNonFinite",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Skipped and non-finite steps"),
             expr=rising(c.m("trainmon_train_nonfinite_loss_total"), "10m"),
             severity="warning",
             summary="A training rank reported a NaN or infinite loss.",
@@ -334,6 +373,7 @@ def loss_scale_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonLossScaleCollapse",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Loss scale"),
             # The gauge exists only where a loss scaler does (bf16 runs have none).
             expr=f"""
   {c.m("trainmon_train_loss_scale")}
@@ -369,6 +409,7 @@ def collective_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonCollectiveHang",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
             expr=f"""
 (
     rank_group:trainmon_nccl_issued:lag > 0
@@ -390,6 +431,7 @@ def collective_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonCollectiveHang",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
             expr=f"""
   {missing}
 and on (job, job_id, group)
@@ -408,6 +450,7 @@ unless on (job, job_id)
         ),
         Alert(
             alert="TrainmonCollectiveHang",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
             expr=f"""
   count without (instance, rank, op) ({waiting} > {limit})
 == on (job, job_id, group)
@@ -429,6 +472,7 @@ unless on (job, job_id)
         ),
         Alert(
             alert="TrainmonCollectiveHang",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
             expr=f"""
   count without (instance, rank, op) ({c.m("trainmon_nccl_inflight_oldest_seconds", 'group="other"')} > {limit})
 unless on (job, job_id)
@@ -453,6 +497,7 @@ def fabric_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonInfinibandLinkDown",
+            dashboard_url=panel_url(c, NODE, "InfiniBand link state"),
             # Only ports that were ACTIVE (4) in the last day: never-cabled ports stay quiet.
             expr=f"""
   {state} != 4
@@ -468,6 +513,7 @@ and on (instance, job, device, port)
         ),
         Alert(
             alert="TrainmonInfinibandErrors",
+            dashboard_url=panel_url(c, NODE, "InfiniBand errors"),
             expr=f"""
   increase({c.m("trainmon_infiniband_link_downed_total")}[10m]) > 0
 or
@@ -483,6 +529,7 @@ or
         ),
         Alert(
             alert="TrainmonNVMeLatencyHigh",
+            dashboard_url=panel_url(c, NODE, "NVMe latency"),
             expr=f"""
   instance_device:trainmon_nvme_request_seconds:mean5m > {c.nvme_latency_seconds}
 and

@@ -17,6 +17,8 @@ class RulesConfig:
     selector: str = 'job="trainmon"'
     # Where each alert's runbook_url points; the anchor is the lower-cased alert name.
     runbook: str = RUNBOOK
+    # Your Grafana's base URL: each alert's dashboard_url is a panel of the trainmon dashboards there.
+    grafana_url: str = "http://localhost:3000"
     # Seed guide: gradient communication above 40% of step time means the job is network bound.
     comm_bound_ratio: float = 0.40
     # Waiting for batches above this share of step time means the input pipeline is the bottleneck.

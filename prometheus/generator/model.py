@@ -26,6 +26,8 @@ class Alert:
     severity: Severity
     summary: str
     description: str
+    # The panel that explains the alert: `dashboards.panel_url(c, NODE, "<panel title>")`.
+    dashboard_url: str
     for_: str = "0s"
     runbook_url: str = ""
     # Extra labels, e.g. `cause` to tell apart the rules of one alert (promtool's duplicate-rules lint).
@@ -40,6 +42,7 @@ class Alert:
             "summary": self.summary,
             "description": self.description,
             "runbook_url": self.runbook_url,
+            "dashboard_url": self.dashboard_url,
         }
         return rule
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -69,15 +70,34 @@ def test_every_spec_alert_exists() -> None:
 
 @pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: r["alert"])
 def test_alert_style(rule: dict[str, object]) -> None:
-    """Mixin guide: Trainmon prefix, CamelCase, a known severity, summary, description and a runbook anchor."""
+    """Mixin guide: Trainmon prefix, CamelCase, a known severity, summary, description, a runbook anchor and
+    a dashboard_url to one existing non-row panel of a committed dashboard."""
     annotations = rule["annotations"]
     assert isinstance(annotations, dict)
 
     assert re.fullmatch(r"Trainmon[A-Z][A-Za-z0-9]+", str(rule["alert"]))
     assert rule["labels"]["severity"] in SEVERITIES  # type: ignore[index]
-    assert {"summary", "description", "runbook_url"} <= annotations.keys()
-    assert annotations["summary"][0].isupper() and annotations["summary"].endswith(".")
+    assert {"summary", "description", "runbook_url", "dashboard_url"} <= annotations.keys()
+    assert annotations["summary"][0].isupper()
+    assert annotations["summary"].endswith(".")
     assert annotations["runbook_url"].endswith("docs/runbook.md#" + str(rule["alert"]).lower())
+    link = re.fullmatch(re.escape(RulesConfig().grafana_url) + r"/d/([a-z-]+)\?viewPanel=(\d+)",
+                        annotations["dashboard_url"])
+    assert link, annotations["dashboard_url"]
+    assert (link[1], int(link[2])) in committed_panels()
+
+
+def committed_panels() -> set[tuple[str, int]]:
+    """(dashboard uid, panel id) of every panel but rows in grafana/dashboards/."""
+    boards = [json.loads(path.read_text()) for path in DASHBOARDS.glob("*.json")]
+    return {(board["uid"], panel["id"]) for board in boards for panel in board["panels"] if panel["type"] != "row"}
+
+
+def test_info_alerts_exist_for_what_is_worth_a_ticket() -> None:
+    """SPEC §6: `info` alerts for ticket-worthy things, here a pending row remap and a node without the socket."""
+    info = {rule["alert"] for rule in alert_rules() if rule["labels"]["severity"] == "info"}  # type: ignore[index]
+
+    assert {"TrainmonGPURowRemapPending", "TrainmonKubeletSocketMissing"} <= info
 
 
 def test_every_runbook_anchor_exists() -> None:
