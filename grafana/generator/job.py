@@ -26,7 +26,7 @@ JOB_ID = Variable(
 )
 INSTANCE = Variable(
     name="instance",
-    label="Node",
+    label="Instance",
     query='label_values(trainmon_train_rank_info{job=~"$job", job_id=~"$job_id"}, instance)',
 )
 

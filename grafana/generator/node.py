@@ -19,7 +19,7 @@ def job_variable(config: DashboardConfig) -> Variable:
     return Variable(name="job", label="Job", query=f"label_values(trainmon_build_info{{{config.selector}}}, job)")
 
 
-INSTANCE = Variable(name="instance", label="Node", query='label_values(trainmon_build_info{job=~"$job"}, instance)')
+INSTANCE = Variable(name="instance", label="Instance", query='label_values(trainmon_build_info{job=~"$job"}, instance)')
 
 
 def _gpu(b: Board) -> Board:
