@@ -54,7 +54,7 @@ def exporter_alerts(c: RulesConfig) -> list[Alert]:
             severity="warning",
             summary="Prometheus has no trainmon target at all.",
             description=(
-                "No target matches " + c.selector.replace('"', "'") + " for 15 minutes: service discovery "
+                f"No target matches {c.selector} for 15 minutes: service discovery "
                 "or the scrape configuration lost every trainmon daemon."
             ),
         ),
@@ -101,7 +101,7 @@ unless on (job, instance)
 
 
 def gpu_alerts(c: RulesConfig) -> list[Alert]:
-    xid_matcher = 'xid=~"' + "|".join(str(x) for x in c.critical_xids) + '"'
+    xid_matcher = f'xid=~"{c.critical_xid_pattern()}"'
     lost = Alert(
         alert="TrainmonGPULost",
         dashboard_url=panel_url(c, FLEET, "GPUs lost"),

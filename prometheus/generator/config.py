@@ -60,5 +60,9 @@ class RulesConfig:
         """`metric{<selector>, *matchers}`."""
         return f"{metric}{{{', '.join((self.selector, *matchers))}}}"
 
+    def critical_xid_pattern(self) -> str:
+        """The regular expression matching the critical XIDs."""
+        return "|".join(str(x) for x in self.critical_xids)
+
     def runbook_url(self, alert: str) -> str:
         return f"{self.runbook}#{alert.lower()}"
