@@ -4,6 +4,7 @@ and an override of one `_config` field gives what the Python generators give for
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields, replace
 from typing import Any
 
@@ -14,6 +15,8 @@ from grafana.generator.build import DASHBOARDS, dashboard_files
 from prometheus.generator.config import RulesConfig
 from prometheus.generator.mixin import MIXIN_DIR, dashboard_config, mixin_files
 from prometheus.generator.render import PROMETHEUS_DIR, rule_files
+
+from tests.deploy.test_kubernetes import OVERLAY, kustomize
 
 # A value other than the default for each RulesConfig field.
 CHANGED: dict[str, object] = {
@@ -118,3 +121,27 @@ def test_every_path_in_the_mixin_is_generated_or_the_readme() -> None:
     committed = {str(p.relative_to(MIXIN_DIR)) for p in MIXIN_DIR.rglob("*") if p.is_file()}
 
     assert {*mixin_files(), "README.md"} == committed
+
+
+def test_the_config_table_in_the_docs_is_the_mixins_config() -> None:
+    """docs/kubernetes.md lists every `_config` field once with its default, as jsonnet evaluates them."""
+    docs = (MIXIN_DIR.parent / "docs" / "kubernetes.md").read_text()
+    rows = re.findall(r"^\| `([a-z_]+)` \| `([^`]+)` \| .+ \|$", docs, flags=re.MULTILINE)
+    table = "{" + ", ".join(f"{name}: {default}" for name, default in rows) + "}"
+    defaults = "(import 'config.libsonnet')._config"
+
+    assert len(rows) == len({name for name, _ in rows})
+    assert json.loads(_jsonnet.evaluate_snippet("defaults", defaults, jpathdir=str(MIXIN_DIR))) == json.loads(
+        _jsonnet.evaluate_snippet("table", table))
+
+
+def test_the_kube_prometheus_stack_overlay_ships_the_mixins_objects(default_render: dict[str, Any]) -> None:
+    """The overlay's PrometheusRule holds the mixin's groups and its ConfigMaps the mixin's dashboards."""
+    objects = kustomize(OVERLAY)
+    [rule] = [o for o in objects if o["kind"] == "PrometheusRule"]
+    dashboards = {name: json.loads(text) for o in objects if o["kind"] == "ConfigMap"
+                  for name, text in o.get("data", {}).items() if name.endswith(".json")}
+
+    assert default_render["rules"]["groups"] + default_render["alerts"]["groups"] == rule["spec"]["groups"]
+    assert default_render["dashboards"] == dashboards
+    assert "kube-prometheus-stack" == rule["metadata"]["labels"]["release"]
