@@ -32,5 +32,7 @@
     thermal_throttle_ratio: 0.1,
     nvme_latency_seconds: 0.05,
     infiniband_errors: 10,
+    alert_for: {},
+    group_intervals: {},
   },
 }

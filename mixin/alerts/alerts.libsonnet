@@ -4,12 +4,12 @@
     "groups": [
       {
         "name": "trainmon.exporter",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.exporter", "30s"),
         "rules": [
           {
             "alert": "TrainmonExporterDown",
             "expr": "up{" + $._config.selector + "} == 0",
-            "for": "5m",
+            "for": std.get($._config.alert_for, "TrainmonExporterDown", "5m"),
             "labels": {
               "severity": "critical",
             },
@@ -23,7 +23,7 @@
           {
             "alert": "TrainmonExporterAbsent",
             "expr": "absent(up{" + $._config.selector + "})",
-            "for": "15m",
+            "for": std.get($._config.alert_for, "TrainmonExporterAbsent", "15m"),
             "labels": {
               "severity": "warning",
             },
@@ -37,7 +37,7 @@
           {
             "alert": "TrainmonCollectorFailing",
             "expr": "trainmon_collector_success{" + $._config.selector + "} == 0\nand on (instance, job, collector)\n  (\n    max_over_time(trainmon_collector_success{" + $._config.selector + "}[1d]) == 1\n  or\n    trainmon_collector_success{" + $._config.selector + ", collector=\"gpu\"}\n  )",
-            "for": "15m",
+            "for": std.get($._config.alert_for, "TrainmonCollectorFailing", "15m"),
             "labels": {
               "severity": "warning",
             },
@@ -51,7 +51,7 @@
           {
             "alert": "TrainmonKubeletSocketMissing",
             "expr": "group by (job, instance) (trainmon_train_rank_info{" + $._config.selector + ", pod!=\"\"})\nunless on (job, instance)\n  trainmon_collector_success{" + $._config.selector + ", collector=\"pod_resources\"}",
-            "for": "1h",
+            "for": std.get($._config.alert_for, "TrainmonKubeletSocketMissing", "1h"),
             "labels": {
               "severity": "info",
             },
@@ -66,12 +66,12 @@
       },
       {
         "name": "trainmon.gpu",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.gpu", "30s"),
         "rules": [
           {
             "alert": "TrainmonGPULost",
             "expr": "trainmon_gpu_up{" + $._config.selector + "} == 0",
-            "for": "2m",
+            "for": std.get($._config.alert_for, "TrainmonGPULost", "2m"),
             "labels": {
               "severity": "critical",
               "cause": "nvml_read_failing",
@@ -86,7 +86,7 @@
           {
             "alert": "TrainmonGPULost",
             "expr": "trainmon_gpus_expected{" + $._config.selector + "}\n>\n  (\n    instance:trainmon_gpu_up:sum\n  or\n    0 * trainmon_gpus_expected{" + $._config.selector + "}\n  )\nunless on (instance, job)\n  trainmon_gpu_up{" + $._config.selector + "} == 0",
-            "for": "2m",
+            "for": std.get($._config.alert_for, "TrainmonGPULost", "2m"),
             "labels": {
               "severity": "critical",
               "cause": "missing_from_nvml",
@@ -101,7 +101,7 @@
           {
             "alert": "TrainmonGPULost",
             "expr": "trainmon_gpus_expected{" + $._config.selector + "}\n<\n  max_over_time(trainmon_gpus_expected{" + $._config.selector + "}[6h])",
-            "for": "2m",
+            "for": std.get($._config.alert_for, "TrainmonGPULost", "2m"),
             "labels": {
               "severity": "critical",
               "cause": "missing_from_pci_bus",
@@ -155,7 +155,7 @@
           {
             "alert": "TrainmonGPURowRemapPending",
             "expr": "trainmon_gpu_row_remap_pending{" + $._config.selector + "} == 1",
-            "for": "15m",
+            "for": std.get($._config.alert_for, "TrainmonGPURowRemapPending", "15m"),
             "labels": {
               "severity": "info",
             },
@@ -169,7 +169,7 @@
           {
             "alert": "TrainmonGPUThermalThrottle",
             "expr": "rate(trainmon_gpu_throttle_seconds_total{" + $._config.selector + ", reason=~\".*thermal.*\"}[5m]) > " + std.format('%g', $._config.thermal_throttle_ratio),
-            "for": "10m",
+            "for": std.get($._config.alert_for, "TrainmonGPUThermalThrottle", "10m"),
             "labels": {
               "severity": "warning",
             },
@@ -183,7 +183,7 @@
           {
             "alert": "TrainmonGPUPCIeLinkDegraded",
             "expr": "trainmon_gpu_pcie_link_width{" + $._config.selector + ", kind=\"current\"}\n< ignoring (kind)\n  trainmon_gpu_pcie_link_width{" + $._config.selector + ", kind=\"max\"}",
-            "for": "30m",
+            "for": std.get($._config.alert_for, "TrainmonGPUPCIeLinkDegraded", "30m"),
             "labels": {
               "severity": "warning",
             },
@@ -198,12 +198,12 @@
       },
       {
         "name": "trainmon.training",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.training", "30s"),
         "rules": [
           {
             "alert": "TrainmonGPUIdleDuringTraining",
             "expr": "(\n    rank:trainmon_gpu_sm_utilization_ratio:join < " + std.format('%g', $._config.idle_sm_ratio) + "\n  or\n    (\n      rank:trainmon_gpu_power_per_limit:join < " + std.format('%g', $._config.idle_power_ratio) + "\n    unless on (instance, uuid)\n      rank:trainmon_gpu_sm_utilization_ratio:join\n    )\n)\nunless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1",
-            "for": "15m",
+            "for": std.get($._config.alert_for, "TrainmonGPUIdleDuringTraining", "15m"),
             "labels": {
               "severity": "warning",
             },
@@ -217,7 +217,7 @@
           {
             "alert": "TrainmonCommunicationBound",
             "expr": "job_id:trainmon_train_comm_wait_per_step_time:ratio > " + std.format('%g', $._config.comm_bound_ratio),
-            "for": "15m",
+            "for": std.get($._config.alert_for, "TrainmonCommunicationBound", "15m"),
             "labels": {
               "severity": "warning",
             },
@@ -231,7 +231,7 @@
           {
             "alert": "TrainmonDataLoaderBound",
             "expr": "job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio),
-            "for": "15m",
+            "for": std.get($._config.alert_for, "TrainmonDataLoaderBound", "15m"),
             "labels": {
               "severity": "warning",
             },
@@ -245,7 +245,7 @@
           {
             "alert": "TrainmonTrainingStalled",
             "expr": "time() - trainmon_train_last_step_timestamp_seconds{" + $._config.selector + "} > " + std.toString($._config.stall_seconds) + "\nunless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1",
-            "for": "5m",
+            "for": std.get($._config.alert_for, "TrainmonTrainingStalled", "5m"),
             "labels": {
               "severity": "critical",
             },
@@ -272,7 +272,7 @@
           {
             "alert": "TrainmonThroughputRegression",
             "expr": "job_id:trainmon_train_steps:avg_rate5m\n<\n  " + std.format('%g', $._config.throughput_floor_ratio) + " * avg_over_time(job_id:trainmon_train_steps:avg_rate5m[" + $._config.baseline_window + "] offset " + $._config.baseline_offset + ")\nunless on (job, job_id) trainmon_train_phase{" + $._config.selector + "} == 1",
-            "for": "15m",
+            "for": std.get($._config.alert_for, "TrainmonThroughputRegression", "15m"),
             "labels": {
               "severity": "warning",
             },
@@ -286,7 +286,7 @@
           {
             "alert": "TrainmonStragglerRank",
             "expr": "rank:trainmon_train_straggler_score:relative < " + std.format('%g', $._config.straggler_score_threshold) + "\nand on (job, job_id)\n  quantile without (instance, rank) (0.5, rank:trainmon_train_comm_wait_per_step_time:ratio)\n  > " + std.format('%g', $._config.straggler_peer_wait_ratio),
-            "for": "10m",
+            "for": std.get($._config.alert_for, "TrainmonStragglerRank", "10m"),
             "labels": {
               "severity": "warning",
             },
@@ -301,7 +301,7 @@
       },
       {
         "name": "trainmon.rank_counters",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.rank_counters", "30s"),
         "rules": [
           {
             "alert": "TrainmonGPUMemoryPressure",
@@ -333,12 +333,12 @@
       },
       {
         "name": "trainmon.loss_scale",
-        "interval": "1m",
+        "interval": std.get($._config.group_intervals, "trainmon.loss_scale", "1m"),
         "rules": [
           {
             "alert": "TrainmonLossScaleCollapse",
             "expr": "trainmon_train_loss_scale{" + $._config.selector + "}\n<=\n  clamp_min(max_over_time(trainmon_train_loss_scale{" + $._config.selector + "}[1h]) / 1024, 1)\nunless on (instance, job, job_id, rank)\n  trainmon_train_rank_info{" + $._config.selector + ", loss_scaler=\"none\"}",
-            "for": "5m",
+            "for": std.get($._config.alert_for, "TrainmonLossScaleCollapse", "5m"),
             "labels": {
               "severity": "warning",
             },
@@ -353,7 +353,7 @@
       },
       {
         "name": "trainmon.collectives",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.collectives", "30s"),
         "rules": [
           {
             "alert": "TrainmonCollectiveHang",
@@ -415,12 +415,12 @@
       },
       {
         "name": "trainmon.fabric",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.fabric", "30s"),
         "rules": [
           {
             "alert": "TrainmonInfinibandLinkDown",
             "expr": "trainmon_infiniband_state_id{" + $._config.selector + "} != 4\nand on (instance, job, device, port)\n  max_over_time(trainmon_infiniband_state_id{" + $._config.selector + "}[1d]) == 4",
-            "for": "2m",
+            "for": std.get($._config.alert_for, "TrainmonInfinibandLinkDown", "2m"),
             "labels": {
               "severity": "critical",
             },
@@ -447,7 +447,7 @@
           {
             "alert": "TrainmonNVMeLatencyHigh",
             "expr": "instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_seconds) + "\nand\n  instance_device:trainmon_nvme_requests:rate5m > 1",
-            "for": "15m",
+            "for": std.get($._config.alert_for, "TrainmonNVMeLatencyHigh", "15m"),
             "labels": {
               "severity": "warning",
             },

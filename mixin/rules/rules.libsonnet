@@ -4,7 +4,7 @@
     "groups": [
       {
         "name": "trainmon.gpu.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.gpu.rules", "30s"),
         "rules": [
           {
             "record": "instance_gpu:trainmon_gpu_power_per_limit:ratio",
@@ -18,7 +18,7 @@
       },
       {
         "name": "trainmon.step_rates.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.step_rates.rules", "30s"),
         "rules": [
           {
             "record": "rank:trainmon_train_steps:rate5m",
@@ -44,7 +44,7 @@
       },
       {
         "name": "trainmon.wait_rates.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.wait_rates.rules", "30s"),
         "rules": [
           {
             "record": "rank:trainmon_train_comm_wait_seconds:rate5m",
@@ -62,7 +62,7 @@
       },
       {
         "name": "trainmon.training.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.training.rules", "30s"),
         "rules": [
           {
             "record": "rank:trainmon_train_step_duration_seconds:mean5m",
@@ -120,7 +120,7 @@
       },
       {
         "name": "trainmon.rank_gpu.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.rank_gpu.rules", "30s"),
         "rules": [
           {
             "record": "rank:trainmon_train_rank_info:max",
@@ -154,7 +154,7 @@
       },
       {
         "name": "trainmon.histograms.rules",
-        "interval": "2m",
+        "interval": std.get($._config.group_intervals, "trainmon.histograms.rules", "2m"),
         "rules": [
           {
             "record": "job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m",
@@ -164,7 +164,7 @@
       },
       {
         "name": "trainmon.collectives.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.collectives.rules", "30s"),
         "rules": [
           {
             "record": "job_id_group:trainmon_nccl_issued:max",
@@ -194,7 +194,7 @@
       },
       {
         "name": "trainmon.nvme.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.nvme.rules", "30s"),
         "rules": [
           {
             "record": "instance_device:trainmon_nvme_requests:rate5m",
@@ -208,7 +208,7 @@
       },
       {
         "name": "trainmon.ownership.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.ownership.rules", "30s"),
         "rules": [
           {
             "record": "instance_gpu:trainmon_gpu_idle:group",
@@ -242,7 +242,7 @@
       },
       {
         "name": "trainmon.mfu.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.mfu.rules", "30s"),
         "rules": [
           {
             "record": "rank:trainmon_train_model_flops:rate5m",
@@ -272,7 +272,7 @@
       },
       {
         "name": "trainmon.goodput.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.goodput.rules", "30s"),
         "rules": [
           {
             "record": "rank:trainmon_train_phase_seconds:rate5m",
@@ -310,7 +310,7 @@
       },
       {
         "name": "trainmon.stragglers.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.stragglers.rules", "30s"),
         "rules": [
           {
             "record": "rank:trainmon_train_straggler_score:relative",
@@ -328,7 +328,7 @@
       },
       {
         "name": "trainmon.fleet.rules",
-        "interval": "30s",
+        "interval": std.get($._config.group_intervals, "trainmon.fleet.rules", "30s"),
         "rules": [
           {
             "record": "instance:trainmon_gpus_expected:sum",

@@ -556,6 +556,8 @@ def alert_groups(c: RulesConfig) -> list[Group]:
         "trainmon.fabric": (fabric_alerts(c), "30s"),
     }
     return [
-        Group(name=name, interval=interval, rules=[replace(a, runbook_url=c.runbook_url(a.alert)) for a in alerts])
+        Group(name=name, interval=c.group_interval(name, interval),
+              rules=[replace(a, runbook_url=c.runbook_url(a.alert), for_=c.for_duration(a.alert, a.for_))
+                     for a in alerts])
         for name, (alerts, interval) in groups.items()
     ]

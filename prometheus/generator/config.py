@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from trainmon import DOCS_BASE
 
@@ -55,6 +56,11 @@ class RulesConfig:
     nvme_latency_seconds: float = 0.05
     # Symbol and receive errors per port in 10 minutes.
     infiniband_errors: int = 10
+    # An alert's `for:` by alert name, e.g. {"TrainmonTrainingStalled": "30m"}, where the generator's own
+    # is not right for you (an alert without one keeps none).
+    alert_for: Mapping[str, str] = field(default_factory=dict)
+    # A rule group's evaluation interval by group name, e.g. {"trainmon.gpu": "1m"}.
+    group_intervals: Mapping[str, str] = field(default_factory=dict)
 
     def m(self, metric: str, *matchers: str) -> str:
         """`metric{<selector>, *matchers}`."""
@@ -63,6 +69,12 @@ class RulesConfig:
     def critical_xid_pattern(self) -> str:
         """The regular expression matching the critical XIDs."""
         return "|".join(str(x) for x in self.critical_xids)
+
+    def for_duration(self, alert: str, default: str) -> str:
+        return default if default == "0s" else self.alert_for.get(alert, default)
+
+    def group_interval(self, group: str, default: str) -> str:
+        return self.group_intervals.get(group, default)
 
     def runbook_url(self, alert: str) -> str:
         return f"{self.runbook}#{alert.lower()}"

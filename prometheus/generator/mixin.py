@@ -51,6 +51,12 @@ class _ParamConfig(RulesConfig):
     def critical_xid_pattern(self) -> str:
         return str(Param("critical_xids", XID_PATTERN))
 
+    def for_duration(self, alert: str, default: str) -> str:
+        return default if default == "0s" else str(Param("alert_for", f"{alert}={default}"))
+
+    def group_interval(self, group: str, default: str) -> str:
+        return str(Param("group_intervals", f"{group}={default}"))
+
 
 def param_config() -> RulesConfig:
     changes: dict[str, Any] = {f.name: Param(f.name) for f in fields(RulesConfig)}
@@ -67,6 +73,9 @@ def _value_expr(field: str, spec: str) -> str:
     default = getattr(RulesConfig(), field)
     if spec == XID_PATTERN:
         return f"std.join('|', std.map(std.toString, {value}))"
+    if "=" in spec:  # a mapping field's entry, else the generator's own value
+        key, _, fallback = spec.partition("=")
+        return f"std.get({value}, {json.dumps(key)}, {json.dumps(fallback)})"
     if spec == ".0%":
         return f"std.format('%d%%', std.round({value} * 100))"
     if spec:

@@ -6,6 +6,8 @@ GPU, `instance_device` one NVMe namespace. Ratios sum numerator and denominator 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .config import RulesConfig
 from .efficiency import efficiency_groups
 from .model import Group, Record
@@ -329,8 +331,9 @@ def fleet_group(c: RulesConfig) -> Group:
 
 def recording_groups(c: RulesConfig) -> list[Group]:
     """In dependency order (promtool tests evaluate them in this order, `group_eval_order`)."""
-    return [
+    groups = [
         gpu_group(c), step_rates_group(c), wait_rates_group(c), training_group(), rank_gpu_group(c),
         histogram_group(c), collectives_group(c), nvme_group(c), ownership_group(c),
         *efficiency_groups(c), fleet_group(c),
     ]
+    return [replace(g, interval=c.group_interval(g.name, g.interval)) for g in groups]

@@ -41,6 +41,8 @@ CHANGED: dict[str, object] = {
     "thermal_throttle_ratio": 0.15,
     "nvme_latency_seconds": 0.02,
     "infiniband_errors": 25,
+    "alert_for": {"TrainmonTrainingStalled": "30m", "TrainmonGPUThermalThrottle": "20m"},
+    "group_intervals": {"trainmon.gpu": "1m", "trainmon.fleet.rules": "2m"},
 }
 
 
