@@ -245,9 +245,10 @@ def _exporter(b: Board) -> Board:
 
 
 def _owners(b: Board) -> Board:
-    """Who holds each GPU: the owner `_info` series joined onto trainmon_gpu_up (1 up, 0 down)."""
+    """Who holds each GPU: trainmon_gpu_up (1 up, 0 down) joined onto each owner `_info` series, so that a GPU
+    with several owners (containers sharing a DRA claim, time-slicing, two Slurm jobs) shows one line each."""
     node_matchers = b.config.matchers(NODE)
-    up = f"trainmon_gpu_up{{{node_matchers}}}"
+    up = f"on (instance, uuid) group_left () trainmon_gpu_up{{{node_matchers}}}"
     return b.row(
         "GPU owners",
         graph(
@@ -255,9 +256,8 @@ def _owners(b: Board) -> Board:
             "The pod and container the kubelet allocated each GPU to (trainmon_gpu_allocation_info; needs the "
             "pod-resources overlay). 1 while the GPU is up, 0 while it is down.",
             "none",
-            Query(f"{up} * on (instance, uuid) group_left (namespace, pod, container) "
-                  "group by (instance, uuid, namespace, pod, container) "
-                  f"(trainmon_gpu_allocation_info{{{node_matchers}}})",
+            Query("group by (instance, gpu, uuid, namespace, pod, container) "
+                  f"(trainmon_gpu_allocation_info{{{node_matchers}}}) * {up}",
                   GPU + ": {{namespace}}/{{pod}} {{container}}"),
         ),
         graph(
@@ -265,8 +265,7 @@ def _owners(b: Board) -> Board:
             "The Slurm job each GPU runs (trainmon_gpu_job_info: the prolog's mapping directory, else the cgroup "
             "of its processes). 1 while the GPU is up, 0 while it is down.",
             "none",
-            Query(f"{up} * on (instance, uuid) group_left (job_id) "
-                  f"group by (instance, uuid, job_id) (trainmon_gpu_job_info{{{node_matchers}}})",
+            Query(f"group by (instance, gpu, uuid, job_id) (trainmon_gpu_job_info{{{node_matchers}}}) * {up}",
                   GPU + ": job {{job_id}}"),
         ),
     )
