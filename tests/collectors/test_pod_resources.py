@@ -161,7 +161,8 @@ def test_allocations_served_changed_and_removed(socket_path: Path, caplog: pytes
             first = pods.collect()
             assert {allocation(0, "team-a", "trainer-0", "main"), allocation(1, "team-a", "trainer-0", "main"),
                     allocation(5, "team-b", "notebook", "lab")} == set(samples_of(first.families))
-            assert 1 == len(first.skipped) and "GPU-gone" in first.skipped[0]
+            assert 1 == len(first.skipped)
+            assert "GPU-gone" in first.skipped[0]
 
             kubelet.set([Pod("team-a", "trainer-0", {"main": {GPU: [uuid(2)]}})])
             wait_until(lambda: {allocation(2, "team-a", "trainer-0", "main")} == set(
@@ -190,7 +191,8 @@ def test_slow_kubelet_times_out_within_the_refresh_period(socket_path: Path) -> 
         pods = collector(socket_path, node_inventory(), refresh_s=0.5)
         try:
             listing = pods.refresh()
-            assert listing.error is not None and "DEADLINE_EXCEEDED" in listing.error
+            assert listing.error is not None
+            assert "DEADLINE_EXCEEDED" in listing.error
             with pytest.raises(CollectorError, match="DEADLINE_EXCEEDED"):
                 pods.collect()
         finally:
