@@ -18,6 +18,9 @@ from .config import RulesConfig
 NODE = "node"
 TRAINING_JOB = "training-job"
 FLEET = "fleet"
+# The dashboard variable a link sets from the alert's label of the same name, so the panel opens on the
+# alert's node or training job (tests/prometheus/test_rules.py checks each alert has that label).
+LINK_VARIABLE = {NODE: "instance", TRAINING_JOB: "job_id"}
 
 
 @cache
@@ -34,7 +37,8 @@ def _panel_ids() -> dict[str, dict[str, list[int]]]:
 
 
 def panel_url(c: RulesConfig, dashboard: str, title: str) -> str:
-    """`<grafana>/d/<uid>?viewPanel=<id>` of the one panel called `title` on `dashboard`.
+    """`<grafana>/d/<uid>?viewPanel=<id>` of the one panel called `title` on `dashboard`, with the node's or
+    the training job's variable set from the alert's label (`&var-instance={{ $labels.instance }}`).
 
     Raises:
         KeyError: no such panel, or more than one panel of that title (say which one, by a unique title).
@@ -43,4 +47,6 @@ def panel_url(c: RulesConfig, dashboard: str, title: str) -> str:
     ids = _panel_ids().get(uid, {}).get(title, [])
     if len(ids) != 1:
         raise KeyError(f"dashboard {uid} has {len(ids)} panels titled {title!r}; an alert links to exactly one")
-    return f"{c.grafana_url}/d/{uid}?viewPanel={ids[0]}"
+    variable = LINK_VARIABLE.get(dashboard)
+    selection = f"&var-{variable}={{{{ $labels.{variable} }}}}" if variable else ""
+    return f"{c.grafana_url}/d/{uid}?viewPanel={ids[0]}{selection}"

@@ -16,7 +16,7 @@ def test_a_link_is_the_grafana_url_uid_and_id_of_the_panel_titled_so() -> None:
 
     url = panel_url(RulesConfig(grafana_url="https://grafana.example"), NODE, "XID errors")
 
-    assert f"https://grafana.example/d/trainmon-node?viewPanel={xid}" == url
+    assert f"https://grafana.example/d/trainmon-node?viewPanel={xid}&var-instance={{{{ $labels.instance }}}}" == url
 
 
 @pytest.mark.parametrize(("dashboard", "title", "count"), [

@@ -81,8 +81,8 @@ def test_alert_style(rule: dict[str, object]) -> None:
     assert annotations["summary"][0].isupper()
     assert annotations["summary"].endswith(".")
     assert annotations["runbook_url"].endswith("docs/runbook.md#" + str(rule["alert"]).lower())
-    link = re.fullmatch(re.escape(RulesConfig().grafana_url) + r"/d/([a-z-]+)\?viewPanel=(\d+)",
-                        annotations["dashboard_url"])
+    link = re.fullmatch(re.escape(RulesConfig().grafana_url) + r"/d/([a-z-]+)\?viewPanel=(\d+)"
+                        r"(&var-(\w+)=\{\{ \$labels\.\4 \}\})?", annotations["dashboard_url"])
     assert link, annotations["dashboard_url"]
     assert (link[1], int(link[2])) in committed_panels()
 
@@ -160,3 +160,21 @@ def test_promtool_tests_evaluate_the_groups_in_file_order(test_file: Path) -> No
     groups = [group["name"] for path in RULE_FILES for group in load(path)["groups"]]
 
     assert load(test_file).get("group_eval_order") == groups
+
+
+def test_every_dashboard_link_variable_is_a_label_of_the_firing_alert() -> None:
+    """A link sets the node or job variable from the alert's label: each firing unit test shows that label."""
+    variables = {str(rule["alert"]): set(re.findall(r"\{\{ \$labels\.(\w+) \}\}", rule["annotations"]["dashboard_url"]))
+                 for rule in alert_rules()}  # type: ignore[index]
+    checked, missing = 0, []
+    for test_file in RULE_TESTS:
+        for case in load(test_file)["tests"]:
+            for check in case.get("alert_rule_test", []):
+                for alert in check["exp_alerts"]:
+                    checked += 1
+                    labels = alert["exp_labels"].keys()
+                    missing += [(check["alertname"], v) for v in variables[check["alertname"]] - labels]
+
+    assert checked
+    assert missing == []
+    assert {"instance", "job_id"} <= set().union(*variables.values())
