@@ -19,7 +19,7 @@ from prometheus.generator.render import PROMETHEUS_DIR, rule_files
 from tests.deploy.test_kubernetes import OVERLAY, kustomize
 
 # A value other than the default for each RulesConfig field.
-CHANGED: dict[str, object] = {
+CHANGED: dict[str, Any] = {
     "selector": 'job="gpu-nodes", cluster="a"',
     "runbook": "https://wiki.example/trainmon",
     "grafana_url": "https://grafana.example",
