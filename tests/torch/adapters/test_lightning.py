@@ -1,0 +1,87 @@
+"""The Lightning callback under gradient accumulation, in real `pytorch_lightning.Trainer.fit` runs.
+
+Ground truth is what the LightningModule itself sees: its raw per-micro-batch losses and the
+gradient norm before each optimizer step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.tools import require_module
+from tests.torch.test_monitor import ListTransport
+from trainmon import wire
+from trainmon.torch import TrainingMonitor
+
+# Lightning 2.6.6's own use of torch's pytree, not ours
+pytestmark = pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")
+
+STEPS = 4
+BATCH = 8
+
+
+def fit(tmp_path: Path, accumulate: int, **callback: Any) -> tuple[wire.Report, list[float], list[float]]:
+    """A `STEPS`-step run; the report after it, the raw micro-batch losses and the grad norm per optimizer step."""
+    pl = require_module("pytorch_lightning")
+    from trainmon.torch.adapters.lightning import TrainmonCallback
+
+    losses: list[float] = []
+    norms: list[float] = []
+
+    class Tiny(pl.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            losses.append(loss.item())
+            return loss
+
+        def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+            grads = [p.grad for p in self.parameters() if p.grad is not None]
+            norms.append(torch.nn.utils.get_total_norm(grads).item())
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(STEPS * accumulate * BATCH, 4),
+                                          torch.randn(STEPS * accumulate * BATCH, 1) * 3)
+    mon = TrainingMonitor(job_id="lightning", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    trainer = pl.Trainer(max_steps=STEPS, accumulate_grad_batches=accumulate, accelerator="cpu", logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path), callbacks=[TrainmonCallback(mon, **callback)])
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=BATCH))
+    report = wire.decode(wire.encode(mon.report()))
+    mon.close()
+    return report, losses, norms
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_loss_is_the_mean_of_the_optimizer_steps_micro_batches(tmp_path: Path, accumulate: int) -> None:
+    """Lightning hands the callback each loss divided by accumulate_grad_batches; the report holds the real one."""
+    report, losses, _ = fit(tmp_path, accumulate)
+
+    assert (STEPS, STEPS * accumulate * BATCH) == (report.steps, report.samples)
+    assert len(losses) == STEPS * accumulate
+    assert report.loss == pytest.approx(sum(losses[-accumulate:]) / accumulate, rel=1e-6)
+
+
+def test_grad_norm_is_the_norm_before_the_last_optimizer_step(tmp_path: Path) -> None:
+    report, _, norms = fit(tmp_path, accumulate=2)
+
+    assert len(norms) == STEPS
+    assert report.grad_norm == pytest.approx(norms[-1], rel=1e-6)
+    assert norms[-1] != pytest.approx(norms[-2], rel=1e-6)  # the last step's, not any other's
+
+
+def test_grad_norm_can_be_turned_off(tmp_path: Path) -> None:
+    report, _, _ = fit(tmp_path, accumulate=2, grad_norm=False)
+
+    assert report.grad_norm is None
