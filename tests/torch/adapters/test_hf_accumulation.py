@@ -23,13 +23,9 @@ def test_hf_callback_counts_optimizer_steps_under_accumulation(tmp_path: Path) -
 
     optimizer_steps = [0]
 
-    class Tiny(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-            return {"loss": torch.nn.functional.mse_loss(self.layer(x), labels)}
+    class Regression(torch.nn.Linear):
+        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:  # type: ignore[override]
+            return {"loss": torch.nn.functional.mse_loss(super().forward(x), labels)}
 
     class CountingSGD(torch.optim.SGD):
         def step(self, closure: None = None) -> None:  # type: ignore[override]
@@ -38,7 +34,7 @@ def test_hf_callback_counts_optimizer_steps_under_accumulation(tmp_path: Path) -
 
     data = [{"x": torch.randn(4), "labels": torch.randn(1)} for _ in range(STEPS * BATCH * ACCUMULATE)]
     mon = TrainingMonitor(job_id="hf", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
-    model = Tiny()
+    model = Regression(4, 1)
     args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=STEPS, per_device_train_batch_size=BATCH,
                                           gradient_accumulation_steps=ACCUMULATE, logging_steps=1, report_to=[],
                                           save_strategy="no", use_cpu=True, disable_tqdm=True)
