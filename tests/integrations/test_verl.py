@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,3 +231,20 @@ def test_update_weights_runs_in_its_phase_inside_the_rollout_gap(integration: An
     assert "rollout" == integration.worker_monitor.state.phase  # back in the gap once the sync is done
     assert set(integration.worker_monitor.state.phase_seconds) == {"rollout", "update_weights"}
     assert wire.decode(wire.encode(integration.worker_monitor.report())).phase == "rollout"
+
+
+def test_verl_imports_the_auto_module_named_in_its_environment(tmp_path: Path) -> None:
+    """`VERL_USE_EXTERNAL_MODULES=trainmon.integrations.verl_auto`: `import verl` installs the integration."""
+    require_module("verl")
+    script = ("import verl\n"
+              "from verl.utils.tracking import Tracking\n"
+              "from verl.workers.engine_workers import TrainingWorker\n"
+              "print(sorted(Tracking('p', 'e', default_backend=['console']).logger),"
+              " hasattr(TrainingWorker.__init__, '__wrapped__'))\n")
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "trainmon.integrations.verl_auto",
+           "TRAINMON_INGEST_SOCKET": str(tmp_path / "absent.sock"), "TRAINMON_JOB_ID": JOB}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+    assert 0 == done.returncode, done.stderr
+    assert "['console', 'trainmon'] True" == done.stdout.strip().splitlines()[-1]

@@ -64,7 +64,7 @@ class TrainmonTracking:
         state = self.monitor.state
         for key, raw in data.items():
             value = _number(raw)
-            if value is None:
+            if value is None or not isinstance(key, str):
                 continue
             if key.startswith(PHASE_PREFIX) and key != PHASE_PREFIX + WHOLE_ITERATION and value >= 0:
                 state.add_phase_time(key[len(PHASE_PREFIX):][: wire.MAX_TEXT], value)
