@@ -1,11 +1,12 @@
 """The Lightning callback under gradient accumulation, in real `pytorch_lightning.Trainer.fit` runs.
 
-Ground truth is what the LightningModule itself sees: its raw per-micro-batch losses and the
-gradient norm before each optimizer step.
+Ground truth is what the LightningModule itself sees (`lightning_job.Tiny`): its raw per-micro-batch
+losses and the gradient norm before each optimizer step.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from tests.helpers.tools import require_module
+from tests.torch.jobs import run_job
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
 from trainmon.torch import TrainingMonitor
@@ -27,28 +29,8 @@ BATCH = 8
 def fit(tmp_path: Path, accumulate: int, **callback: Any) -> tuple[wire.Report, list[float], list[float]]:
     """A `STEPS`-step run; the report after it, the raw micro-batch losses and the grad norm per optimizer step."""
     pl = require_module("pytorch_lightning")
+    from tests.torch.adapters.lightning_job import Tiny
     from trainmon.torch.adapters.lightning import TrainmonCallback
-
-    losses: list[float] = []
-    norms: list[float] = []
-
-    class Tiny(pl.LightningModule):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = torch.nn.functional.mse_loss(self.layer(x), y)
-            losses.append(loss.item())
-            return loss
-
-        def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-            grads = [p.grad for p in self.parameters() if p.grad is not None]
-            norms.append(torch.nn.utils.get_total_norm(grads).item())
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.1)
 
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(STEPS * accumulate * BATCH, 4),
@@ -57,10 +39,11 @@ def fit(tmp_path: Path, accumulate: int, **callback: Any) -> tuple[wire.Report, 
     trainer = pl.Trainer(max_steps=STEPS, accumulate_grad_batches=accumulate, accelerator="cpu", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=str(tmp_path), callbacks=[TrainmonCallback(mon, **callback)])
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=BATCH))
+    module = Tiny()
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=BATCH))
     report = wire.decode(wire.encode(mon.report()))
     mon.close()
-    return report, losses, norms
+    return report, module.losses, module.norms
 
 
 @pytest.mark.parametrize("accumulate", [1, 3])
@@ -86,3 +69,21 @@ def test_grad_norm_can_be_turned_off(tmp_path: Path) -> None:
     report, _, _ = fit(tmp_path, accumulate=2, grad_norm=False)
 
     assert report.grad_norm is None
+
+
+def test_two_ddp_ranks_under_accumulation_report_each_ranks_exact_numbers(tmp_path: Path) -> None:
+    """`strategy="ddp"` over 2 gloo processes, 3 micro-batches per step: DDP syncs gradients once per step."""
+    require_module("pytorch_lightning")
+    accumulate = 3
+    run_job(str(accumulate), STEPS, tmp_path, ranks=2, module="tests.torch.adapters.lightning_job",
+            env={"TRAINMON_INGEST_SOCKET": str(tmp_path / "absent.sock")})
+    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+
+    for seen in ranks:
+        assert (STEPS, STEPS * accumulate * BATCH) == (seen["steps"], seen["samples"])
+        assert STEPS == seen["global_step"] == len(seen["norms"])
+        assert seen["loss"] == pytest.approx(sum(seen["losses"][-accumulate:]) / accumulate, rel=1e-6)
+        assert seen["grad_norm"] == pytest.approx(seen["norms"][-1], rel=1e-6)
+        assert seen["profiled_all_reduce"] == seen["calls"]["all_reduce"]
+    assert ranks[0]["grad_norm"] == pytest.approx(ranks[1]["grad_norm"], rel=1e-6)  # all-reduced gradients
+    assert ranks[0]["loss"] != pytest.approx(ranks[1]["loss"], rel=1e-6)  # each rank's own batches
