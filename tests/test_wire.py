@@ -71,7 +71,7 @@ def bad(**changes: object) -> bytes:
     (bad(info=[]), "schema"),
     (bad(collectives=[["all_reduce", "g", 1.0, 1]]), "schema"),
     (bad(step_hist={"buckets": [1, 2]}), "schema"),
-    (bad(rank=-1), "range"),
+    (bad(rank=-2), "range"),
     (bad(steps=1 << 70), "range"),
     (bad(comm_wait=-1.0), "range"),
     (bad(start_time=1e300), "range"),

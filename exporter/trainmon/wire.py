@@ -20,7 +20,11 @@ needs no history. A `bye` carries the same fields as a report and says the proce
      "group_sizes": {"default_pg": 8}, "phase_seconds": {"checkpoint": 12.0}, "hook_errors": {"send_drops": 3},
      "loss_scale": 65536.0, "skipped_steps": 1, "loss": 2.31, "grad_norm": 0.9, "nonfinite_losses": 0,
      "nccl_env": {"NCCL_ALGO": "Ring"}, "parallel": {"tp": 2, "dp": 4},
-     "cuda": {"alloc_retries": 0, "ooms": 0}}
+     "cuda": {"alloc_retries": 0, "ooms": 0}, "job_gauges": {"rl_reward_mean": 0.62}}
+
+A framework's driver process that is no rank (verl's trainer) reports as rank `DRIVER_RANK`: job-level
+phase times and the `job_gauges` the framework itself computes; the daemon serves only those for it,
+under `rank="driver"`. A daemon older than that rejects such reports (`range`) and serves the ranks as before.
 
 `FIELDS` is the whole schema: each row names the wire key, the `Report` attribute and its `Kind`,
 which both checks a received value and writes a sent one, so a new field is one row (and one
@@ -57,9 +61,13 @@ KINDS = ("report", "bye")
 EXIT_REASONS = ("clean", "error")
 MAX_GROUPS = 8  # distinct process-group labels per rank; the rest are folded into OTHER_GROUP
 OTHER_GROUP = "other"
-MAX_PHASES = 8  # distinct phase names in phase_seconds; the rest are folded into OTHER_PHASE
+MAX_PHASES = 16  # distinct phase names in phase_seconds; the rest are folded into OTHER_PHASE
 OTHER_PHASE = "other"
 MAX_HOOK_ERROR_KINDS = 8
+DRIVER_RANK = -1  # the rank of a report from a framework's driver process (job-level values only)
+# Values a framework reports about the whole job, each served as `trainmon_<key>` (the training collector
+# lists the keys it serves; one it does not know, from a newer hook, is accepted and not served).
+MAX_JOB_GAUGES = 16
 MAX_ENV = 32
 MAX_TEXT = 128  # characters in any string value
 MAX_ID = 1 << 31  # ranks, world sizes, pids
@@ -145,6 +153,7 @@ class Report:
     cuda_alloc_retries: int | None = None
     cuda_ooms: int | None = None
     hook_errors: Mapping[str, int] = field(default_factory=dict)
+    job_gauges: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def incarnation(self) -> tuple[int, float]:
@@ -174,14 +183,15 @@ class Kind(Protocol[V]):
 
 @dataclass(frozen=True, slots=True)
 class Int:
-    """An integer in [0, hi); bool is not an integer here."""
+    """An integer in [lo, hi); bool is not an integer here."""
 
     hi: int
+    lo: int = 0
 
     def decode(self, name: str, raw: object) -> int:
         if type(raw) is not int:  # json.loads makes exact builtin types
             raise MessageRejected("schema", f"{name} is {type(raw).__name__}")
-        if not 0 <= raw < self.hi:
+        if not self.lo <= raw < self.hi:
             raise MessageRejected("range", f"{name} out of range")
         return raw
 
@@ -381,7 +391,7 @@ GROUP = Text(nonempty=True)
 FIELDS: tuple[Field, ...] = (
     Field("type", "kind", Text(choices=KINDS), required=True),
     Field("job_id", "job_id", Text(nonempty=True), required=True),
-    Field("rank", "rank", ID, required=True),
+    Field("rank", "rank", Int(MAX_ID, lo=DRIVER_RANK), required=True),
     Field("pid", "pid", ID, required=True),
     Field("start_time", "start_time", TIME, required=True),
     Field("seq", "seq", Int(MAX_SEQ), required=True),
@@ -430,6 +440,7 @@ FIELDS: tuple[Field, ...] = (
     Field("cuda.alloc_retries", "cuda_alloc_retries", COUNT, cumulative=True),
     Field("cuda.ooms", "cuda_ooms", COUNT, cumulative=True),
     Field("hook_errors", "hook_errors", Map(Text(identifier=True), COUNT, MAX_HOOK_ERROR_KINDS), cumulative=True),
+    Field("job_gauges", "job_gauges", Map(Text(identifier=True), Number(lo=-MAX_AMOUNT), MAX_JOB_GAUGES)),
 )
 _PATHS = tuple((f, tuple(f.path.split("."))) for f in FIELDS)
 # What validate() runs per field, looked up once: it runs for every datagram.

@@ -192,3 +192,17 @@ def test_exits_by_reason_and_socket_rebinds_are_served() -> None:
     assert [3, 1, 2] == [reg.get_sample_value("trainmon_train_rank_exits_total", {"job_id": "j", "reason": r})
                          for r in ("clean", "error", "lost")]
     assert 2 == reg.get_sample_value("trainmon_ingest_socket_rebinds_total")
+
+
+def test_a_driver_report_serves_only_its_phase_seconds_and_the_job_gauges_this_daemon_knows() -> None:
+    """A framework driver (verl's trainer) is no rank: no rank_info, steps or histogram, so no rule counts it."""
+    report = wire.decode(wire.encode(wire.Report(
+        job_id="rl", rank=wire.DRIVER_RANK, pid=1, start_time=1.0, seq=1, phase_seconds={"gen": 40.0},
+        job_gauges={"rl_reward_mean": 0.5, "rl_from_a_newer_hook": 1.0})))
+    state = RankSlot(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
+    served = samples_of(rank_families([state], now=0.0))
+    driver = {("job_id", "rl"), ("rank", "driver")}
+
+    assert {("trainmon_train_phase_seconds_total", frozenset({*driver, ("phase", "gen")})): 40.0,
+            ("trainmon_rl_reward_mean", frozenset(driver)): 0.5} == served
+    assert rank_series(report) == len(served)

@@ -1,4 +1,4 @@
-"""The Lightning and Hugging Face callbacks drive a monitor from the frameworks' real loops."""
+"""The Hugging Face callback drives a monitor from the real `Trainer` loop (Lightning: tests/torch/adapters)."""
 
 from __future__ import annotations
 
@@ -14,37 +14,6 @@ STEPS = 4
 
 def monitor(transport: ListTransport) -> TrainingMonitor:
     return TrainingMonitor(job_id="adapter", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"})
-
-
-def test_lightning_callback_counts_optimizer_steps(tmp_path: object) -> None:
-    """Two batches per optimizer step (gradient accumulation): one monitor step per optimizer step."""
-    pl = require_module("pytorch_lightning")
-    from trainmon.torch.adapters.lightning import TrainmonCallback
-
-    class Tiny(pl.LightningModule):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.layer(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
-    transport = ListTransport()
-    mon = monitor(transport)
-    trainer = pl.Trainer(max_steps=STEPS, accumulate_grad_batches=2, accelerator="cpu", logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=str(tmp_path), callbacks=[TrainmonCallback(mon)])
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=8))
-    report = mon.report()
-    mon.close()
-
-    assert (STEPS, STEPS * 2 * 8, "lightning") == (report.steps, report.samples, report.framework)
-    assert report.loss is not None and STEPS == report.step_buckets[-1]
 
 
 def test_hf_callback_counts_steps_and_logged_loss(tmp_path: object) -> None:

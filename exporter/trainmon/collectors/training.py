@@ -24,11 +24,21 @@ from trainmon.families import Metric, ValueFamily, counter, gauge, histogram, in
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
 from trainmon.settings import Settings
-from trainmon.wire import PARALLEL_KEYS, STEP_BUCKETS, Report
+from trainmon.wire import DRIVER_RANK, PARALLEL_KEYS, STEP_BUCKETS, Report
 
 RANK = ("job_id", "rank")
 INFO_LABELS = ("local_rank", "world_size", "uuid", "backend", "framework", "loss_scaler", "pid", "pod", "namespace")
 HISTOGRAM_SERIES = len(STEP_BUCKETS) + 3  # the buckets, +Inf, _count and _sum
+JOB_GAUGE_HELP = {  # the wire's `job_gauges` keys served, each as `trainmon_<key>`
+    "train_mfu_reported_ratio": "Model FLOPs utilisation as the framework itself reports it (verl perf/mfu/actor).",
+    "rl_actor_grad_norm": "Actor gradient norm of the last RL iteration, as the framework reports it "
+                          "(verl actor/grad_norm, the mean over its optimizer steps).",
+    "rl_reward_mean": "Mean sequence score of the last RL iteration (verl critic/score/mean).",
+    "rl_response_length_mean": "Mean response length in tokens of the last RL iteration (verl response_length/mean).",
+    "rl_response_clip_ratio": "Share of the last RL iteration's responses cut at the maximum length "
+                              "(verl response_length/clip_ratio).",
+    "rl_aborted_ratio": "Share of the last RL iteration's rollouts aborted (verl response/aborted_ratio).",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,8 @@ class TrainingCollector:
 
 def rank_series(r: Report) -> int:
     """The samples `rank_families` serves for `r`: the table's unit for `--max-training-series`."""
+    if r.rank == DRIVER_RANK:
+        return len(r.phase_seconds) + sum(k in JOB_GAUGE_HELP for k in r.job_gauges)
     return (1 + sum(scalar.read(r) is not None for scalar in SCALARS) + HISTOGRAM_SERIES
             + 3 * len(r.collectives) + len(r.group_sizes) + 2 * len(r.group_seqs) + len(r.inflight)
             + (1 if r.phase else 0) + len(r.phase_seconds) + len(r.nccl_env) + (1 if r.parallel else 0)
@@ -106,8 +118,13 @@ def rank_series(r: Report) -> int:
 
 
 def rank_families(ranks: Iterable[RankSlot], now: float) -> list[Metric]:
-    """The per-rank families; `now` (Unix time) ages the in-flight collectives."""
-    reports = [s.report for s in ranks]
+    """The per-rank families; `now` (Unix time) ages the in-flight collectives.
+
+    A framework driver's report (`DRIVER_RANK`) gives only its phase times and job gauges, so that
+    the rules, which count and compare ranks, never see it as one.
+    """
+    drivers = [s.report for s in ranks if s.report.rank == DRIVER_RANK]
+    reports = [s.report for s in ranks if s.report.rank != DRIVER_RANK]
     out: list[Metric] = []
     rank_info = info("train_rank", "A training process reporting through the hook.", (*RANK, *INFO_LABELS))
     for r in reports:
@@ -124,7 +141,8 @@ def rank_families(ranks: Iterable[RankSlot], now: float) -> list[Metric]:
     out.append(_step_histogram(reports))
     out.extend(_collective_families(reports))
     out.extend(_group_families(reports, now))
-    out.extend(_label_families(reports))
+    out.extend(_label_families(reports, drivers))
+    out.extend(_job_gauge_families(drivers))
     return out
 
 
@@ -202,7 +220,16 @@ def _group_families(reports: Iterable[Report], now: float) -> list[Metric]:
     return [issued, completed, inflight]
 
 
-def _label_families(reports: Iterable[Report]) -> list[Metric]:
+def _job_gauge_families(drivers: Iterable[Report]) -> list[Metric]:
+    families = {key: gauge(key, help_, RANK) for key, help_ in JOB_GAUGE_HELP.items()}
+    for r in drivers:
+        for key, value in sorted(r.job_gauges.items()):
+            if key in families:
+                families[key].add_metric(_key(r), value)
+    return list(families.values())
+
+
+def _label_families(reports: Iterable[Report], drivers: Iterable[Report]) -> list[Metric]:
     phase = gauge("train_phase", "1 while the rank is inside mon.phase(...).", (*RANK, "phase"))
     env = info("train_nccl_env", "An NCCL_* or TORCH_NCCL_* variable set in the rank's environment.",
                (*RANK, "name", "value"))
@@ -211,11 +238,12 @@ def _label_families(reports: Iterable[Report]) -> list[Metric]:
     hook_errors = counter("train_hook_errors_total", "Errors the hook swallowed, by kind.", (*RANK, "kind"))
     parallel = info("train_parallel", "The job's parallel layout; unknown dimensions are empty.",
                     (*RANK, *PARALLEL_KEYS))
+    for r in (*reports, *drivers):
+        for name, seconds in sorted(r.phase_seconds.items()):
+            phase_seconds.add_metric([*_key(r), name], seconds)
     for r in reports:
         if r.phase:
             phase.add_metric([*_key(r), r.phase], 1)
-        for name, seconds in sorted(r.phase_seconds.items()):
-            phase_seconds.add_metric([*_key(r), name], seconds)
         for kind, n in sorted(r.hook_errors.items()):
             hook_errors.add_metric([*_key(r), kind], n)
         for name, value in sorted(r.nccl_env.items()):
@@ -226,7 +254,7 @@ def _label_families(reports: Iterable[Report]) -> list[Metric]:
 
 
 def _key(r: Report) -> list[str]:
-    return [r.job_id, str(r.rank)]
+    return [r.job_id, "driver" if r.rank == DRIVER_RANK else str(r.rank)]
 
 
 def _opt(value: int | None) -> str:

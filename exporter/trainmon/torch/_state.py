@@ -37,7 +37,7 @@ from typing import Any
 
 from trainmon.wire import FIELDS, MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, GroupSeq, Inflight, Report
 
-MAX_PHASES = 8  # distinct phase names per rank; the rest are added up under OTHER_GROUP
+MAX_PHASES = 16  # distinct phase names per rank; the rest are added up under OTHER_GROUP
 MAX_UNSETTLED = 4096  # entries queued before the issuing thread settles them itself
 
 # An open collective, a list for the hot path's sake (the cheapest object to make and fill):
@@ -123,6 +123,7 @@ class RankState:
         self.cuda_alloc_retries: int | None = None
         self.cuda_ooms: int | None = None
         self.hook_errors: dict[str, int] = {}
+        self.job_gauges: dict[str, float] = {}  # set by a framework's driver integration (trainmon.integrations)
         # Collectives issued since the last settle, in issue order; their group key is a `GroupSeqs`, or
         # anything `resolve` turns into one (None: not counted). Appended by any thread, taken by `settle`.
         self.open: collections.deque[OpenCollective] = collections.deque()
@@ -141,10 +142,11 @@ class RankState:
         """Setting it adds the time so far to the phase being left: time counts for one phase at once."""
         now = perf_counter()
         if self._phase is not None:
-            self._add_phase_time(self._phase, now - self._phase_since)
+            self.add_phase_time(self._phase, now - self._phase_since)
         self._phase, self._phase_since = name, now
 
-    def _add_phase_time(self, name: str, seconds: float) -> None:
+    def add_phase_time(self, name: str, seconds: float) -> None:
+        """Time spent in a phase, as a framework timed it (also what leaving a phase adds)."""
         closed = self._closed_phase_seconds
         if name not in closed and len(closed) >= MAX_PHASES:
             name = OTHER_GROUP

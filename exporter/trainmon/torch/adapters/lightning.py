@@ -3,6 +3,13 @@
 One monitor step per optimizer step (several batches under gradient accumulation); validation
 runs inside the `eval` phase; the DDP model, optimizer and mixed-precision scaler are watched when
 training starts.
+
+The loss of a step is the mean of its micro-batches' losses: Lightning hands `on_train_batch_end`
+each loss divided by `accumulate_grad_batches`, so their sum over the step is that mean. The
+gradient norm (2-norm over all parameters, after unscaling) is taken on the device in
+`on_before_optimizer_step`, where Lightning calls its own `grad_norm` hook, and read without a sync;
+only where every rank holds whole gradients (single device, DDP): under FSDP or DeepSpeed a rank's
+local gradients are shards, and the norm is left out.
 """
 
 from __future__ import annotations
@@ -10,14 +17,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 if TYPE_CHECKING:  # type-checked against the standalone distribution, the one the test extra installs
     from pytorch_lightning import Callback
+    from pytorch_lightning.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
 else:
     try:
         from lightning.pytorch import Callback
+        from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
     except ImportError:  # the standalone distribution
         try:
             from pytorch_lightning import Callback
+            from pytorch_lightning.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
         except ImportError as exc:
             raise ImportError("trainmon.torch.adapters.lightning needs PyTorch Lightning: "
                               "pip install pytorch-lightning") from exc
@@ -33,6 +45,11 @@ def batch_size(batch: Any) -> int:
     return int(shape[0]) if shape else 0
 
 
+def whole_gradients(strategy: Any) -> bool:
+    """Whether each rank holds every parameter's whole gradient (DeepSpeed subclasses DDP but shards)."""
+    return isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) and not isinstance(strategy, DeepSpeedStrategy)
+
+
 class TrainmonCallback(Callback):
     """Reports a Lightning run through a `TrainingMonitor`.
 
@@ -41,10 +58,12 @@ class TrainmonCallback(Callback):
         job_id: for the monitor created here.
         samples: samples in a batch (default: the first dimension of the batch's first tensor).
         tokens: tokens in a batch (default: none counted).
+        grad_norm: report the gradient norm (one norm over the gradients per optimizer step, on the device).
     """
 
     def __init__(self, monitor: TrainingMonitor | None = None, *, job_id: str | None = None,
-                 samples: Callable[[Any], int] = batch_size, tokens: Callable[[Any], int] | None = None) -> None:
+                 samples: Callable[[Any], int] = batch_size, tokens: Callable[[Any], int] | None = None,
+                 grad_norm: bool = True) -> None:
         self._owned = monitor is None
         self._monitor = monitor
         self._job_id = job_id
@@ -52,6 +71,9 @@ class TrainmonCallback(Callback):
         self._tokens = tokens
         self._open_at: int | None = None  # trainer.global_step when the open step began
         self._pending = [0, 0]  # samples, tokens of the open step
+        self._loss: Any = None  # sum of the open step's normalised micro-batch losses (a tensor, never read here)
+        self._grad_norm: Any = None
+        self._want_grad_norm = grad_norm
         self._eval: Phase | None = None
 
     @property
@@ -72,12 +94,22 @@ class TrainmonCallback(Callback):
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._pending[0] += self._samples(batch)
         self._pending[1] += self._tokens(batch) if self._tokens is not None else 0
+        loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            loss = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
+            self._loss = loss if self._loss is None else self._loss + loss
         if self._open_at is None or trainer.global_step == self._open_at:
             return  # accumulating gradients: the optimizer has not stepped yet
-        loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self.monitor.step_end(samples=self._pending[0], tokens=self._pending[1],
-                              loss=loss.detach() if hasattr(loss, "detach") else loss)
-        self._open_at, self._pending = None, [0, 0]
+        self.monitor.step_end(samples=self._pending[0], tokens=self._pending[1], loss=self._loss,
+                              grad_norm=self._grad_norm)
+        self._open_at, self._pending, self._loss, self._grad_norm = None, [0, 0], None, None
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        if not self._want_grad_norm or not whole_gradients(trainer.strategy):
+            return
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        if grads:
+            self._grad_norm = torch.nn.utils.get_total_norm(grads).detach()
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._eval = self.monitor.phase("eval").__enter__()

@@ -1,0 +1,1 @@
+"""Integrations with training frameworks that need more than a callback (each module imports its framework)."""
