@@ -288,7 +288,7 @@ DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows af
 
 
 def parse_incident(flag: str, text: str) -> str | None:
-    from trainmon.demo.incidents import INCIDENTS
+    from trainmon.simulation.incidents import INCIDENTS
 
     if not text:
         return None
@@ -298,7 +298,7 @@ def parse_incident(flag: str, text: str) -> str | None:
 
 
 def demo_options() -> tuple[Option, ...]:
-    from trainmon.demo.incidents import INCIDENTS
+    from trainmon.simulation.incidents import INCIDENTS
 
     return (
         Option("incident", parse_incident,

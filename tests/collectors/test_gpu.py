@@ -25,8 +25,8 @@ from trainmon.collectors.gpu import FAMILIES, GpuCollector
 from trainmon.errors import CollectorError
 from trainmon.nvml import fields, gpm
 from trainmon.nvml.metrics import GpuMetric
-from trainmon.nvml.pylib import ScenarioLibrary
 from trainmon.settings import Settings
+from trainmon.simulation.scenario import ScenarioLibrary
 
 INTERVAL = 5.0
 

@@ -9,7 +9,6 @@ from tests.helpers.net import wait_until
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.training import TrainingCollector
 from trainmon.daemon import build_ingest
-from trainmon.demo.incidents import HUNG_RANK, Plan
 from trainmon.demo.job import (
     FLOPS_PER_TOKEN,
     JOB_ID,
@@ -22,8 +21,9 @@ from trainmon.demo.job import (
     start_simulated_job,
 )
 from trainmon.nvml.peaks import peak_flops
-from trainmon.nvml.simulated import NAME
 from trainmon.settings import Settings
+from trainmon.simulation.incidents import HUNG_RANK, Plan
+from trainmon.simulation.node import NAME
 from trainmon.wire import Report
 
 
