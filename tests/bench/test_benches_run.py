@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers.tools import require_tool
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 
