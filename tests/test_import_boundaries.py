@@ -14,7 +14,7 @@ HEAVY = ("fastapi", "uvicorn", "prometheus_client", "pynvml", "trainmon.collecto
 
 
 def imported_modules(path: Path) -> set[str]:
-    modules = set()
+    modules: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)

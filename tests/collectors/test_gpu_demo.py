@@ -55,5 +55,5 @@ def test_demo_gpu_processes_are_simulated_processes_not_the_daemon(tmp_path: Pat
         return names if len(names) == 8 else None
 
     names = wait_until(processes, timeout=20)
-    assert {f"simulated-rank{i}" for i in range(8)} == set(names.values())  # type: ignore[union-attr]
+    assert {f"simulated-rank{i}" for i in range(8)} == set(names.values())  # type: ignore[union-attr,attr-defined]
     assert str(daemon.process.pid) not in names  # type: ignore[operator]

@@ -34,7 +34,7 @@ def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
     collector.collect()
     job = start_simulated_job(settings)
     try:
-        wait_until(lambda: all(r["steps"] >= 2 for r in collector.collect().details["ranks"])  # type: ignore[union-attr]
+        wait_until(lambda: all(r["steps"] >= 2 for r in collector.collect().details["ranks"])  # type: ignore[union-attr,attr-defined]
                    and len(ingest.table.view().ranks) == RANKS, timeout=30)
         reports = {s.report.rank: s.report for s in ingest.table.view().ranks}
     finally:

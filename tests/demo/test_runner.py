@@ -29,7 +29,7 @@ def readme_families() -> set[str]:
     names: set[str] = set()
     for line in section.splitlines():
         cells = line.split("|")
-        if line.startswith("| `trainmon_") or line.startswith("| `trainmon_infiniband_*"):
+        if line.startswith(("| `trainmon_", "| `trainmon_infiniband_*")):
             names |= set(re.findall(r"`(trainmon_[a-z0-9_]+)`", cells[1]))
     hw_row = next(line for line in section.splitlines() if "from `hw_counters/`" in line)
     stems = re.findall(r"`([a-z0-9_]+)`", hw_row.split("mlx5 `hw_counters`:", 1)[1])

@@ -90,8 +90,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: Path) -> Iter
         finally:
             for out, _ in procs:
                 (out / "stop").touch()
-            for _, ranks in procs:
-                for proc in ranks:
+            for _, rank_processes in procs:
+                for proc in rank_processes:
                     try:
                         proc.wait(timeout=60)
                     except subprocess.TimeoutExpired:
