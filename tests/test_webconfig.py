@@ -17,7 +17,8 @@ import pytest
 from tests.helpers.tools import require_tool
 from tests.http.test_tls import Pki, make_pki
 from trainmon.errors import ConfigError
-from trainmon.webconfig import BasicAuthMiddleware, decoy_hash, load_web_config
+from trainmon.http.auth import BasicAuthMiddleware, decoy_hash
+from trainmon.webconfig import load_web_config
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "deploy" / "web-config.yml"

@@ -19,7 +19,6 @@ from grafana_foundation_sdk.models.dashboard import (
 from .config import DashboardConfig
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
-GRID_WIDTH = 24
 
 
 @dataclass(frozen=True, slots=True)
