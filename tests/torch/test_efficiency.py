@@ -118,6 +118,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     started.stop()
 
 
+@pytest.mark.slow
 def test_gloo_ranks_report_flops_phase_time_and_first_step(daemon: Daemon, tmp_path: Path) -> None:
     """Two real ranks, 6 steps of 128 tokens at 1e9 FLOPs/token, a 0.3 s checkpoint every 2 steps."""
     env = {"TRAINMON_INGEST_SOCKET": str(daemon.log_path.parent / "ingest.sock"), "JOB_ID": "eff",
