@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus.generator.config import RulesConfig
+from prometheus.rulegen.config import RulesConfig
 
 from tests.prometheus.rulefiles import REPO, alert_rules
 from trainmon import DOCS_BASE
