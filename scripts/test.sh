@@ -37,6 +37,7 @@ fi
 export PATH="$venv/bin:$PATH"
 python -m ruff check .
 python -m mypy --cache-dir "$cache/mypy"  # mypy's cache checks each file's hash, so a new clone reuses it
-# 4 workers on 2 cores: the suite mostly waits (processes starting, Prometheus evaluating). The slow tests
-# start first, longest first (tests/conftest.py), one at a time per worker; --durations shows where time went.
-python -m pytest -n "${TRAINMON_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder --durations=25 "$@"
+# 4 workers on 2 cores: the suite mostly waits (processes starting, Prometheus evaluating). One file at a time
+# per worker (its module-scoped fixtures built once), the slow files first, longest first (tests/conftest.py);
+# --durations shows where time went.
+python -m pytest -n "${TRAINMON_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder --durations=25 "$@"

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.daemon import Daemon
+from tests.helpers.daemon import Daemon, start_daemon
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 SLOW_TIMEOUT_S = 300  # pyproject's `timeout` (60 s) is every other test's
-# The longest tests, started first so that each begins at once on a worker of its own (`--dist loadgroup`
-# hands out one test at a time in this order); the suite's wall time is then about the longest of them.
+# The longest tests, started first so that each begins at once on a worker of its own (`--dist loadfile`
+# hands out one file at a time in this order, so a module-scoped fixture is built once); the suite's wall
+# time is then about the longest file.
 LONGEST_FIRST = ("tests/setup/", "tests/e2e/test_demo_incidents.py", "tests/e2e/test_alerting.py",
                  "tests/bench/", "tests/e2e/")
 
@@ -25,22 +26,11 @@ def _start_order(item: pytest.Item) -> int:
     return len(LONGEST_FIRST) if item.get_closest_marker("slow") else len(LONGEST_FIRST) + 1
 
 
-def _shares_a_fixture_with_its_module(item: pytest.Item) -> bool:
-    """Whether a module- or class-scoped fixture serves it: its module then runs on one worker, which builds it once."""
-    if not isinstance(item, pytest.Function):
-        return False
-    return any(fixture.scope in ("module", "class", "package")
-               for fixtures in item._fixtureinfo.name2fixturedefs.values() for fixture in fixtures)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`slow` tests get 300 s (a hang costs 1 minute elsewhere, not 10) and run first, longest first."""
     for item in items:
         if item.get_closest_marker("slow") and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
-        if _shares_a_fixture_with_its_module(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     items.sort(key=_start_order)
 
 
@@ -65,3 +55,12 @@ def daemons(tmp_path: Path) -> Iterator[list[Daemon]]:
     yield started
     for daemon in started:
         daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One `trainmon demo --gpu-processes` for the tests that only read it (a test that changes or stops a
+    demo starts its own)."""
+    daemon = start_daemon(tmp_path_factory.mktemp("demo"), ["--gpu-processes"], command="demo")
+    yield daemon
+    daemon.stop()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.daemon import Daemon
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 METRICS_DOC = README.parent / "docs" / "metrics.md"
@@ -23,9 +23,9 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert "exec bash scripts/test.sh" in CI_RUN.read_text()
 
 
-def test_every_served_metric_is_in_the_metrics_doc(tmp_path: Path, daemons: list[Daemon]) -> None:
+def test_every_served_metric_is_in_the_metrics_doc(demo: Daemon) -> None:
     """The demo (GPUs, its NVMe and InfiniBand tree, a job): every family it serves is documented."""
-    daemons.append(daemon := start_daemon(tmp_path, ["--gpu-processes"], command="demo"))
+    daemon = demo
     text = METRICS_DOC.read_text()
 
     def served() -> set[str]:
