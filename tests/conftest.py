@@ -6,10 +6,32 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.daemon import Daemon
+from tests.helpers.daemon import Daemon, start_daemon
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+SLOW_TIMEOUT_S = 300  # pyproject's `timeout` (60 s) is every other test's
+# The longest tests, started first so that each begins at once on a worker of its own (`--dist loadfile`
+# hands out one file at a time in this order, so a module-scoped fixture is built once); the suite's wall
+# time is then about the longest file.
+LONGEST_FIRST = ("tests/setup/", "tests/e2e/test_demo_incidents.py", "tests/e2e/test_alerting.py",
+                 "tests/bench/", "tests/e2e/")
+
+
+def _start_order(item: pytest.Item) -> int:
+    path = item.nodeid
+    for rank, prefix in enumerate(LONGEST_FIRST):
+        if path.startswith(prefix):
+            return rank
+    return len(LONGEST_FIRST) if item.get_closest_marker("slow") else len(LONGEST_FIRST) + 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`slow` tests get 300 s (a hang costs 1 minute elsewhere, not 10) and run first, longest first."""
+    for item in items:
+        if item.get_closest_marker("slow") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+    items.sort(key=_start_order)
 
 
 @pytest.fixture(autouse=True)
@@ -33,3 +55,12 @@ def daemons(tmp_path: Path) -> Iterator[list[Daemon]]:
     yield started
     for daemon in started:
         daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One `trainmon demo --gpu-processes` for the tests that only read it (a test that changes or stops a
+    demo starts its own)."""
+    daemon = start_daemon(tmp_path_factory.mktemp("demo"), ["--gpu-processes"], command="demo")
+    yield daemon
+    daemon.stop()

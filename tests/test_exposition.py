@@ -3,13 +3,14 @@ from __future__ import annotations
 import gzip
 
 import pytest
+from prometheus_client.metrics_core import Metric
 
 from trainmon.exposition import gzip_accepted, render
 from trainmon.families import gauge
 from trainmon.snapshot import Snapshot
 
 
-class CountingFamilies(tuple):
+class CountingFamilies(tuple[Metric, ...]):
     """A families tuple that counts how often an encoder walks it."""
 
     walks = 0
@@ -66,7 +67,7 @@ def test_openmetrics_without_name_escaping_is_byte_identical_for_a_whole_node(tm
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
     from tests.helpers.daemon import start_daemon
-    from trainmon.exposition import without_name_escaping
+    from trainmon.compat import without_name_escaping
 
     daemon = start_daemon(tmp_path, command="demo")  # its own NVMe and InfiniBand tree
     try:
@@ -94,7 +95,7 @@ def test_openmetrics_without_name_escaping_keeps_label_value_escapes() -> None:
 
     from prometheus_client.openmetrics import exposition as openmetrics
 
-    from trainmon.exposition import without_name_escaping
+    from trainmon.compat import without_name_escaping
 
     family = gauge("train_loss", "Loss.", ["job_id", "rank"])
     for job in ['a"b', "back\\slash", "new\nline", "ünïcode ✓", "{}=,"]:

@@ -14,7 +14,7 @@ HEAVY = ("fastapi", "uvicorn", "prometheus_client", "pynvml", "trainmon.collecto
 
 
 def imported_modules(path: Path) -> set[str]:
-    modules = set()
+    modules: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
@@ -45,3 +45,13 @@ def test_parsers_are_pure() -> None:
         modules = imported_modules(path)
         assert not {m for m in modules if m.startswith("trainmon")}, path
         assert not modules & {"os", "pathlib", "io", "logging", "time"}, path
+
+
+def test_serving_http_and_reading_nvme_leave_nvml_unloaded() -> None:
+    """pynvml is the GPU collector's: rendering, HTTP and the other collectors never load it (ruff TID253)."""
+    code = ("import sys, trainmon.http.app, trainmon.exposition, trainmon.collectors.nvme; "
+            "print('pynvml' in sys.modules)")
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+
+    assert "False" == result.stdout.strip()

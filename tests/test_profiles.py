@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -77,9 +76,9 @@ def served(tmp_path: Path, profile: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def expositions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def expositions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("profiles")
-    yield {profile: served(tmp, profile) for profile in ("full", "fleet")}
+    return {profile: served(tmp, profile) for profile in ("full", "fleet")}
 
 
 def test_the_fleet_profile_keeps_every_family_the_fleet_tier_reads() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ def snippet() -> str:
 
 
 @pytest.fixture
-def reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[wire.Report]]:
+def reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[wire.Report]:
     """Run the snippet with a tiny model and a loader of `(x, y)` batches; yield what reached the socket."""
     path = tmp_path / "ingest.sock"
     daemon = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -42,7 +41,7 @@ def reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[wi
     while not received or received[-1].kind != "bye":
         received.append(wire.decode(daemon.recv(wire.MAX_DATAGRAM)))
     daemon.close()
-    yield received
+    return received
 
 
 def test_readme_snippet_counts_samples_and_passes_the_loss(reports: list[wire.Report]) -> None:

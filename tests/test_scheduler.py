@@ -219,9 +219,12 @@ class Timed(Constant):
 
 
 def test_quick_collectors_run_one_after_another(scheduler: Build) -> None:
-    """No two collectors hold the GIL against each other when each finishes in good time."""
+    """No two collectors hold the GIL against each other when each finishes in good time.
+
+    "Good time" is a quarter of the timeout: 15 s here for 20 ms collectors, so a loaded machine that delays
+    a thread by seconds still runs them one after another (the cycle ends when the last one does)."""
     spans: list[tuple[str, float, float]] = []
-    sched, _ = scheduler(Timed("a", spans), Timed("b", spans), Timed("c", spans), timeout=2.0)
+    sched, _ = scheduler(Timed("a", spans), Timed("b", spans), Timed("c", spans), timeout=60.0)
 
     sched.run_cycle()
 
@@ -231,7 +234,9 @@ def test_quick_collectors_run_one_after_another(scheduler: Build) -> None:
 
 def test_a_hanging_collector_first_does_not_starve_the_next(scheduler: Build) -> None:
     hung, good = Hanging("hung"), Constant("good")
-    sched, _ = scheduler(hung, good, timeout=0.4)
+    # `good` starts after a quarter of the timeout and has the other 1.5 s, seconds more than it needs even on
+    # a loaded machine; `hung` waits on an Event the fixture sets, not on a clock
+    sched, _ = scheduler(hung, good, timeout=2.0)
 
     registry = registry_of(sched.run_cycle().families)
 

@@ -17,7 +17,8 @@ import pytest
 from tests.helpers.tools import require_tool
 from tests.http.test_tls import Pki, make_pki
 from trainmon.errors import ConfigError
-from trainmon.webconfig import BasicAuthMiddleware, decoy_hash, load_web_config
+from trainmon.http.auth import BasicAuthMiddleware, decoy_hash
+from trainmon.webconfig import load_web_config
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "deploy" / "web-config.yml"
@@ -225,7 +226,7 @@ def test_an_out_of_range_bcrypt_cost_stops_start_up_with_one_line(tmp_path: Path
 
 def test_daemon_extra_brings_what_web_config_needs() -> None:
     """`pip install 'trainmon[daemon]'` alone (the container image) can read a web config and check bcrypt."""
-    import tomllib
+    import tomllib  # type: ignore[import-not-found,unused-ignore]  # Python >= 3.11
 
     daemon = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["daemon"]
     names = {re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower() for requirement in daemon}

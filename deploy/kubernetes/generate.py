@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"stale: deploy/kubernetes/base/{problem} (run python deploy/kubernetes/generate.py)")
         return 1 if problems else 0
-    for path in stale():
-        (BASE / path).unlink(missing_ok=True)
+    for name in stale():
+        (BASE / name).unlink(missing_ok=True)
     for path, text in render().items():
         (BASE / path).parent.mkdir(parents=True, exist_ok=True)
         (BASE / path).write_text(text)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-import pynvml
 from prometheus_client.openmetrics import exposition as openmetrics
 
 
@@ -18,8 +17,11 @@ def use_nvml_library(library: object) -> None:
 
     Relies on nvidia-ml-py keeping the loaded library in the module global `pynvml.nvmlLib`, read
     with `getattr(nvmlLib, "nvml…")` for each C function, and caching what it found in the dict
-    `pynvml._nvmlGetFunctionPointer_cache`, which must be emptied with the swap.
+    `pynvml._nvmlGetFunctionPointer_cache`, which must be emptied with the swap. pynvml is imported here,
+    not at the top: exposition.py imports this module, and serving HTTP must not load NVML's bindings.
     """
+    import pynvml
+
     if pynvml.nvmlLib is not library:
         pynvml.nvmlLib = library
         pynvml._nvmlGetFunctionPointer_cache.clear()

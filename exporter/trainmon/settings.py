@@ -66,6 +66,7 @@ class Settings:
     exit_retention: float = 3600.0
     web_config: Path | None = None
     kubelet_pod_resources_socket: Path | None = None
+    kubelet_pod_resources_refresh: float = 30.0
     hpc_job_mapping_dir: Path | None = None
     web_max_requests: int = 40
     web_header_timeout: float = 10.0
@@ -267,6 +268,7 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("kubelet-pod-resources-socket", parse_optional_path,
                "kubelet PodResources gRPC socket (usually /var/lib/kubelet/pod-resources/kubelet.sock); "
                "enables trainmon_gpu_allocation_info"),
+        Option("kubelet-pod-resources-refresh", parse_seconds, "how often the kubelet is asked, in the background"),
         Option("hpc-job-mapping-dir", parse_optional_path,
                "GPU-to-job mapping directory (DCGM format, written by Slurm prolog/epilog); "
                'enables trainmon_gpu_job_info{scheduler="slurm"}'),
@@ -282,13 +284,14 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
 
 # The flags `check` and `demo` use (`serve` takes every option); `demo` has its own defaults.
 CHECK_FLAGS = frozenset({"collectors", "procfs", "sysfs", "nvme-devices", "infiniband-devices", "gpu-processes",
-                         "ingest-socket", "kubelet-pod-resources-socket", "hpc-job-mapping-dir", "log-level"})
+                         "ingest-socket", "kubelet-pod-resources-socket", "kubelet-pod-resources-refresh",
+                         "hpc-job-mapping-dir", "log-level"})
 DEMO_FLAGS = frozenset({"listen", "interval", "collectors", "gpu-processes", "web-config", "log-level"})
 DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows after one interval
 
 
 def parse_incident(flag: str, text: str) -> str | None:
-    from trainmon.demo.incidents import INCIDENTS
+    from trainmon.simulation.incidents import INCIDENTS
 
     if not text:
         return None
@@ -298,7 +301,7 @@ def parse_incident(flag: str, text: str) -> str | None:
 
 
 def demo_options() -> tuple[Option, ...]:
-    from trainmon.demo.incidents import INCIDENTS
+    from trainmon.simulation.incidents import INCIDENTS
 
     return (
         Option("incident", parse_incident,

@@ -52,7 +52,7 @@ def widest_report(job_id: str, rank: int) -> wire.Report:
 def node_rows() -> list[list[object]]:
     rows: list[list[object]] = []
     for variation in VARIATIONS:
-        with started_node(interval=1.0, with_node_exporter=False, **variation) as node:
+        with started_node(interval=1.0, with_node_exporter=False, **variation) as node:  # type: ignore[arg-type]
             rows.append([variation["gpus"], variation["namespaces"], variation["ports"], variation["ranks"],
                          series_count(node.trainmon.url + "/metrics")])
     return rows

@@ -22,8 +22,8 @@ from tests.fake_nvml import scenario
 from tests.fake_nvml.build import SONAME, build_fake_nvml
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.gpu import GpuCollector
-from trainmon.nvml.pylib import ScenarioLibrary, static_source
 from trainmon.settings import Settings
+from trainmon.simulation.scenario import ScenarioLibrary, static_source
 
 GPUS = 8
 CYCLES = 300

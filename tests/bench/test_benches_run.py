@@ -1,4 +1,8 @@
-"""The benchmarks still run and print their tables (short settings; no figure is asserted)."""
+"""The benchmarks still run and print their tables (short settings; no figure is asserted).
+
+The longest runs have files of their own (test_bench_cardinality_runs.py, test_bench_fleet_runs.py), so that
+pytest-xdist (`--dist loadfile`) runs them beside these, not after them.
+"""
 
 from __future__ import annotations
 
@@ -10,25 +14,26 @@ import pytest
 
 from tests.helpers.tools import require_tool
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("bench", "args", "expected"), [
     ("bench_scrape", ["--scrapes", "5", "--clients", "3", "--per-client", "2"], "p50 ratio trainmon/node_exporter"),
     ("bench_daemon_cost", ["--minutes", "0.1", "--interval", "1"], "CPU seconds per hour"),
-    ("bench_cardinality", [], "per GPU"),
     ("bench_gpu_cycle", [], "steady cycle: 120 calls (15.0 per GPU)"),
     ("bench_hook", [], "all_reduce (async + wait)"),
     ("bench_ingest", [], "offered/s"),
     ("bench_owners", ["--refreshes", "5"], "8 of 100 pods hold GPUs"),
     ("bench_flood", ["--seconds", "1", "--idle", "200", "--flood", "200", "--settle", "0.2"], "flood answers"),
     ("bench_soak", ["--minutes", "0.1", "--ranks", "16"], "live ranks"),
-    ("bench_fleet", ["--nodes", "2", "--minutes", "6", "--dashboards", "fleet", "--evaluations", "1"],
-     "alone of interval"),
-    ("bench_fleet", ["--mode", "scrape", "--nodes", "2", "--minutes", "0.6", "--dashboards", "fleet",
-                     "--evaluations", "1"], "alone of interval"),
 ])
 def test_benchmark_prints_its_table(bench: str, args: list[str], expected: str) -> None:
+    assert_prints_table(bench, args, expected)
+
+
+def assert_prints_table(bench: str, args: list[str], expected: str) -> None:
     require_tool("gcc")
     require_tool("prometheus-node-exporter", "node_exporter")
 

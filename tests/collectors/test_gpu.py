@@ -25,8 +25,8 @@ from trainmon.collectors.gpu import FAMILIES, GpuCollector
 from trainmon.errors import CollectorError
 from trainmon.nvml import fields, gpm
 from trainmon.nvml.metrics import GpuMetric
-from trainmon.nvml.pylib import ScenarioLibrary
 from trainmon.settings import Settings
+from trainmon.simulation.scenario import ScenarioLibrary
 
 INTERVAL = 5.0
 
@@ -199,7 +199,7 @@ def test_xid_event_counted_once_and_early_events_lost(node: Node) -> None:
     wait_until(lambda: registry(node.collect()).get_sample_value("trainmon_gpu_xid_errors_total", labels))
     reg = registry(node.collect())
     assert 1.0 == reg.get_sample_value("trainmon_gpu_xid_errors_total", labels)
-    assert reg.get_sample_value("trainmon_gpu_xid_last_timestamp_seconds", labels) > 1.6e9
+    assert reg.get_sample_value("trainmon_gpu_xid_last_timestamp_seconds", labels) > 1.6e9  # type: ignore[operator]
     assert reg.get_sample_value("trainmon_gpu_xid_errors_total",
                                 {"gpu": "0", "uuid": node.scenario["gpus"][0]["uuid"], "xid": "13"}) is None
 
@@ -392,7 +392,7 @@ def test_healthy_gpus_keep_their_gpm_series_through_every_reinitialisation(
             assert 0.0 == reg.get_sample_value("trainmon_gpu_up", {"gpu": "1", "uuid": healthy["gpus"][1]["uuid"]})
             assert "trainmon_gpu_utilization_ratio" not in gpu_names(collection, "1")  # down, never idle
             sm_seconds.append(reg.get_sample_value("trainmon_gpu_sm_active_seconds_total",
-                                                   {"gpu": "0", "uuid": healthy["gpus"][0]["uuid"]}))
+                                                   {"gpu": "0", "uuid": healthy["gpus"][0]["uuid"]}))  # type: ignore[arg-type]
 
     assert caplog.text.count("nvml re-initialising") >= 3
     assert all(later > earlier for earlier, later in itertools.pairwise(sm_seconds))

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.daemon import Daemon
 from tests.helpers.net import wait_until
 
 # Sample names as exposed (counters with _total, info with _info).
@@ -27,10 +25,9 @@ SPEC_GPU_METRICS = frozenset({
 })
 
 
-def test_demo_serves_every_spec_gpu_metric_for_eight_gpus(tmp_path: Path, daemons: list[Daemon]) -> None:
+def test_demo_serves_every_spec_gpu_metric_for_eight_gpus(demo: Daemon) -> None:
     """Within seconds of start every SPEC GPU metric is there, for 8 GPUs, all up; no compiler, no driver."""
-    daemon = start_daemon(tmp_path, ["--collectors", "gpu", "--gpu-processes"], command="demo")
-    daemons.append(daemon)
+    daemon = demo
 
     def complete() -> dict[str, set[str]] | None:
         gpus: dict[str, set[str]] = {}
@@ -46,8 +43,8 @@ def test_demo_serves_every_spec_gpu_metric_for_eight_gpus(tmp_path: Path, daemon
     assert "simulated" in daemon.get("/api/v1/status").text
 
 
-def test_demo_gpu_processes_are_simulated_processes_not_the_daemon(tmp_path: Path, daemons: list[Daemon]) -> None:
-    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "gpu", "--gpu-processes"], command="demo"))
+def test_demo_gpu_processes_are_simulated_processes_not_the_daemon(demo: Daemon) -> None:
+    daemon = demo
 
     def processes() -> dict[str, str] | None:
         names = {s.labels["pid"]: s.labels["name"] for f in text_string_to_metric_families(daemon.metrics_text())
@@ -55,5 +52,5 @@ def test_demo_gpu_processes_are_simulated_processes_not_the_daemon(tmp_path: Pat
         return names if len(names) == 8 else None
 
     names = wait_until(processes, timeout=20)
-    assert {f"simulated-rank{i}" for i in range(8)} == set(names.values())  # type: ignore[union-attr]
+    assert {f"simulated-rank{i}" for i in range(8)} == set(names.values())  # type: ignore[union-attr,attr-defined]
     assert str(daemon.process.pid) not in names  # type: ignore[operator]

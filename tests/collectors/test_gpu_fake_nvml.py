@@ -107,7 +107,7 @@ def test_healthy_gpus_keep_sm_series_while_a_lost_gpu_is_retried(tmp_path: Path,
 
     wait_until(enough_retries_seen, timeout=30, interval=0.02)
     for metrics in cycles.values():
-        assert (0.50, 0.53) == (pytest.approx(metrics.get(sm0)), pytest.approx(metrics.get(sm3)))
+        assert pytest.approx((0.50, 0.53)) == (metrics.get(sm0), metrics.get(sm3))
         assert 0.0 == metrics[up2]
         assert ("trainmon_gpu_utilization_ratio", ids(healthy, 2)) not in metrics
 

@@ -57,7 +57,7 @@ def test_prolog_mapping_and_cgroup_fallback(tmp_path: Path) -> None:
     assert {job(0, "4242"), job(1, "4242"), job(2, "5000"), job(3, "5000"), job(4, "6000")} == set(
         samples_of(got.families))
     assert ("gpu 6: pid 4006: exited before its cgroup was read",) == got.skipped
-    assert {"0": "mapping", "3": "mapping", "4": "cgroup"}.items() <= dict(got.details["job_sources"]).items()
+    assert {"0": "mapping", "3": "mapping", "4": "cgroup"}.items() <= dict(got.details["job_sources"]).items()  # type: ignore[call-overload]
 
 
 def test_epilog_removal_is_seen_at_the_next_refresh_only(tmp_path: Path) -> None:

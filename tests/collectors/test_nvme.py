@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,7 +215,7 @@ def test_a_root_that_does_not_exist_is_a_failure_naming_the_flag(flag: str, tmp_
     """Not "no NVMe here": a wrong --procfs would otherwise hide every disk of the node silently."""
     settings = make_tree(tmp_path)
     missing = tmp_path / "not-mounted"
-    args = {"procfs": settings.procfs, "sysfs": settings.sysfs, flag: missing}
+    args: dict[str, Any] = {"procfs": settings.procfs, "sysfs": settings.sysfs, flag: missing}
 
     with pytest.raises(CollectorError, match=f"--{flag} {missing}: not a directory") as raised:
         NvmeCollector(Settings(**args), NodeResources()).collect()

@@ -86,7 +86,7 @@ def test_status_details_list_live_ranks(collector: Collector, tmp_path: Path) ->
     collection = collected_after(collector, tmp_path / "run" / "ingest.sock", REPORT)
 
     assert [("llama", 1, 5, "eval")] == [(r["job_id"], r["rank"], r["steps"], r["phase"])
-                                         for r in collection.details["ranks"]]  # type: ignore[union-attr]
+                                         for r in collection.details["ranks"]]  # type: ignore[union-attr,attr-defined]
 
 
 def test_a_missing_socket_directory_fails_naming_the_flag_is_not_made_and_is_retried(tmp_path: Path) -> None:
@@ -105,8 +105,12 @@ def test_a_missing_socket_directory_fails_naming_the_flag_is_not_made_and_is_ret
 
 
 def test_empty_socket_path_and_no_udp_means_no_ingest() -> None:
-    with pytest.raises(NoData):
-        Collector(Settings(ingest_socket="")).collect()
+    collector = Collector(Settings(ingest_socket=""))
+    try:
+        with pytest.raises(NoData):
+            collector.collect()
+    finally:
+        collector.close()
 
 
 def test_a_stale_socket_file_is_replaced_but_a_live_one_is_refused(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,6 +25,8 @@ from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import wait_until
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import RULE_FILES, alert_rules
+
+pytestmark = pytest.mark.slow
 
 SCRAPE_SECONDS = 5
 SCRAPES = 13  # a minute: the first checkpoint (20 s after start, 8 s long) falls inside it

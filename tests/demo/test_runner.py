@@ -17,19 +17,19 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import wait_until
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 # A healthy demo cannot show these without an alert firing: ranks evicted only when lost (TrainmonRankLost),
 # a collective in flight between reports only in `--incident hang` (tests/e2e/test_demo_incidents.py).
 ONLY_IN_TROUBLE = frozenset({"trainmon_ingest_evicted_total", "trainmon_nccl_inflight_oldest_seconds"})
 
 
 def readme_families() -> set[str]:
-    """The metric names in the first column of the README's metric tables, hw_counters stems expanded."""
-    section = README.read_text().split("\n## Metrics", 1)[1].split("\n## ", 1)[0]
+    """The metric names in the first column of docs/metrics.md's tables, hw_counters stems expanded."""
+    section = METRICS_DOC.read_text().split("\n## Metric families", 1)[1].split("\n## ", 1)[0]
     names: set[str] = set()
     for line in section.splitlines():
         cells = line.split("|")
-        if line.startswith("| `trainmon_") or line.startswith("| `trainmon_infiniband_*"):
+        if line.startswith(("| `trainmon_", "| `trainmon_infiniband_*")):
             names |= set(re.findall(r"`(trainmon_[a-z0-9_]+)`", cells[1]))
     hw_row = next(line for line in section.splitlines() if "from `hw_counters/`" in line)
     stems = re.findall(r"`([a-z0-9_]+)`", hw_row.split("mlx5 `hw_counters`:", 1)[1])
@@ -86,7 +86,7 @@ def test_demo_removes_its_directory_and_processes_on_a_stop_signal(tmp_path: Pat
 
 
 def test_compose_passes_an_incident_to_the_demo(tmp_path: Path) -> None:
-    compose = yaml.safe_load((README.parent / "deploy" / "compose" / "compose.yaml").read_text())
+    compose = yaml.safe_load((METRICS_DOC.parents[1] / "deploy" / "compose" / "compose.yaml").read_text())
     service = compose["services"]["trainmon"]
 
     assert "demo" == service["command"][0]

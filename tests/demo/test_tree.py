@@ -9,9 +9,9 @@ from tests.helpers.metrics import SampleKey, samples_of
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.infiniband import HW_COUNTERS, InfinibandCollector
 from trainmon.collectors.nvme import NvmeCollector
-from trainmon.demo.incidents import Plan
 from trainmon.demo.tree import DemoTree, Traffic
 from trainmon.settings import Settings
+from trainmon.simulation.incidents import Plan
 
 GIB = 1 << 30
 

@@ -134,7 +134,7 @@ def test_compose_alertmanager_config_passes_amtool(compose: dict[str, Any]) -> N
 
 def test_compose_grafana_provisions_the_datasource_and_the_dashboards(compose: dict[str, Any]) -> None:
     """The dashboard provider reads the folder the repository's dashboards are mounted at."""
-    mounts = dict((target, source) for source, target in bind_mounts(compose["services"]["grafana"]))
+    mounts = {target: source for source, target in bind_mounts(compose["services"]["grafana"])}
     provisioning = mounts["/etc/grafana/provisioning"]
     [provider] = yaml.safe_load((provisioning / "dashboards" / "trainmon.yml").read_text())["providers"]
     [datasource] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.helpers.tools import require, require_tool
+from trainmon import __version__
 from trainmon.wire import DEFAULT_SOCKET
 
 REPO = Path(__file__).resolve().parents[2]
@@ -327,7 +328,8 @@ def test_base_image_is_a_placeholder_an_overlay_replaces(base: list[dict[str, An
 
     rendered = one(kustomize(overlay_dir), "DaemonSet")["spec"]["template"]["spec"]
 
-    assert {"registry.invalid/trainmon:0.1.0"} == images
-    assert {"registry.example.com/ml/trainmon:0.1.0"} == {c["image"] for c in rendered["containers"]
-                                                          + rendered["initContainers"]}
-    assert "kustomize edit set image registry.invalid/trainmon=registry.example.com/ml/trainmon:0.1.0" in docs
+    assert {f"registry.invalid/trainmon:{__version__}"} == images
+    assert {f"registry.example.com/ml/trainmon:{__version__}"} == {
+        c["image"] for c in rendered["containers"] + rendered["initContainers"]}
+    edit = f"kustomize edit set image registry.invalid/trainmon=registry.example.com/ml/trainmon:{__version__}"
+    assert edit in docs

@@ -70,7 +70,7 @@ def main(out: Path) -> None:
             scaler.scale(loss).backward()
             for p in model.parameters():
                 dist.all_reduce(p.grad)
-                p.grad /= dist.get_world_size()
+                p.grad /= dist.get_world_size()  # type: ignore[operator,assignment]
             scaler.step(opt)
             scaler.update()
             timed.loss = loss.detach()

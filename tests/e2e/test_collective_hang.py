@@ -15,8 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from prometheus.generator.config import RulesConfig
-from prometheus.generator.render import rule_files
+from prometheus.rulegen.config import RulesConfig
+from prometheus.rulegen.render import rule_files
 
 from tests.e2e.alerting_stack import alertmanager, fast_rule_files, prometheus
 from tests.e2e.alerting_stack import webhook as webhook_receiver

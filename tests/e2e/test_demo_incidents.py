@@ -24,8 +24,8 @@ from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import free_port, wait_until
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import RULE_FILES, alert_rules
-from trainmon.demo.incidents import HUNG_RANK, INCIDENTS
 from trainmon.demo.job import JOB_ID
+from trainmon.simulation.incidents import HUNG_RANK, INCIDENTS
 
 pytestmark = pytest.mark.slow
 

@@ -29,6 +29,8 @@ from tests.helpers.net import free_port, wait_until
 from tests.helpers.tools import require_tool
 from tests.torch.jobs import REPO, start_job
 
+pytestmark = pytest.mark.slow
+
 WINDOW = "15s"  # the steady part of each job: start-up is behind it when diagnose runs
 THROTTLED = scenarios.changed(scenarios.node(1), 0, clocks_event_reasons=pynvml.nvmlClocksEventReasonHwThermalSlowdown)
 GPU_UUID = THROTTLED["gpus"][0]["uuid"]
@@ -88,8 +90,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: Path) -> Iter
         finally:
             for out, _ in procs:
                 (out / "stop").touch()
-            for _, ranks in procs:
-                for proc in ranks:
+            for _, rank_processes in procs:
+                for proc in rank_processes:
                     try:
                         proc.wait(timeout=60)
                     except subprocess.TimeoutExpired:

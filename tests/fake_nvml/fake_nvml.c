@@ -4,7 +4,7 @@
  * found by the daemon through LD_LIBRARY_PATH, so pynvml and trainmon run unchanged: the real
  * loader, the real symbol names (_v2/_v3), the real ctypes ABI and struct layouts.
  *
- * It answers from the JSON scenario named by FAKE_NVML_SCENARIO (format: trainmon/nvml/pylib.py,
+ * It answers from the JSON scenario named by FAKE_NVML_SCENARIO (format: trainmon/simulation/scenario.py,
  * shared with the Python stand-in). The file is re-read when it changes (checked at most every
  * 50 ms, and on every first nvmlInit), so a test can lose a GPU mid-run by rewriting it. A
  * missing per-GPU key answers NVML_ERROR_NOT_SUPPORTED; "errors" injects a return code per C

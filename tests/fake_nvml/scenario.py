@@ -1,4 +1,4 @@
-"""Scenarios for both NVML fakes (format: trainmon/nvml/pylib.py) and the values they imply."""
+"""Scenarios for both NVML fakes (format: trainmon/simulation/scenario.py) and the values they imply."""
 
 from __future__ import annotations
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import yaml
-from grafana.generator.build import BUILDERS, DASHBOARDS, dashboard_files
-from grafana.generator.config import DashboardConfig
+from grafana.dashgen.build import BUILDERS, DASHBOARDS, dashboard_files
+from grafana.dashgen.config import DashboardConfig
 from grafana_foundation_sdk.models.dashboard import Dashboard
-from prometheus.generator.config import RulesConfig
+from prometheus.rulegen.config import RulesConfig
 
 from tests.grafana.dashboards import (
     BUILTIN_VARIABLES,
@@ -35,7 +35,7 @@ BOARDS = [pytest.param(load(path), id=path.name) for path in DASHBOARD_FILES]
 
 
 def test_committed_dashboards_equal_the_generator_output() -> None:
-    """grafana/dashboards/*.json is exactly what `python -m grafana.generator` writes, and nothing else."""
+    """grafana/dashboards/*.json is exactly what `python -m grafana.dashgen` writes, and nothing else."""
     generated = dashboard_files()
 
     assert {p.name: p.read_text() for p in DASHBOARDS.glob("*.json")} == generated
@@ -112,8 +112,8 @@ def test_the_selector_and_the_idle_threshold_are_the_rules_own() -> None:
 
 
 def test_the_selector_re_targets_every_query_and_the_job_variable(tmp_path: Path) -> None:
-    """`python -m grafana.generator --selector` takes the rules' flag: every selector and the Job list start with it."""
-    subprocess.run([sys.executable, "-m", "grafana.generator", "--selector", 'job="gpu-nodes"', "--out", str(tmp_path)],
+    """`python -m grafana.dashgen --selector` takes the rules' flag: every selector and the Job list start with it."""
+    subprocess.run([sys.executable, "-m", "grafana.dashgen", "--selector", 'job="gpu-nodes"', "--out", str(tmp_path)],
                    cwd=REPO, check=True)
     boards = [load(tmp_path / name) for name in BUILDERS]
     selectors = [s for b in boards for e in exprs(b) for s in re.findall(r"[a-zA-Z_:][\w:]*\{[^}]*\}", e)]

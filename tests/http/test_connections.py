@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.daemon import start_daemon
+from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
 from tests.helpers.siege import PARTIAL_HEADER, flood, idle_connections
@@ -21,7 +21,7 @@ from trainmon.http.connections import ACCEPT_FAILED, AcceptErrorLog, OncePerInte
 
 
 def test_scrapes_and_collectors_survive_1100_idle_connections_at_nofile_1024(
-        tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path, daemons: list[Daemon]) -> None:
     """Under a hard limit of 1024 open files, 1,100 held connections cost no scrape and no collector."""
     prlimit = require_tool("prlimit")
     daemons.append(daemon := start_daemon(tmp_path, tree_args(*node_tree(tmp_path), "--interval", "0.5"),
@@ -72,7 +72,7 @@ def test_threads_come_back_after_a_2000_connection_flood(tmp_path: Path, daemons
 
 
 def test_silent_and_slow_header_connections_are_closed_kept_alive_ones_are_not(
-        tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path, daemons: list[Daemon]) -> None:
     """--web-header-timeout runs from connecting (or a request's first byte), not while a connection idles."""
     daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "nvme", "--web-header-timeout", "1"]))
     kept = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)

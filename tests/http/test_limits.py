@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import http.client
-import time
 from pathlib import Path
 
 import bcrypt
+import httpx
 
-from tests.helpers.daemon import start_daemon
+from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.net import wait_until
 
 # Cost 14 keeps a wrong-password check busy for seconds: long enough to hold two requests in flight.
 SLOW_HASH = bcrypt.hashpw(b"right", bcrypt.gensalt(14)).decode()
@@ -23,7 +24,12 @@ def wrong_login(port: int) -> http.client.HTTPConnection:
     return connection
 
 
-def test_requests_beyond_the_limit_get_503_at_once(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+def refused(daemon: Daemon) -> httpx.Response | None:
+    response = daemon.get("/healthz", auth=("probe", "pw"))
+    return response if 503 == response.status_code else None
+
+
+def test_requests_beyond_the_limit_get_503_at_once(tmp_path: Path, daemons: list[Daemon]) -> None:
     """Two slow logins in flight under --web-max-requests 2: a third request is refused, a later one is not."""
     web_config = tmp_path / "web.yml"
     web_config.write_text(f"basic_auth_users:\n  prometheus: '{SLOW_HASH}'\n  probe: '{FAST_HASH}'\n")
@@ -31,13 +37,13 @@ def test_requests_beyond_the_limit_get_503_at_once(tmp_path: Path, daemons) -> N
                                                      "--web-max-requests", "2"], wait_ready=False,
                                           client={"auth": ("probe", "pw")}))
     in_flight = [wrong_login(daemon.port) for _ in range(2)]
-    time.sleep(0.5)  # both are dispatched (and counted) as soon as their headers arrive
-
-    third = daemon.get("/healthz", auth=("probe", "pw"))
+    # Counted as soon as their headers arrive, and held for seconds by bcrypt: polled, not slept on, as under
+    # load the two may take any time to be dispatched.
+    third = wait_until(lambda: refused(daemon), timeout=30, interval=0.02)
+    assert isinstance(third, httpx.Response)
     first_two = [c.getresponse().status for c in in_flight]
     after = daemon.get("/healthz", auth=("probe", "pw"))
 
-    assert 503 == third.status_code
     assert "--web-max-requests" in third.text
     assert "1" == third.headers["retry-after"]
     assert [401, 401] == first_two

@@ -14,7 +14,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
-from tests.helpers.daemon import start_daemon
+from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
 from tests.helpers.trees import (
@@ -85,7 +85,7 @@ def test_status_and_landing_page(tmp_path: Path, daemons) -> None:  # type: igno
 
 
 def test_readyz_waits_for_the_first_collection_and_a_hung_collector_fails_alone(
-        tmp_path: Path, fake_nvml_dir: Path, daemons) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+        tmp_path: Path, fake_nvml_dir: Path, daemons: list[Daemon]) -> None:  # noqa: F811
     """A GPU driver call that never returns (the fake NVML's `hang_ms`), like a wedged driver."""
     proc, sys = node_tree(tmp_path)
     scenario = scenarios.write(tmp_path / "scenario.json", scenarios.changed(scenarios.node(1), 0, hang_ms=120_000))
@@ -125,7 +125,7 @@ def test_a_raising_collector_fails_alone(tmp_path: Path, daemons) -> None:  # ty
 
 
 def test_concurrent_scrapes_during_collection_are_whole_and_consistent(
-        tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path, daemons: list[Daemon]) -> None:
     """50 clients at once while the tree changes under a 0.2 s interval: every body is one snapshot."""
     proc, sys = node_tree(tmp_path)
     daemons.append(daemon := start_daemon(tmp_path, tree_args(proc, sys, "--interval", "0.2")))

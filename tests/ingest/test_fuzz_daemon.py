@@ -38,7 +38,7 @@ def texts_of(kind: wire.Text) -> st.SearchStrategy[str]:
     return (st.sampled_from(kind.choices) if kind.choices else TEXT) | prefixed | TEXT
 
 
-def values_of(kind: wire.Kind) -> st.SearchStrategy[Any]:
+def values_of(kind: wire.Kind[Any]) -> st.SearchStrategy[Any]:
     """Values shaped for `kind`, right and wrong, or anything at all."""
     if isinstance(kind, wire.Int):
         shaped = st.integers(0, kind.hi - 1) | NUMBER

@@ -11,10 +11,10 @@ from typing import Any
 import _jsonnet
 import pytest
 import yaml
-from grafana.generator.build import DASHBOARDS, dashboard_files
-from prometheus.generator.config import RulesConfig
-from prometheus.generator.mixin import MIXIN_DIR, dashboard_config, mixin_files
-from prometheus.generator.render import PROMETHEUS_DIR, rule_files
+from grafana.dashgen.build import DASHBOARDS, dashboard_files
+from prometheus.rulegen.config import RulesConfig
+from prometheus.rulegen.mixin import MIXIN_DIR, dashboard_config, mixin_files
+from prometheus.rulegen.render import PROMETHEUS_DIR, rule_files
 
 from tests.deploy.test_kubernetes import OVERLAY, kustomize
 

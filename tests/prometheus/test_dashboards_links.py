@@ -1,13 +1,13 @@
-"""prometheus/generator/dashboards.py: alert links resolve to the panel of that title, or fail the generation."""
+"""prometheus/rulegen/dashboards.py: alert links resolve to the panel of that title, or fail the generation."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from grafana.generator.build import DASHBOARDS
-from prometheus.generator.config import RulesConfig
-from prometheus.generator.dashboards import NODE, TRAINING_JOB, panel_url
+from grafana.dashgen.build import DASHBOARDS
+from prometheus.rulegen.config import RulesConfig
+from prometheus.rulegen.dashboards import NODE, TRAINING_JOB, panel_url
 
 
 def test_a_link_is_the_grafana_url_uid_and_id_of_the_panel_titled_so() -> None:

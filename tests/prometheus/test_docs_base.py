@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus.generator.config import DOCS_BASE, RulesConfig
+from prometheus.rulegen.config import RulesConfig
 
 from tests.prometheus.rulefiles import REPO, alert_rules
+from trainmon import DOCS_BASE
 from trainmon.diagnose.model import RUNBOOK as DIAGNOSE_RUNBOOK
 
 UNIT = REPO / "deploy" / "systemd" / "trainmon.service"

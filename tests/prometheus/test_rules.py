@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from grafana.generator.build import DASHBOARDS
-from prometheus.generator.config import RulesConfig
-from prometheus.generator.render import rule_files
+from grafana.dashgen.build import DASHBOARDS
+from prometheus.rulegen.config import RulesConfig
+from prometheus.rulegen.render import rule_files
 
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import PROMETHEUS, RULE_FILES, RULE_TESTS, RUNBOOK, alert_rules, load, rules
@@ -49,7 +49,7 @@ def test_promtool_unit_tests_pass(test_file: Path) -> None:
 
 
 def test_committed_rule_files_equal_the_generator_output() -> None:
-    """rules.yml and alerts.yml are what `python -m prometheus.generator` writes."""
+    """rules.yml and alerts.yml are what `python -m prometheus.rulegen` writes."""
     generated = rule_files(RulesConfig())
 
     assert {name: (PROMETHEUS / name).read_text() for name in generated} == generated

@@ -28,7 +28,7 @@ class AptSource:
 
 def one_line_sources(text: str) -> list[AptSource]:
     """`deb [options] URI SUITE COMPONENT...` lines (sources.list, *.list)."""
-    found = []
+    found: list[AptSource] = []
     for line in text.splitlines():
         words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()
         if len(words) >= 3 and words[0] == "deb":
@@ -38,7 +38,7 @@ def one_line_sources(text: str) -> list[AptSource]:
 
 def deb822_sources(text: str) -> list[AptSource]:
     """deb822 stanzas (*.sources): `Types`, `URIs`, `Suites`, `Enabled`; comment lines start with `#`."""
-    found = []
+    found: list[AptSource] = []
     for stanza in re.split(r"\n\s*\n", text):
         fields: dict[str, str] = {}
         key = ""

@@ -20,6 +20,7 @@ import pytest
 
 from tests.helpers.tools import require_tool
 from tests.setup.debian import git_archive_into, host_pip_files
+from trainmon import __version__
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +92,7 @@ def test_trainmon_version_in_the_image(container: str) -> None:
     result = in_container(container, "sh", "-c", "id -u; trainmon version")
 
     assert 0 == result.returncode, result.stderr
-    assert ["10001", "trainmon 0.1.0"] == result.stdout.split("\n")[:2]
+    assert ["10001", f"trainmon {__version__}"] == result.stdout.split("\n")[:2]
 
 
 def test_trainmon_check_in_the_image_reports_every_collector(container: str) -> None:

@@ -56,11 +56,11 @@ def direct(rank: int, world: int) -> Callable[[], None]:
         dist.all_gather([torch.empty(16) for _ in range(world)], t)
         dist.all_gather_coalesced([[torch.empty(4)] for _ in range(world)], [torch.ones(4)])
         dist.all_gather_into_tensor(torch.empty(16 * world), t)
-        dist._all_gather_base(torch.empty(16 * world), t)
+        dist._all_gather_base(torch.empty(16 * world), t)  # type: ignore[attr-defined]
         dist.all_gather_single(torch.empty(16 * world), t, async_op=True).wait()
         dist.reduce_scatter(torch.empty(16), [torch.ones(16) for _ in range(world)])
         dist.reduce_scatter_tensor(torch.empty(16 // world), t)
-        dist._reduce_scatter_base(torch.empty(16 // world), t)
+        dist._reduce_scatter_base(torch.empty(16 // world), t)  # type: ignore[attr-defined]
         dist.reduce_scatter_single(torch.empty(16 // world), t)
         dist.all_to_all([torch.empty(4) for _ in range(world)], [torch.ones(4) for _ in range(world)])
         dist.all_to_all_single(torch.empty(16), t)

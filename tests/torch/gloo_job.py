@@ -63,7 +63,7 @@ def main(mode: str, steps: int, out: Path) -> None:
             hook_calls.append(bucket.index())
             return default_hooks.allreduce_hook(state, bucket)
 
-        model.register_comm_hook(None, user_hook)
+        model.register_comm_hook(None, user_hook)  # type: ignore[operator]
     for i, (x, y) in enumerate(mon.dataloader(itertools.islice(itertools.cycle(data), steps))):
         if i == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -86,7 +86,7 @@ def main(mode: str, steps: int, out: Path) -> None:
                 else:
                     work.wait()
                 for g in grads:
-                    g /= dist.get_world_size()
+                    g /= dist.get_world_size()  # type: ignore[operator,assignment]
             opt.step()
             time.sleep(step_sleep)
             step.loss = loss.detach()

@@ -63,7 +63,7 @@ def test_groups_are_found_when_settled_and_before_torch_destroys_them(tmp_path: 
     tensor = torch.ones(4)
     dist.all_reduce(tensor)
     dist.broadcast(tensor, src=0, async_op=True).wait()
-    with pytest.warns(UserWarning):  # torch's: this rank is not in that group, nothing is communicated
+    with pytest.warns(UserWarning, match="does not belong to the given group"):  # torch's: nothing is communicated
         dist.all_reduce(tensor, group=dist.GroupMember.NON_GROUP_MEMBER)
     assert mon.state.open and not mon.state.group_seqs  # nothing looked up yet
     dist.destroy_process_group()
@@ -80,7 +80,7 @@ def test_a_failing_collective_is_logged_by_torch_as_without_the_hook(gloo: None)
     logger with the same record, raises the same error from the same place, and is no longer in flight."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler.emit = records.append  # type: ignore[method-assign,assignment]
     c10d_logger._c10d_logger.addHandler(handler)
 
     def fail() -> tuple[Exception, tuple[str, int, str, str]]:

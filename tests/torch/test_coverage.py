@@ -18,6 +18,8 @@ from tests.torch.jobs import run_job
 from trainmon import wire
 from trainmon.torch._collectives import collective_functions
 
+pytestmark = pytest.mark.slow  # several real processes: torch.distributed ranks
+
 MODES = ("direct", "bound", "ddp", "fsdp1", "fsdp2", "compiled")
 # gloo runs some collectives as others (reduce_scatter as all_reduce, monitored_barrier as sends and
 # receives, scatter and gather with rank-dependent inputs): bytes of the direct mode do not line up.

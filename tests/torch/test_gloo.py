@@ -11,6 +11,8 @@ import pytest
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.torch.jobs import finish, metrics_when, per_rank, run_job, samples, start_job
 
+pytestmark = pytest.mark.slow  # several real processes: torch.distributed ranks
+
 STEPS = 4
 
 

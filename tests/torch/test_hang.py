@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.torch.jobs import metrics_when, per_rank, samples, start_job
+
+pytestmark = pytest.mark.slow  # several real processes: torch.distributed ranks
 
 
 def test_the_waiting_rank_shows_a_growing_inflight_age_and_the_stuck_rank_lags(

@@ -56,7 +56,7 @@ def test_grad_scaler_skips_are_counted_exactly_and_the_scale_halves(mon: Trainin
             opt.zero_grad()
             scaler.scale(model(torch.ones(2, 4)).sum()).backward()
             if i in (1, 4):
-                model.weight.grad[0, 0] = math.inf
+                model.weight.grad[0, 0] = math.inf  # type: ignore[index]
             scaler.step(opt)
             scaler.update()
     report = wire.decode(wire.encode(mon.report()))

@@ -71,7 +71,7 @@ def main(steps: int, out: Path) -> None:
             time.sleep(compute + (rotating if i % world == rank else 0.0))
             for p in model.parameters():
                 dist.all_reduce(p.grad)
-                p.grad /= world
+                p.grad /= world  # type: ignore[operator,assignment]
             opt.step()
     while os.environ.get("JOB_HOLD") and not (out / "release").exists():
         time.sleep(0.05)

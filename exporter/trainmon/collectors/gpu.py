@@ -120,9 +120,10 @@ class GpuCollector:
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus."""
         if settings.simulated and library is None:
-            from trainmon.nvml.simulated import SimulatedNode
+            from trainmon.simulation.incidents import Plan
+            from trainmon.simulation.node import SimulatedNode
 
-            node = SimulatedNode.for_settings(settings)
+            node = SimulatedNode(pids=settings.simulated_pids, plan=Plan(settings.incident, settings.incident_after))
             library, expected = node.library(), node.pci_gpus
         self._settings = settings
         self._inventory = resources.gpus

@@ -1,7 +1,7 @@
 """The `pod_resources` collector: which Kubernetes container each GPU is allocated to (SPEC §4).
 
 Enabled by `--kubelet-pod-resources-socket`. A background thread calls the kubelet's PodResources
-v1 `List` every `REFRESH_SECONDS`, never on a scrape and never from the collection cycle, with a
+v1 `List` every `--kubelet-pod-resources-refresh` seconds, never on a scrape and never from the collection cycle, with a
 call timeout shorter than the period so calls never pile up. `collect()` only joins the latest
 answer with the GPUs the `gpu` collector read: a device id is a GPU UUID (NVIDIA's device plugin
 default; `GPU-…::N` under time-slicing) or an NVML index. Under DRA a device is named by NVIDIA's
@@ -31,7 +31,6 @@ from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
 
-REFRESH_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 10.0
 STALE_AFTER_REFRESHES = 3
 # NVIDIA's device plugin: whole GPUs, and MIG slices under the mixed strategy (`nvidia.com/mig-1g.10gb`).
@@ -141,13 +140,14 @@ class PodResourcesCollector:
     name = "pod_resources"
 
     def __init__(self, settings: Settings, resources: NodeResources,
-                 refresh_s: float = REFRESH_SECONDS, call_timeout_s: float = CALL_TIMEOUT_SECONDS) -> None:
+                 refresh_s: float | None = None, call_timeout_s: float = CALL_TIMEOUT_SECONDS) -> None:
+        """`refresh_s` replaces `--kubelet-pod-resources-refresh`."""
         if settings.kubelet_pod_resources_socket is None:
             raise ConfigError("kubelet-pod-resources-socket", "", "the pod_resources collector needs the socket")
         self._socket: Path = settings.kubelet_pod_resources_socket
         self._inventory = resources.gpus
-        self._refresh_s = refresh_s
-        self._call_timeout_s = min(call_timeout_s, refresh_s / 2)
+        self._refresh_s = settings.kubelet_pod_resources_refresh if refresh_s is None else refresh_s
+        self._call_timeout_s = min(call_timeout_s, self._refresh_s / 2)
         # The first collection waits a little for the first answer, so `trainmon check` has one.
         self._first_wait_s = settings.collector_timeout / 2
         self._problems = ProblemLog(log, self.name)

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from trainmon import wire
-from trainmon.demo.incidents import HUNG_RANK, STRAGGLER_RANK, Plan, checkpointing
 from trainmon.demo.tree import Traffic
 from trainmon.settings import Settings
+from trainmon.simulation.incidents import HUNG_RANK, STRAGGLER_RANK, Plan, checkpointing
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
 from trainmon.torch._state import Identity, RankState
 
@@ -56,7 +56,7 @@ DEMO_ENV = {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "e
 
 
 def default_uuids() -> list[str]:
-    """The simulated node's GPU UUIDs (trainmon.nvml.simulated), so ranks join their GPUs."""
+    """The simulated node's GPU UUIDs (trainmon.simulation.node), so ranks join their GPUs."""
     return [f"GPU-5e1a7ed0-{i:04x}-4c0d-8e5a-0000d0e0{i:04x}" for i in range(RANKS)]
 
 

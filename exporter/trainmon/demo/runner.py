@@ -12,12 +12,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from trainmon.demo.incidents import INCIDENTS, Plan
 from trainmon.demo.job import RANKS, default_uuids, start_simulated_job
 from trainmon.demo.owners import Kubelet, kubelet_available, write_job_mapping
 from trainmon.demo.processes import SimulatedProcesses
 from trainmon.demo.tree import DemoTree
 from trainmon.settings import Settings
+from trainmon.simulation.incidents import INCIDENTS, Plan
 
 if TYPE_CHECKING:
     from trainmon.webconfig import WebConfig

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainmon.collectors.infiniband import HW_COUNTERS, PORT_COUNTERS
-from trainmon.demo.incidents import DOWN_PORT, SLOW_NAMESPACE, Plan
+from trainmon.simulation.incidents import DOWN_PORT, SLOW_NAMESPACE, Plan
+from trainmon.sysfs.infiniband import HwCounter, PortCounter
 
 CONTROLLERS = 8
 NAMESPACES_PER_CONTROLLER = 2  # 16 namespaces: nvme0n1 … nvme7n2
@@ -57,7 +57,7 @@ class _Port:
 
 
 def _initial_port_counters(seed: int) -> dict[str, int]:
-    counters = {str(name): 0 for name in PORT_COUNTERS}
+    counters = {str(name): 0 for name in PortCounter}
     counters.update(symbol_error=seed % 3, link_error_recovery=1, port_rcv_errors=seed % 2)
     return counters
 
@@ -76,12 +76,12 @@ class DemoTree:
         self._namespaces = [_Namespace(f"nvme{c}n{n + 1}", c * NAMESPACES_PER_CONTROLLER + n)
                             for c in range(CONTROLLERS) for n in range(NAMESPACES_PER_CONTROLLER)]
         self._ports = [_Port(f"mlx5_{i}", _initial_port_counters(i),
-                             {**dict.fromkeys(HW_COUNTERS, 0), "lifespan": 12}) for i in range(IB_PORTS)]
+                             {**dict.fromkeys(HwCounter, 0), "lifespan": 12}) for i in range(IB_PORTS)]
         self._scratch.mkdir(parents=True)
         self._write_identities()
         self._write_diskstats()
         for port in self._ports:
-            self._write_port(port, PORT_COUNTERS, HW_COUNTERS)
+            self._write_port(port, PortCounter, HwCounter)
 
     def advance(self, traffic: Traffic) -> None:
         now = self._clock()

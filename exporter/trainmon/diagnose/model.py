@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 
 from trainmon import DOCS_BASE
 
-CAUSES = ("communication", "data_loading", "phase", "stall", "straggler", "hang")
-SIGNALS = ("throttle", "xid", "ecc", "ib_errors", "nvme_latency")
 RUNBOOK = f"{DOCS_BASE}/runbook.md"
 RUNBOOK_ANCHORS = {
     "communication": "trainmoncommunicationbound", "data_loading": "trainmondataloaderbound",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainmon.webconfig import ASGIApp, Receive, Scope, Send
+from trainmon.http.auth import ASGIApp, Receive, Scope, Send
 
 
 class RequestLimit:

@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from trainmon.errors import ConfigError
+from trainmon.http.auth import BasicAuthMiddleware
 from trainmon.http.connections import (
     ACCEPT_BURST,
     LISTEN_BACKLOG,
@@ -29,7 +30,7 @@ from trainmon.http.connections import (
 )
 from trainmon.http.limits import RequestLimit
 from trainmon.settings import Settings
-from trainmon.webconfig import BasicAuthMiddleware, WebConfig, load_web_config
+from trainmon.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger(__name__)
 

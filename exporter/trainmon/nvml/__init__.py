@@ -1,5 +1,5 @@
 """NVML access for the GPU collector: session and back-off, per-GPU reads, GPM, XID events.
 
-`pylib` answers pynvml from a scenario (tests, and `simulated`, the demo's 8-GPU node).
+The scenario library and the demo's simulated node live in `trainmon.simulation`, a layer below.
 pynvml is imported here and only here, so enabling other collectors never loads it.
 """

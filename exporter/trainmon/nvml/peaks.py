@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-DTYPES = ("bf16", "fp16", "tf32", "fp8")
 TERA = 1e12
 
 

@@ -44,6 +44,9 @@ MAX_UNSETTLED = 4096  # entries queued before the issuing thread settles them it
 # [group key, op, bytes, perf_counter at issue, seconds (None while in flight), blocked seconds].
 OpenCollective = list[Any]
 KEY, OP, BYTES, ISSUED_AT, SECONDS, BLOCKED = range(6)
+# perf_counter time + this = Unix time. Taken once per process: re-read per report, a preemption between
+# the two clock reads would move an in-flight collective's `since` from one report to the next.
+WALL_MINUS_PERF_COUNTER = time.time() - perf_counter()
 
 
 @dataclass(kw_only=True)
@@ -241,7 +244,6 @@ class RankState:
 
     def _settle_sequences(self) -> None:
         """Under the lock: settle, and set `group_seqs` and `inflight` (oldest per group, as Unix time)."""
-        offset = time.time() - perf_counter()
         self._settle()
         pending: dict[GroupSeqs, int] = {}
         oldest: dict[GroupSeqs, tuple[float, str]] = {}
@@ -253,7 +255,7 @@ class RankState:
         groups = list(self.groups.copy().values())
         self.group_seqs = tuple(GroupSeq(group=g.label, issued=g.completed + pending.get(g, 0), completed=g.completed)
                                 for g in groups)
-        self.inflight = tuple(Inflight(group=g.label, op=oldest[g][1], since=oldest[g][0] + offset)
+        self.inflight = tuple(Inflight(group=g.label, op=oldest[g][1], since=oldest[g][0] + WALL_MINUS_PERF_COUNTER)
                               for g in groups if g in oldest)
 
     @property

@@ -7,8 +7,8 @@ from typing import Any
 import pynvml
 
 from tests.helpers.clock import Clock
-from trainmon.nvml import simulated
-from trainmon.nvml.simulated import SimulatedNode
+from trainmon.simulation import node as simulated
+from trainmon.simulation.node import SimulatedNode
 
 
 def at(node: SimulatedNode, clock: Clock, t: float) -> list[dict[str, Any]]:

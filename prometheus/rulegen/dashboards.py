@@ -1,6 +1,6 @@
 """Each alert's `dashboard_url`: the generated dashboard panel that explains it, found by its title.
 
-The uid and panel id come from the dashboard generator itself (grafana/generator), so a panel that
+The uid and panel id come from the dashboard generator itself (grafana/dashgen), so a panel that
 moves or is renamed changes every link to it, or fails the generation, never leaves a stale number.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from functools import cache
 
-from grafana.generator.build import dashboard_files
-from grafana.generator.config import DashboardConfig
+from grafana.dashgen.build import dashboard_files
+from grafana.dashgen.config import DashboardConfig
 
 from .config import RulesConfig
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus.generator.config import RulesConfig
+from prometheus.rulegen.config import RulesConfig
 
 RULES = RulesConfig()  # the facts the rules and the dashboards share come from there
 

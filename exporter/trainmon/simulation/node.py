@@ -21,9 +21,8 @@ from typing import Any
 
 import pynvml
 
-from trainmon.demo.incidents import LOST_GPU, Plan, checkpointing
-from trainmon.nvml.pylib import Scenario, ScenarioLibrary
-from trainmon.settings import Settings
+from trainmon.simulation.incidents import LOST_GPU, Plan, checkpointing
+from trainmon.simulation.scenario import Scenario, ScenarioLibrary
 
 GPUS = 8
 NAME = "NVIDIA H100 80GB HBM3"
@@ -106,10 +105,6 @@ class SimulatedNode:
         self._last_t = 0.0
         self._states = [_GpuState(i) for i in range(GPUS)]
         self._scenario: Scenario = self._build(0.0)
-
-    @classmethod
-    def for_settings(cls, settings: Settings) -> SimulatedNode:
-        return cls(pids=settings.simulated_pids, plan=Plan(settings.incident, settings.incident_after))
 
     def library(self) -> ScenarioLibrary:
         return ScenarioLibrary(self.scenario)

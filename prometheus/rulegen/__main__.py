@@ -10,7 +10,7 @@ from .render import PROMETHEUS_DIR, rule_files
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m prometheus.generator", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m prometheus.rulegen", description=__doc__)
     parser.add_argument("--selector", default=RulesConfig().selector, help="label matchers of the trainmon targets")
     parser.add_argument("--out", type=Path, default=PROMETHEUS_DIR, help="directory to write into")
     args = parser.parse_args()

@@ -10,7 +10,7 @@ from .config import DashboardConfig
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m grafana.generator", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m grafana.dashgen", description=__doc__)
     parser.add_argument("--selector", default=DashboardConfig().selector, help="label matchers of the trainmon targets")
     parser.add_argument("--out", type=Path, default=DASHBOARDS, help="directory to write into")
     args = parser.parse_args()

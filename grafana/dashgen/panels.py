@@ -19,7 +19,6 @@ from grafana_foundation_sdk.models.dashboard import (
 from .config import DashboardConfig
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
-GRID_WIDTH = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +67,7 @@ def graph(title: str, description: str, unit: str, *queries: Query, width: int =
     """A time series panel; `stacked` stacks the series (parts of a whole)."""
     panel = _framed(timeseries.Panel(), title, description, unit, queries, width, height).fill_opacity(10)
     if stacked:
-        panel = panel.stacking(common.StackingConfig().mode(StackingMode.NORMAL)).fill_opacity(60)
+        panel = panel.stacking(common.StackingConfig().mode(StackingMode.NORMAL)).fill_opacity(60)  # type: ignore[arg-type]
     if max_value is not None:
         panel = panel.min(0).max(max_value)
     return panel
@@ -109,7 +108,7 @@ class Board:
             .timezone("browser")
             .link(
                 dashboard.DashboardLink("Trainmon")
-                .type(DashboardLinkType.DASHBOARDS)
+                .type(DashboardLinkType.DASHBOARDS)  # type: ignore[arg-type]
                 .tags([c.tag])
                 .as_dropdown(True)
                 .include_vars(True)

@@ -1,0 +1,80 @@
+"""Write each expected alert's `dashboard_url` in prometheus/tests/*.test.yml from prometheus/alerts.yml.
+
+Panel ids come from the generated dashboards, so a new panel renumbers the links of the panels after it, and
+promtool compares annotations whole. After regenerating the rules, run
+
+    python -m tests.prometheus.dashboard_urls
+
+It rewrites only the `dashboard_url:` lines (adding one where an expected alert has none), keeping every other
+line and comment; `git diff` then shows which links moved.
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from tests.prometheus.rulefiles import PROMETHEUS
+
+TESTS = PROMETHEUS / "tests"
+LABEL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
+ALERTNAME = re.compile(r"^\s*alertname:\s*(\S+)")
+EXP_LABELS = re.compile(r"^\s*-?\s*exp_labels:\s*(\{.*\})\s*$")
+EXP_ANNOTATIONS = re.compile(r"^(\s*)exp_annotations:\s*$")
+
+
+def dashboard_url_templates() -> dict[str, str]:
+    rules = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    return {
+        rule["alert"]: rule["annotations"]["dashboard_url"]
+        for group in rules["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+
+
+def expand(template: str, labels: dict[str, object]) -> str:
+    return LABEL.sub(lambda m: str(labels.get(m.group(1), "")), template)
+
+
+def fill(text: str, templates: dict[str, str]) -> str:
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    alertname = ""
+    labels: dict[str, object] = {}
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        if match := ALERTNAME.match(line):
+            alertname = match.group(1)
+        elif match := EXP_LABELS.match(line):
+            labels = yaml.safe_load(match.group(1))
+        elif (match := EXP_ANNOTATIONS.match(line)) and alertname in templates:
+            indent = len(match.group(1))
+            body: list[str] = []
+            while i < len(lines) and lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) > indent:
+                body.append(lines[i])
+                i += 1
+            url = expand(templates[alertname], labels)
+            kept = [b for b in body if not b.lstrip().startswith("dashboard_url:")]
+            key_indent = (len(kept[0]) - len(kept[0].lstrip())) if kept else indent + 2
+            out.extend(kept)
+            out.append(" " * key_indent + f"dashboard_url: {url}\n")
+    return "".join(out)
+
+
+def main() -> None:
+    templates = dashboard_url_templates()
+    for path in sorted(TESTS.glob("*.test.yml")):
+        text = path.read_text()
+        filled = fill(text, templates)
+        if filled != text:
+            path.write_text(filled)
+            print(f"updated {path.relative_to(PROMETHEUS.parent)}")
+
+
+if __name__ == "__main__":
+    main()
