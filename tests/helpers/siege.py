@@ -6,9 +6,11 @@ import contextlib
 import resource
 import selectors
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 PARTIAL_HEADER = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # no blank line: the headers never end
 FULL_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
@@ -95,3 +97,63 @@ def _status(answer: bytearray) -> str:
     if not answer.startswith(b"HTTP/1.1 "):
         return "closed"
     return answer[9:12].decode()
+
+
+@dataclass
+class Flood:
+    """What a running `request_flood` has been answered so far, by status line."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+
+@contextlib.contextmanager
+def request_flood(port: int, clients: int, request: bytes) -> Iterator[Flood]:
+    """`clients` connections that each send `request` (with `Connection: close`), read the answer and
+    send it again on a new connection, until the block ends; one thread, so the caller's own requests
+    do not queue behind many of the flood's threads for the interpreter."""
+    allow_open_files(clients)
+    flood = Flood()
+    stop = threading.Event()
+
+    def run() -> None:
+        with selectors.DefaultSelector() as selector:
+            answers: dict[socket.socket, bytearray] = {}
+
+            def open_one() -> None:
+                sock = connect(port, request)
+                if sock is None:
+                    flood.outcomes["refused"] += 1
+                    return
+                sock.setblocking(False)
+                selector.register(sock, selectors.EVENT_READ)
+                answers[sock] = bytearray()
+
+            for _ in range(clients):
+                open_one()
+            while not stop.is_set():
+                for key, _ in selector.select(timeout=0.2):
+                    ready = key.fileobj
+                    assert isinstance(ready, socket.socket)
+                    try:
+                        chunk = ready.recv(65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        chunk = b""
+                    if chunk:
+                        answers[ready] += chunk
+                        continue
+                    flood.outcomes[_status(answers.pop(ready))] += 1
+                    selector.unregister(ready)
+                    ready.close()
+                    open_one()
+            for sock in answers:
+                sock.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield flood
+    finally:
+        stop.set()
+        thread.join(timeout=10)
