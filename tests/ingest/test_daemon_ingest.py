@@ -170,6 +170,29 @@ def test_a_forged_pid_a_takeover_and_a_foreign_goodbye_are_identity_rejections(
     assert {str(os.getpid())} == {dict(k)["pid"] for k in samples(text, "trainmon_train_rank_info")}
 
 
+def test_goodbyes_for_made_up_jobs_from_another_process_leave_a_real_jobs_exits(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Issue 31: 128 goodbyes for made-up jobs erased every real job's trainmon_train_rank_exits_total."""
+    daemon = training_daemon(tmp_path, daemons)
+    path = tmp_path / "ingest.sock"
+    send_json(path, report(steps=5))
+    metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 5)
+    send_json(path, report(seq=2, type="bye", steps=5))  # a goodbye carries the rank's last totals
+    metrics_when(daemon, lambda t: total(t, "trainmon_train_rank_exits_total", job_id="ok") == 1)
+    fakes = [report(job_id=f"made-up-{i}", type="bye") for i in range(300)]
+    script = ("import json, os, socket, sys\n"
+              "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+              "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"
+              "for m in json.loads(sys.stdin.read()):\n"
+              "    m['pid'] = os.getpid()\n"
+              "    s.sendto(json.dumps(m).encode(), sys.argv[1])\n")
+    subprocess.run([sys.executable, "-c", script, str(path)], input=json.dumps(fakes), text=True, check=True)
+    text = metrics_when(daemon, lambda t: total(t, "trainmon_ingest_evicted_total", reason="exit_job_ids") >= 44)
+
+    assert {(("job_id", "ok"), ("reason", "clean")): 1.0} == samples(text, "trainmon_train_rank_exits_total",
+                                                                       job_id="ok")
+
+
 def test_a_seq_leap_and_a_counter_going_backwards_are_refused(tmp_path: Path, daemons: list[Daemon]) -> None:
     daemon = training_daemon(tmp_path, daemons)
     path = tmp_path / "ingest.sock"

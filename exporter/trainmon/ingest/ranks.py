@@ -47,6 +47,12 @@ RankKey = tuple[str, int]
 Datagram = tuple[bytes, int | None]  # the bytes and the kernel's sender pid (None: UDP, no proof)
 SenderProcess = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one process's reports
 STATUS_BYTES = 16 << 10  # /proc/<pid>/status is ~1.5 KB; more than this is not a status file
+# Job ids whose exit counts are remembered (each up to 3 series, ~1 KiB with a 128-character id):
+# jobs that had a rank proved by its sender pid (its own goodbye, or its slot expiring), and the rest
+# (goodbyes for ranks the table never held, senders without proof), each table forgetting its own oldest
+# first, so goodbyes for made-up jobs can fill only the second.
+VERIFIED_EXIT_JOBS = 1024
+UNVERIFIED_EXIT_JOBS = 256
 MAX_SEQ_STEP = 1 << 24  # seq advances one per report: a larger leap within one process is a forgery
 
 
@@ -106,7 +112,7 @@ class RankTable:
 
     Args:
         max_ranks: live (job_id, rank) pairs beyond which new ones are refused (`rejected{reason="max_ranks"}`).
-            It also caps the job ids remembered by the exit counter; the oldest is forgotten first
+            The exit counter's job ids are capped by VERIFIED_EXIT_JOBS and UNVERIFIED_EXIT_JOBS instead
             (`evicted{reason="exit_job_ids"}`).
         ttl: seconds of silence after which a rank is dropped (`evicted{reason="ttl"}`, exit `lost`).
         series_of: the series the collector serves for a report.
@@ -136,7 +142,7 @@ class RankTable:
         self._coalesced = 0
         self._rejected: Counter[str] = Counter()
         self._evicted: Counter[str] = Counter()
-        self._exits: OrderedDict[str, Counter[str]] = OrderedDict()
+        self._exits = ExitHistory()
         self._job_gone_at: dict[str, float] = {}  # job_id -> when its last live rank left
 
     def receive(self, data: bytes, sender_pid: int | None = None) -> None:
@@ -192,7 +198,7 @@ class RankTable:
                 self._expire(key, now)
             for job_id in [j for j, t in self._job_gone_at.items() if now - t > self._exit_retention]:
                 del self._job_gone_at[job_id]
-                self._exits.pop(job_id, None)
+                self._exits.forget(job_id)
                 self._evicted["exit_retention"] += 1
             return TableView(
                 ranks=tuple(self._ranks.values()),
@@ -200,7 +206,7 @@ class RankTable:
                 coalesced=self._coalesced,
                 rejected=dict(self._rejected),
                 evicted=dict(self._evicted),
-                exits={(job, reason): n for job, reasons in self._exits.items() for reason, n in reasons.items()},
+                exits=self._exits.counts(),
                 series=self._series,
             )
 
@@ -226,7 +232,7 @@ class RankTable:
                 self._messages += 1
                 if old is not None:
                     self._remove(key)
-                self._count_exit(report.job_id, report.exit_reason, now)
+                self._count_exit(report.job_id, report.exit_reason, now, verified=old is not None and old.verified)
                 return
             series = self._series_of(report)
             held = old.series if old is not None else 0
@@ -254,22 +260,49 @@ class RankTable:
             raise MessageRejected("stale", "an older incarnation")
 
     def _expire(self, key: RankKey, now: float) -> None:
+        verified = self._ranks[key].verified
         self._remove(key)
         self._evicted["ttl"] += 1
-        self._count_exit(key[0], "lost", now)
+        self._count_exit(key[0], "lost", now, verified=verified)
 
     def _remove(self, key: RankKey) -> None:
         self._series -= self._ranks.pop(key).series
 
-    def _count_exit(self, job_id: str, reason: str, now: float) -> None:
-        self._exits.setdefault(job_id, Counter())[reason] += 1
-        self._exits.move_to_end(job_id)
+    def _count_exit(self, job_id: str, reason: str, now: float, *, verified: bool) -> None:
         if not any(k[0] == job_id for k in self._ranks):
             self._job_gone_at[job_id] = now
-        while len(self._exits) > self._max_ranks:
-            forgotten, _ = self._exits.popitem(last=False)
+        for forgotten in self._exits.count(job_id, reason, verified=verified):
             self._job_gone_at.pop(forgotten, None)
             self._evicted["exit_job_ids"] += 1
+
+
+class ExitHistory:
+    """Exit counts by job id in two bounded tables, verified and not; a job moves to the verified one with
+    its first verified exit. Not thread-safe: the RankTable's lock guards it."""
+
+    def __init__(self) -> None:
+        self._verified: OrderedDict[str, Counter[str]] = OrderedDict()
+        self._unverified: OrderedDict[str, Counter[str]] = OrderedDict()
+
+    def count(self, job_id: str, reason: str, *, verified: bool) -> list[str]:
+        """Count one exit; returns the job ids forgotten to make room (oldest first)."""
+        counts = self._verified.get(job_id)
+        if counts is None:
+            counts = self._unverified.pop(job_id, None) or Counter()
+            (self._verified if verified else self._unverified)[job_id] = counts
+        counts[reason] += 1
+        table, cap = (self._verified, VERIFIED_EXIT_JOBS) if job_id in self._verified else (
+            self._unverified, UNVERIFIED_EXIT_JOBS)
+        table.move_to_end(job_id)
+        return [table.popitem(last=False)[0] for _ in range(len(table) - cap)]
+
+    def forget(self, job_id: str) -> None:
+        self._verified.pop(job_id, None)
+        self._unverified.pop(job_id, None)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        return {(job, reason): n for table in (self._verified, self._unverified) for job, reasons in table.items()
+                for reason, n in reasons.items()}
 
 
 def _sender_process(msg: Mapping[str, object], sender_pid: int | None) -> SenderProcess | None:
