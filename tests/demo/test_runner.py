@@ -66,13 +66,18 @@ def test_demo_serves_every_readme_family(tmp_path: Path, daemons: list[Daemon]) 
     assert [] == sorted(f for f in expected if not has_series(f, seen))
 
 
+def demo_env(temp: Path) -> dict[str, str]:
+    """The demo's runtime directory under `temp`: no XDG_RUNTIME_DIR, TMPDIR there."""
+    return {"TMPDIR": str(temp), "XDG_RUNTIME_DIR": ""}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_demo_removes_its_directory_and_processes_on_a_stop_signal(tmp_path: Path, sig: int) -> None:
     temp = tmp_path / "tmp"
     temp.mkdir()
-    daemon = start_daemon(tmp_path, ["--gpu-processes"], command="demo", env={"TMPDIR": str(temp)})
+    daemon = start_daemon(tmp_path, ["--gpu-processes"], command="demo", env=demo_env(temp))
     try:
-        [directory] = list(temp.glob("trainmon-demo-*"))
+        [directory] = list(temp.glob("trainmon-demo-*/*"))
         assert (directory / "proc" / "diskstats").is_file()
         named = r'trainmon_gpu_process_info\{name="simulated-rank\d",pid="(\d+)"\}'
         pids: list[str] = wait_until(lambda: re.findall(named, daemon.metrics_text()), timeout=20)  # type: ignore[assignment]
@@ -95,3 +100,23 @@ def test_compose_passes_an_incident_to_the_demo(tmp_path: Path) -> None:
                             env={**os.environ, "TRAINMON_INCIDENT": "fire"})
     assert 2 == result.returncode
     assert "--incident='fire': unknown incident" in result.stderr
+
+
+def test_the_tree_of_a_demo_killed_with_sigkill_is_swept_by_the_next_start(tmp_path: Path) -> None:
+    """Issue 31: every SIGKILL left its tree (595 entries, a socket) in the temporary directory."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    killed = start_daemon(tmp_path, [], command="demo", env=demo_env(temp))
+    killed.stop(signal.SIGKILL)
+    [left] = list(temp.glob("trainmon-demo-*/*"))
+    assert (left / "ingest.sock").exists()
+
+    second = start_daemon(tmp_path, [], command="demo", env=demo_env(temp))
+    try:
+        [running] = list(temp.glob("trainmon-demo-*/*"))
+    finally:
+        code = second.stop()
+
+    assert running != left
+    assert 0 == code
+    assert [] == list(temp.iterdir())

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tests.bench.bench_cardinality import widest_report
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import free_port, wait_until
+from tests.helpers.tools import require
 from tests.torch.jobs import metrics_when, samples
 from trainmon import wire
 
@@ -191,6 +194,41 @@ def test_goodbyes_for_made_up_jobs_from_another_process_leave_a_real_jobs_exits(
 
     assert {(("job_id", "ok"), ("reason", "clean")): 1.0} == samples(text, "trainmon_train_rank_exits_total",
                                                                        job_id="ok")
+
+
+SEND_STDIN = ("import socket, sys\n"
+              "socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(sys.stdin.buffer.read(), sys.argv[1])\n")
+
+
+def send_as(path: Path, uid: int, message: dict[str, object]) -> None:
+    subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", SEND_STDIN,
+                    str(path)], input=json.dumps(message).encode(), check=True, timeout=60)
+
+
+def test_without_host_pid_a_live_rank_is_taken_over_or_ended_only_by_its_own_uid(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Issue 31: the DaemonSet has no hostPID, so the daemon's kernel gives every sender pid 0 (the senders are
+    in other pid namespaces), and anyone who could reach the socket could overwrite a live rank. Here the
+    daemon runs in a pid namespace of its own and the senders, as two users, outside it."""
+    require(os.geteuid() == 0 and bool(shutil.which("unshare")) and bool(shutil.which("setpriv")),
+            "needs root, unshare and setpriv to run the daemon in a pid namespace and send as other users")
+    with tempfile.TemporaryDirectory(prefix="tm-") as directory:  # short, and open to the senders' uids
+        os.chmod(directory, 0o755)
+        path = Path(directory) / "ingest.sock"
+        daemon = start_daemon(tmp_path, ["--collectors", "training", "--interval", "0.2", "--ingest-socket",
+                                         str(path), "--ingest-socket-mode", "0666"],
+                              wrapper=["unshare", "--pid", "--fork", "--kill-child"])
+        daemons.append(daemon)
+        send_as(path, 1111, report(pid=10, steps=5))
+        metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 5)
+        send_as(path, 2222, report(pid=10, steps=1, start_time=1_767_000_100.0))  # a "restart"
+        send_as(path, 2222, report(pid=10, seq=2, steps=5, type="bye"))
+        metrics_when(daemon, lambda t: total(t, "trainmon_ingest_rejected_total") == 2)
+        send_as(path, 1111, report(pid=10, seq=2, steps=6))
+        text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 6)
+
+    assert 2 == total(text, "trainmon_ingest_rejected_total", reason="identity")
+    assert {} == samples(text, "trainmon_train_rank_exits_total")
 
 
 def test_a_seq_leap_and_a_counter_going_backwards_are_refused(tmp_path: Path, daemons: list[Daemon]) -> None:

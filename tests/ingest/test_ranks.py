@@ -122,7 +122,7 @@ def test_bad_datagrams_are_counted_by_reason() -> None:
 
 
 def burst(table: RankTable, *reports: wire.Report) -> None:
-    table.receive_burst([(wire.encode(r), None) for r in reports])
+    table.receive_burst([(wire.encode(r), None, None) for r in reports])
 
 
 def test_a_burst_applies_each_process_newest_report_and_counts_the_rest_coalesced() -> None:
@@ -144,8 +144,8 @@ def test_a_burst_never_coalesces_goodbyes_restarts_or_bad_datagrams() -> None:
     bye = dataclasses.replace(old, seq=6, kind="bye")
     restarted = dataclasses.replace(BASE, pid=BASE.pid + 1, start_time=BASE.start_time + 100, seq=1, steps=1)
 
-    table.receive_burst([(wire.encode(old), None), (wire.encode(bye), None), (b"{not json", None),
-                         (wire.encode(restarted), None)])
+    table.receive_burst([(wire.encode(old), None, None), (wire.encode(bye), None, None), (b"{not json", None, None),
+                         (wire.encode(restarted), None, None)])
     view = table.view()
 
     assert {("job", 0): 1} == steps(view)
@@ -160,8 +160,8 @@ def test_a_burst_of_one_validates_every_datagram() -> None:
     good = wire.encode(dataclasses.replace(BASE, seq=1))
     confused = wire.encode(dataclasses.replace(BASE, seq=2)).replace(b'"steps":', b'"steps":"x","was":')
 
-    table.receive_burst([(good, None)])
-    table.receive_burst([(confused, None)])
+    table.receive_burst([(good, None, None)])
+    table.receive_burst([(confused, None, None)])
 
     assert {"schema": 1} == dict(table.view().rejected)
 

@@ -16,8 +16,10 @@ Trust (SPEC §5): a datagram from the Unix socket carries the sender's pid from 
 its own namespace, so it must be one of the sender's `NSpid` entries in `<procfs>/<pid>/status` (the
 same number when both share a namespace), or the report is rejected (`identity`). A slot whose
 holder was proved that way and still runs is not taken over by another process, and only its own
-process can say its goodbye. UDP carries no proof, and neither does a sender outside the daemon's pid
-namespace (the kernel gives pid 0): such a report is trusted for what it says.
+process can say its goodbye. A sender outside the daemon's pid namespace (the kernel gives pid 0: the
+Kubernetes DaemonSet has no hostPID) is known by its uid instead, which the kernel gives in the daemon's
+user namespace: a live slot such a sender made is taken over or said goodbye to only by the same uid.
+UDP carries no proof: such a report is trusted for what it says.
 
 A report from a new incarnation of a rank (another pid or start time, its predecessor gone) replaces
 the old state: its cumulative values start again from zero, which Prometheus reads as a counter
@@ -44,7 +46,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RankKey = tuple[str, int]
-Datagram = tuple[bytes, int | None]  # the bytes and the kernel's sender pid (None: UDP, no proof)
+# The bytes, and the kernel's sender pid and uid (SCM_CREDENTIALS; None over UDP: no proof).
+Datagram = tuple[bytes, int | None, int | None]
 SenderProcess = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one process's reports
 STATUS_BYTES = 16 << 10  # /proc/<pid>/status is ~1.5 KB; more than this is not a status file
 # Job ids whose exit counts are remembered (each up to 3 series, ~1 KiB with a 128-character id):
@@ -92,6 +95,7 @@ class RankSlot:
     process: int  # the kernel's sender pid (Unix socket), else the report's pid
     verified: bool  # `process` came from the kernel
     series: int  # what the collector serves for this rank
+    owner_uid: int | None = None  # the sender's uid where the kernel gave no pid (another pid namespace)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,31 +149,31 @@ class RankTable:
         self._exits = ExitHistory()
         self._job_gone_at: dict[str, float] = {}  # job_id -> when its last live rank left
 
-    def receive(self, data: bytes, sender_pid: int | None = None) -> None:
+    def receive(self, data: bytes, sender_pid: int | None = None, sender_uid: int | None = None) -> None:
         """Validate and apply one datagram; never raises for bad input (it is counted)."""
-        self.receive_burst([(data, sender_pid)])
+        self.receive_burst([(data, sender_pid, sender_uid)])
 
     def receive_burst(self, burst: Sequence[Datagram]) -> None:
         """Apply datagrams that arrived together, coalescing each process's reports to its newest."""
-        parsed: list[tuple[dict[str, object], int | None] | None] = []
+        parsed: list[tuple[dict[str, object], int | None, int | None] | None] = []
         newest: dict[SenderProcess, int] = {}
-        for index, (data, sender_pid) in enumerate(burst):
+        for index, (data, sender_pid, sender_uid) in enumerate(burst):
             msg = self._rejecting(parse, data)
-            parsed.append(None if msg is None else (msg, sender_pid))
+            parsed.append(None if msg is None else (msg, sender_pid, sender_uid))
             if msg is not None and (sender := _sender_process(msg, sender_pid)) is not None:
                 newest[sender] = index
         coalesced = 0
         for index, item in enumerate(parsed):
             if item is None:
                 continue
-            msg, sender_pid = item
+            msg, sender_pid, sender_uid = item
             sender = _sender_process(msg, sender_pid)
             if sender is not None and newest[sender] != index:
                 coalesced += 1
                 continue
             report = self._rejecting(validate, msg)
             if report is not None:
-                self._rejecting(self._apply, report, sender_pid)
+                self._rejecting(self._apply, report, sender_pid, sender_uid)
         if coalesced:
             with self._lock:
                 self._messages += coalesced
@@ -210,7 +214,7 @@ class RankTable:
                 series=self._series,
             )
 
-    def _apply(self, report: Report, sender_pid: int | None) -> None:
+    def _apply(self, report: Report, sender_pid: int | None, sender_uid: int | None) -> None:
         if sender_pid:  # None over UDP, 0 from outside our pid namespace: no proof
             if report.pid != sender_pid and report.pid not in self._procfs.pids_of(sender_pid):
                 raise MessageRejected("identity", f"pid {report.pid} sent by pid {sender_pid}")
@@ -225,6 +229,8 @@ class RankTable:
                 self._expire(key, now)
                 old = None
             if old is not None:
+                if old.owner_uid is not None and sender_uid != old.owner_uid:
+                    raise MessageRejected("identity", f"slot held by uid {old.owner_uid}")
                 self._check_successor(report, process, old)
             elif len(self._ranks) >= self._max_ranks and report.kind == "report":
                 raise MessageRejected("max_ranks", f"{len(self._ranks)} live ranks")
@@ -239,7 +245,8 @@ class RankTable:
             if self._series - held + series > self._max_series:
                 raise MessageRejected("series_budget", f"{self._series} + {series} series")
             self._messages += 1
-            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series)
+            owner_uid = sender_uid if sender_pid == 0 else None  # no pid proof: the uid is the owner
+            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid)
             self._series += series - held
             self._job_gone_at.pop(report.job_id, None)
 
