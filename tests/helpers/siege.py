@@ -51,27 +51,31 @@ def idle_connections(port: int, count: int) -> Iterator[list[socket.socket]]:
             sock.close()
 
 
-def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
-    """Open `count` connections that each send a whole /metrics request, then read every answer.
+class Requests:
+    """Connections that each sent `request`, read as their answers arrive, counted by status line."""
 
-    Returns how many got each status line ("200", "503"), were closed without an answer
-    ("closed") or were still waiting at `timeout` ("waiting").
-    """
-    allow_open_files(count)
-    outcomes: Counter[str] = Counter()
-    selector = selectors.DefaultSelector()
-    answers: dict[socket.socket, bytearray] = {}
-    for _ in range(count):
-        sock = connect(port, FULL_REQUEST)
+    def __init__(self, port: int, request: bytes, outcomes: Counter[str]) -> None:
+        self._port, self._request, self._outcomes = port, request, outcomes
+        self._selector = selectors.DefaultSelector()
+        self._answers: dict[socket.socket, bytearray] = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self._answers)
+
+    def open(self) -> None:
+        sock = connect(self._port, self._request)
         if sock is None:
-            outcomes["refused"] += 1
-            continue
+            self._outcomes["refused"] += 1
+            return
         sock.setblocking(False)
-        selector.register(sock, selectors.EVENT_READ)
-        answers[sock] = bytearray()
-    deadline = time.monotonic() + timeout
-    while answers and time.monotonic() < deadline:
-        for key, _ in selector.select(timeout=0.5):
+        self._selector.register(sock, selectors.EVENT_READ)
+        self._answers[sock] = bytearray()
+
+    def read(self, timeout: float) -> int:
+        """Read what arrived within `timeout`; returns how many answers ended (their connections closed)."""
+        ended = 0
+        for key, _ in self._selector.select(timeout=timeout):
             ready = key.fileobj
             assert isinstance(ready, socket.socket)
             try:
@@ -81,15 +85,36 @@ def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
             except OSError:
                 chunk = b""
             if chunk:
-                answers[ready] += chunk
+                self._answers[ready] += chunk
                 continue
-            outcomes[_status(answers.pop(ready))] += 1
-            selector.unregister(ready)
+            self._outcomes[_status(self._answers.pop(ready))] += 1
+            self._selector.unregister(ready)
             ready.close()
-    outcomes["waiting"] += len(answers)
-    for sock in answers:
-        sock.close()
-    selector.close()
+            ended += 1
+        return ended
+
+    def close(self) -> None:
+        for sock in self._answers:
+            sock.close()
+        self._selector.close()
+
+
+def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
+    """Open `count` connections that each send a whole /metrics request, then read every answer.
+
+    Returns how many got each status line ("200", "503"), were closed without an answer
+    ("closed") or were still waiting at `timeout` ("waiting").
+    """
+    allow_open_files(count)
+    outcomes: Counter[str] = Counter()
+    requests = Requests(port, FULL_REQUEST, outcomes)
+    for _ in range(count):
+        requests.open()
+    deadline = time.monotonic() + timeout
+    while requests.pending and time.monotonic() < deadline:
+        requests.read(0.5)
+    outcomes["waiting"] += requests.pending
+    requests.close()
     return outcomes
 
 
@@ -116,39 +141,13 @@ def request_flood(port: int, clients: int, request: bytes) -> Iterator[Flood]:
     stop = threading.Event()
 
     def run() -> None:
-        with selectors.DefaultSelector() as selector:
-            answers: dict[socket.socket, bytearray] = {}
-
-            def open_one() -> None:
-                sock = connect(port, request)
-                if sock is None:
-                    flood.outcomes["refused"] += 1
-                    return
-                sock.setblocking(False)
-                selector.register(sock, selectors.EVENT_READ)
-                answers[sock] = bytearray()
-
-            for _ in range(clients):
-                open_one()
-            while not stop.is_set():
-                for key, _ in selector.select(timeout=0.2):
-                    ready = key.fileobj
-                    assert isinstance(ready, socket.socket)
-                    try:
-                        chunk = ready.recv(65536)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        chunk = b""
-                    if chunk:
-                        answers[ready] += chunk
-                        continue
-                    flood.outcomes[_status(answers.pop(ready))] += 1
-                    selector.unregister(ready)
-                    ready.close()
-                    open_one()
-            for sock in answers:
-                sock.close()
+        requests = Requests(port, request, flood.outcomes)
+        for _ in range(clients):
+            requests.open()
+        while not stop.is_set():
+            for _ in range(requests.read(0.2)):
+                requests.open()
+        requests.close()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

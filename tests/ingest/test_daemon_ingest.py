@@ -149,21 +149,35 @@ def test_a_deleted_socket_file_or_directory_is_made_again(tmp_path: Path, daemon
     assert 2 == daemon.log().count("ingest socket vanished")  # once per rebind, not once per cycle
 
 
-def test_a_forged_pid_a_takeover_and_a_foreign_goodbye_are_identity_rejections(
-        tmp_path: Path, daemons: list[Daemon]) -> None:
-    """Another member of the socket group cannot speak for this process or take its live slot."""
+SEND_AS_ITSELF = ("import json, os, socket, sys\n"
+                  "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                  "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"
+                  "for m in json.loads(sys.stdin.read()):\n"
+                  "    m['pid'] = os.getpid()\n"
+                  "    s.sendto(json.dumps(m).encode(), sys.argv[1])\n")
+
+
+def send_from_another_process(path: Path, messages: list[dict[str, object]]) -> None:
+    """Send `messages` from another process of this user, each carrying that process's own pid."""
+    subprocess.run([sys.executable, "-c", SEND_AS_ITSELF, str(path)], input=json.dumps(messages), text=True,
+                   check=True, timeout=60)
+
+
+def daemon_with_a_rank(tmp_path: Path, daemons: list[Daemon]) -> tuple[Daemon, Path]:
+    """A daemon serving rank 0 of job "ok" (this process, 5 steps), and its ingest socket."""
     daemon = training_daemon(tmp_path, daemons)
     path = tmp_path / "ingest.sock"
     send_json(path, report(steps=5))
     metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 5)
+    return daemon, path
+
+
+def test_a_forged_pid_a_takeover_and_a_foreign_goodbye_are_identity_rejections(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Another member of the socket group cannot speak for this process or take its live slot."""
+    daemon, path = daemon_with_a_rank(tmp_path, daemons)
     send_json(path, report(seq=2, steps=6, pid=os.getpid() + 1))
-    other = [report(steps=1, start_time=1_767_000_100.0), report(seq=2, type="bye")]
-    script = ("import json, os, socket, sys\n"
-              "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
-              "for m in json.loads(sys.argv[2]):\n"
-              "    m['pid'] = os.getpid()\n"
-              "    s.sendto(json.dumps(m).encode(), sys.argv[1])\n")
-    subprocess.run([sys.executable, "-c", script, str(path), json.dumps(other)], check=True)
+    send_from_another_process(path, [report(steps=1, start_time=1_767_000_100.0), report(seq=2, type="bye")])
     metrics_when(daemon, lambda t: total(t, "trainmon_ingest_rejected_total") == 3)
     send_json(path, report(seq=3, steps=7))
     text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 7)
@@ -176,20 +190,10 @@ def test_a_forged_pid_a_takeover_and_a_foreign_goodbye_are_identity_rejections(
 def test_goodbyes_for_made_up_jobs_from_another_process_leave_a_real_jobs_exits(
         tmp_path: Path, daemons: list[Daemon]) -> None:
     """Issue 31: 128 goodbyes for made-up jobs erased every real job's trainmon_train_rank_exits_total."""
-    daemon = training_daemon(tmp_path, daemons)
-    path = tmp_path / "ingest.sock"
-    send_json(path, report(steps=5))
-    metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 5)
+    daemon, path = daemon_with_a_rank(tmp_path, daemons)
     send_json(path, report(seq=2, type="bye", steps=5))  # a goodbye carries the rank's last totals
     metrics_when(daemon, lambda t: total(t, "trainmon_train_rank_exits_total", job_id="ok") == 1)
-    fakes = [report(job_id=f"made-up-{i}", type="bye") for i in range(300)]
-    script = ("import json, os, socket, sys\n"
-              "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
-              "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"
-              "for m in json.loads(sys.stdin.read()):\n"
-              "    m['pid'] = os.getpid()\n"
-              "    s.sendto(json.dumps(m).encode(), sys.argv[1])\n")
-    subprocess.run([sys.executable, "-c", script, str(path)], input=json.dumps(fakes), text=True, check=True)
+    send_from_another_process(path, [report(job_id=f"made-up-{i}", type="bye") for i in range(300)])
     text = metrics_when(daemon, lambda t: total(t, "trainmon_ingest_evicted_total", reason="exit_job_ids") >= 44)
 
     assert {(("job_id", "ok"), ("reason", "clean")): 1.0} == samples(text, "trainmon_train_rank_exits_total",
