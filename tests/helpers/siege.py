@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import resource
 import selectors
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 
 PARTIAL_HEADER = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # no blank line: the headers never end
 FULL_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
+WRONG_PASSWORD = (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Basic "
+                  + base64.b64encode(b"prometheus:wrong") + b"\r\n\r\n")
 
 
 def allow_open_files(count: int) -> None:

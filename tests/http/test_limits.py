@@ -12,15 +12,13 @@ import bcrypt
 import httpx
 
 from tests.helpers.daemon import start_daemon
-from tests.helpers.siege import request_flood
+from tests.helpers.siege import WRONG_PASSWORD, request_flood
 
 # Cost 14 keeps a wrong-password check busy for seconds: long enough to hold two requests in flight.
 SLOW_HASH = bcrypt.hashpw(b"right", bcrypt.gensalt(14)).decode()
 FAST_HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()
 # Cost 12: a quarter of a second per check, htpasswd's usual range.
 SCRAPER_HASH = bcrypt.hashpw(b"right", bcrypt.gensalt(12)).decode()
-WRONG_PASSWORD = (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Basic "
-                  + base64.b64encode(b"prometheus:wrong") + b"\r\n\r\n")
 FLOOD_CLIENTS = 48
 
 
