@@ -100,7 +100,8 @@ def exposition(work: Path, nvml_dir: Path) -> str:
     """What a real daemon serves for a node with every family: GPUs, NVMe, InfiniBand, owners and ranks."""
     node = SyntheticNode(work, gpus=GPUS, nvme_namespaces=4, ib_ports=2)
     socket_path = work / "ingest.sock"
-    daemon = start_daemon(work, [*node.daemon_args(socket_path, interval=0.5)], env=node.daemon_env(nvml_dir))
+    daemon = start_daemon(work, [*node.daemon_args(socket_path, interval=0.5), *node.owner_args()],
+                          env=node.daemon_env(nvml_dir))
     feeder = RankFeeder(socket_path, GPUS)
     try:
         feeder.send_all(step=10)

@@ -59,8 +59,11 @@ class SyntheticNode:
 
     def daemon_args(self, ingest_socket: Path, interval: float = 5.0) -> list[str]:
         return ["--procfs", str(self.proc), "--sysfs", str(self.sys), "--interval", str(interval),
-                "--collectors", "gpu,nvme,infiniband,training", "--ingest-socket", str(ingest_socket),
-                "--hpc-job-mapping-dir", str(self.job_mapping)]
+                "--collectors", "gpu,nvme,infiniband,training", "--ingest-socket", str(ingest_socket)]
+
+    def owner_args(self) -> list[str]:
+        """The daemon reads the Slurm owner of every GPU (trainmon_gpu_job_info)."""
+        return ["--hpc-job-mapping-dir", str(self.job_mapping)]
 
     def daemon_env(self, fake_nvml_dir: Path) -> dict[str, str]:
         return {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_SCENARIO": str(self.scenario_path)}
