@@ -19,17 +19,7 @@ import httpx
 
 from tests.bench.common import arguments, machine, ms, percentile, table
 from tests.helpers.daemon import start_daemon
-from tests.helpers.siege import WRONG_PASSWORD, request_flood
-
-
-def scrapes(client: httpx.Client, count: int) -> tuple[list[int], list[float]]:
-    statuses, seconds = [], []
-    for _ in range(count):
-        start = time.perf_counter()
-        statuses.append(client.get("/metrics").status_code)
-        seconds.append(time.perf_counter() - start)
-        time.sleep(0.05)
-    return statuses, seconds
+from tests.helpers.siege import WRONG_PASSWORD, request_flood, timed_scrapes
 
 
 def main() -> None:
@@ -44,10 +34,10 @@ def main() -> None:
         rows = []
         try:
             with httpx.Client(base_url=daemon.url, auth=("prometheus", "right"), timeout=30) as scraper:
-                quiet = scrapes(scraper, args.scrapes)
+                quiet = timed_scrapes(scraper, args.scrapes)
                 with request_flood(daemon.port, args.clients, WRONG_PASSWORD) as flood:
                     time.sleep(1.0)
-                    loaded = scrapes(scraper, args.scrapes)
+                    loaded = timed_scrapes(scraper, args.scrapes)
                 answered = dict(flood.outcomes)
         finally:
             daemon.stop()

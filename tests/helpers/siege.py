@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import httpx
+
 PARTIAL_HEADER = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # no blank line: the headers never end
 FULL_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
 WRONG_PASSWORD = (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Basic "
@@ -159,3 +161,14 @@ def request_flood(port: int, clients: int, request: bytes) -> Iterator[Flood]:
     finally:
         stop.set()
         thread.join(timeout=10)
+
+
+def timed_scrapes(client: httpx.Client, count: int) -> tuple[list[int], list[float]]:
+    """`count` GETs of /metrics 0.05 s apart: each one's status and seconds to its whole answer."""
+    statuses, seconds = [], []
+    for _ in range(count):
+        start = time.perf_counter()
+        statuses.append(client.get("/metrics").status_code)
+        seconds.append(time.perf_counter() - start)
+        time.sleep(0.05)
+    return statuses, seconds

@@ -12,7 +12,7 @@ import bcrypt
 import httpx
 
 from tests.helpers.daemon import start_daemon
-from tests.helpers.siege import WRONG_PASSWORD, request_flood
+from tests.helpers.siege import WRONG_PASSWORD, request_flood, timed_scrapes
 
 # Cost 14 keeps a wrong-password check busy for seconds: long enough to hold two requests in flight.
 SLOW_HASH = bcrypt.hashpw(b"right", bcrypt.gensalt(14)).decode()
@@ -50,16 +50,6 @@ def test_requests_beyond_the_limit_get_503_at_once(tmp_path: Path, daemons) -> N
     assert "1" == third.headers["retry-after"]
     assert [401, 401] == first_two
     assert 200 == after.status_code
-
-
-def timed_scrapes(client: httpx.Client, count: int) -> tuple[list[int], list[float]]:
-    statuses, seconds = [], []
-    for _ in range(count):
-        start = time.perf_counter()
-        statuses.append(client.get("/metrics").status_code)
-        seconds.append(time.perf_counter() - start)
-        time.sleep(0.05)
-    return statuses, seconds
 
 
 def test_a_scraper_with_verified_credentials_is_answered_through_a_wrong_password_flood(  # type: ignore[no-untyped-def]
