@@ -58,6 +58,29 @@ def test_gzip_accepted(header: str, expected: bool) -> None:
     assert expected == gzip_accepted(header)
 
 
+ACCEPT_VARIANTS = [f"application/openmetrics-text;version=1.{k}.{n};escaping={e},text/plain;version=0.0.4;q=0.5"
+                   for k in range(4) for n in range(3) for e in ("underscores", "allow-utf-8")]
+
+
+def test_accept_versions_render_one_openmetrics_body_with_one_content_type() -> None:
+    snap = snapshot()
+    CountingFamilies.walks = 0
+
+    rendered = [render(snap, accept, "") for accept in ACCEPT_VARIANTS]
+
+    assert 1 == CountingFamilies.walks
+    assert {"application/openmetrics-text; version=1.0.0; charset=utf-8"} == {r.content_type for r in rendered}
+    assert 1 == len({r.body for r in rendered})
+
+
+def test_a_text_version_the_client_names_is_not_echoed() -> None:
+    snap = snapshot()
+
+    rendered = [render(snap, f"text/plain;version=1.{n}.0", "") for n in range(3)]
+
+    assert {"text/plain; version=0.0.4; charset=utf-8"} == {r.content_type for r in rendered}
+
+
 def test_openmetrics_without_name_escaping_is_byte_identical_for_a_whole_node(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The demo's GPUs, NVMe, InfiniBand and job: the faster encoding changes no byte."""
     import functools

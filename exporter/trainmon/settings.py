@@ -272,7 +272,9 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("hpc-job-mapping-dir", parse_optional_path,
                "GPU-to-job mapping directory (DCGM format, written by Slurm prolog/epilog); "
                'enables trainmon_gpu_job_info{scheduler="slurm"}'),
-        Option("web-max-requests", parse_positive_int, "HTTP requests served at once; beyond it 503 at once"),
+        Option("web-max-requests", parse_positive_int,
+               "HTTP requests served at once in each lane (scrapes with verified credentials, or /metrics "
+               "without basic auth; everything else); beyond it 503 at once"),
         Option("web-header-timeout", parse_seconds,
                "seconds a connection has to send its request headers (from connecting, or its first byte "
                "after a keep-alive pause) before it is closed"),

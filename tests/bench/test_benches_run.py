@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("bench_ingest", [], "offered/s"),
     ("bench_owners", ["--refreshes", "5"], "8 of 100 pods hold GPUs"),
     ("bench_flood", ["--seconds", "1", "--idle", "200", "--flood", "200", "--settle", "0.2"], "flood answers"),
+    ("bench_auth_flood", ["--scrapes", "5", "--clients", "8", "--cost", "4"], "wrong-password clients"),
     ("bench_soak", ["--minutes", "0.1", "--ranks", "16"], "live ranks"),
 ])
 def test_benchmark_prints_its_table(bench: str, args: list[str], expected: str) -> None:

@@ -7,13 +7,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.clock import Clock
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.kubelet import GPU, Claim, FakeKubelet, Pod, garbage_server, kubelet_server
 from tests.helpers.metrics import parse_samples, samples_of
@@ -59,9 +60,10 @@ def socket_path() -> Iterator[Path]:
         yield Path(directory) / "kubelet.sock"
 
 
-def collector(socket: Path, inventory: GpuInventory, **kwargs: float) -> PodResourcesCollector:
+def collector(socket: Path, inventory: GpuInventory, clock: Callable[[], float] = time.monotonic,
+              refresh_s: float | None = None) -> PodResourcesCollector:
     settings = Settings(kubelet_pod_resources_socket=socket, interval=1.0)
-    return PodResourcesCollector(settings, NodeResources(gpus=inventory), **kwargs)
+    return PodResourcesCollector(settings, NodeResources(gpus=inventory), refresh_s=refresh_s, clock=clock)
 
 
 def test_devices_match_by_uuid_by_index_and_time_slicing_replica() -> None:
@@ -174,6 +176,40 @@ def test_allocations_served_changed_and_removed(socket_path: Path, caplog: pytes
         finally:
             pods.close()
     assert 1 == sum("GPU-gone" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+def test_a_step_of_the_wall_clock_does_not_age_the_kubelet_answer(socket_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: a +2 h step of the wall clock failed the collector for up to 30 s ("the last kubelet
+    answer is 7230s old")."""
+    kubelet = FakeKubelet([Pod("team-a", "trainer-0", {"main": {GPU: [uuid(0)]}})])
+    with kubelet_server(socket_path, kubelet):
+        pods = collector(socket_path, node_inventory(), refresh_s=30)  # no refresh within the test
+        try:
+            pods.collect()
+            stepped = time.time() + 7200
+            monkeypatch.setattr(time, "time", lambda: stepped)
+
+            served = samples_of(pods.collect().families)
+        finally:
+            pods.close()
+
+    assert {allocation(0, "team-a", "trainer-0", "main")} == set(served)
+
+
+def test_an_answer_older_than_three_refreshes_fails_the_collector(socket_path: Path) -> None:
+    clock = Clock(1000.0)
+    kubelet = FakeKubelet([Pod("team-a", "trainer-0", {"main": {GPU: [uuid(0)]}})])
+    with kubelet_server(socket_path, kubelet):
+        pods = collector(socket_path, node_inventory(), refresh_s=3600, clock=clock)
+        try:
+            pods.collect()
+            clock.now += 3 * 3600 + 1
+
+            with pytest.raises(CollectorError, match="10801s old: the refresher is stuck"):
+                pods.collect()
+        finally:
+            pods.close()
 
 
 def test_kubelet_down_fails_the_collector_and_recovery_serves_again(socket_path: Path) -> None:

@@ -24,6 +24,8 @@ from tests.helpers.trees import (
 )
 from trainmon.wire import STEP_BUCKETS, Collective, Report, encode
 
+OWNER_JOB = "bench-job"  # the Slurm job that owns every GPU, the job the ranks report too
+
 
 @dataclass
 class SyntheticNode:
@@ -34,10 +36,12 @@ class SyntheticNode:
     proc: Path = field(init=False)
     sys: Path = field(init=False)
     scenario_path: Path = field(init=False)
+    job_mapping: Path = field(init=False)  # the Slurm prolog's GPU -> job files: every GPU has an owner
 
     def __post_init__(self) -> None:
         self.proc, self.sys = self.root / "proc", self.root / "sys"
         self.scenario_path = self.root / "nvml.json"
+        self.job_mapping = self.root / "job-mapping"
         self.write(step=0)
 
     def write(self, step: int) -> None:
@@ -49,10 +53,17 @@ class SyntheticNode:
         write_infiniband(self.sys, [IbDevice(f"mlx5_{i}", ports=[IbPort(f"mlx5_{i}", hw_counters=DEFAULT_HW_COUNTERS)])
                                     for i in range(self.ib_ports)])
         scenario.write(self.scenario_path, scenario.node(self.gpus))
+        self.job_mapping.mkdir(parents=True, exist_ok=True)
+        for gpu in range(self.gpus):
+            (self.job_mapping / str(gpu)).write_text(f"{OWNER_JOB}\n")
 
     def daemon_args(self, ingest_socket: Path, interval: float = 5.0) -> list[str]:
         return ["--procfs", str(self.proc), "--sysfs", str(self.sys), "--interval", str(interval),
                 "--collectors", "gpu,nvme,infiniband,training", "--ingest-socket", str(ingest_socket)]
+
+    def owner_args(self) -> list[str]:
+        """The daemon reads the Slurm owner of every GPU (trainmon_gpu_job_info)."""
+        return ["--hpc-job-mapping-dir", str(self.job_mapping)]
 
     def daemon_env(self, fake_nvml_dir: Path) -> dict[str, str]:
         return {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_SCENARIO": str(self.scenario_path)}
@@ -76,7 +87,7 @@ def rank_report(job_id: str, rank: int, world_size: int, step: int, seq: int) ->
 class RankFeeder:
     """Sends the reports of `ranks` training ranks to a daemon's ingest socket, as the hook would."""
 
-    def __init__(self, ingest_socket: Path, ranks: int, job_id: str = "bench-job") -> None:
+    def __init__(self, ingest_socket: Path, ranks: int, job_id: str = OWNER_JOB) -> None:
         self._path = os.fspath(ingest_socket)
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._ranks = ranks

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import resource
 import selectors
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
 
 PARTIAL_HEADER = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # no blank line: the headers never end
 FULL_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
+WRONG_PASSWORD = (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Basic "
+                  + base64.b64encode(b"prometheus:wrong") + b"\r\n\r\n")
 
 
 def allow_open_files(count: int) -> None:
@@ -49,27 +56,31 @@ def idle_connections(port: int, count: int) -> Iterator[list[socket.socket]]:
             sock.close()
 
 
-def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
-    """Open `count` connections that each send a whole /metrics request, then read every answer.
+class Requests:
+    """Connections that each sent `request`, read as their answers arrive, counted by status line."""
 
-    Returns how many got each status line ("200", "503"), were closed without an answer
-    ("closed") or were still waiting at `timeout` ("waiting").
-    """
-    allow_open_files(count)
-    outcomes: Counter[str] = Counter()
-    selector = selectors.DefaultSelector()
-    answers: dict[socket.socket, bytearray] = {}
-    for _ in range(count):
-        sock = connect(port, FULL_REQUEST)
+    def __init__(self, port: int, request: bytes, outcomes: Counter[str]) -> None:
+        self._port, self._request, self._outcomes = port, request, outcomes
+        self._selector = selectors.DefaultSelector()
+        self._answers: dict[socket.socket, bytearray] = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self._answers)
+
+    def open(self) -> None:
+        sock = connect(self._port, self._request)
         if sock is None:
-            outcomes["refused"] += 1
-            continue
+            self._outcomes["refused"] += 1
+            return
         sock.setblocking(False)
-        selector.register(sock, selectors.EVENT_READ)
-        answers[sock] = bytearray()
-    deadline = time.monotonic() + timeout
-    while answers and time.monotonic() < deadline:
-        for key, _ in selector.select(timeout=0.5):
+        self._selector.register(sock, selectors.EVENT_READ)
+        self._answers[sock] = bytearray()
+
+    def read(self, timeout: float) -> int:
+        """Read what arrived within `timeout`; returns how many answers ended (their connections closed)."""
+        ended = 0
+        for key, _ in self._selector.select(timeout=timeout):
             ready = key.fileobj
             assert isinstance(ready, socket.socket)
             try:
@@ -79,15 +90,36 @@ def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
             except OSError:
                 chunk = b""
             if chunk:
-                answers[ready] += chunk
+                self._answers[ready] += chunk
                 continue
-            outcomes[_status(answers.pop(ready))] += 1
-            selector.unregister(ready)
+            self._outcomes[_status(self._answers.pop(ready))] += 1
+            self._selector.unregister(ready)
             ready.close()
-    outcomes["waiting"] += len(answers)
-    for sock in answers:
-        sock.close()
-    selector.close()
+            ended += 1
+        return ended
+
+    def close(self) -> None:
+        for sock in self._answers:
+            sock.close()
+        self._selector.close()
+
+
+def flood(port: int, count: int, timeout: float = 30.0) -> Counter[str]:
+    """Open `count` connections that each send a whole /metrics request, then read every answer.
+
+    Returns how many got each status line ("200", "503"), were closed without an answer
+    ("closed") or were still waiting at `timeout` ("waiting").
+    """
+    allow_open_files(count)
+    outcomes: Counter[str] = Counter()
+    requests = Requests(port, FULL_REQUEST, outcomes)
+    for _ in range(count):
+        requests.open()
+    deadline = time.monotonic() + timeout
+    while requests.pending and time.monotonic() < deadline:
+        requests.read(0.5)
+    outcomes["waiting"] += requests.pending
+    requests.close()
     return outcomes
 
 
@@ -95,3 +127,48 @@ def _status(answer: bytearray) -> str:
     if not answer.startswith(b"HTTP/1.1 "):
         return "closed"
     return answer[9:12].decode()
+
+
+@dataclass
+class Flood:
+    """What a running `request_flood` has been answered so far, by status line."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+
+@contextlib.contextmanager
+def request_flood(port: int, clients: int, request: bytes) -> Iterator[Flood]:
+    """`clients` connections that each send `request` (with `Connection: close`), read the answer and
+    send it again on a new connection, until the block ends; one thread, so the caller's own requests
+    do not queue behind many of the flood's threads for the interpreter."""
+    allow_open_files(clients)
+    flood = Flood()
+    stop = threading.Event()
+
+    def run() -> None:
+        requests = Requests(port, request, flood.outcomes)
+        for _ in range(clients):
+            requests.open()
+        while not stop.is_set():
+            for _ in range(requests.read(0.2)):
+                requests.open()
+        requests.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield flood
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def timed_scrapes(client: httpx.Client, count: int) -> tuple[list[int], list[float]]:
+    """`count` GETs of /metrics 0.05 s apart: each one's status and seconds to its whole answer."""
+    statuses, seconds = [], []
+    for _ in range(count):
+        start = time.perf_counter()
+        statuses.append(client.get("/metrics").status_code)
+        seconds.append(time.perf_counter() - start)
+        time.sleep(0.05)
+    return statuses, seconds

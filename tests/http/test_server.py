@@ -66,6 +66,19 @@ def test_metrics_in_both_formats_and_gzip(tmp_path: Path, daemons) -> None:  # t
     assert "/metrics" == str(daemon.get("/metrics").url.path)  # no 307 to /metrics/
 
 
+def test_accept_variants_get_one_of_two_content_types_never_the_clients_version(  # type: ignore[no-untyped-def]
+        tmp_path: Path, daemons) -> None:
+    daemons.append(daemon := start_daemon(tmp_path, tree_args(*node_tree(tmp_path))))
+    variants = [f"application/openmetrics-text;version=1.{k}.{n}" for k in range(4) for n in range(4)]
+
+    with httpx.Client(base_url=daemon.url) as client:
+        answers = [client.get("/metrics", headers={"Accept": accept}) for accept in [*variants, "text/plain"]]
+
+    assert {200} == {a.status_code for a in answers}
+    assert {"application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "text/plain; version=0.0.4; charset=utf-8"} == {a.headers["content-type"] for a in answers}
+
+
 def test_status_and_landing_page(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
     proc, sys = node_tree(tmp_path)
     breakable = sys / "class" / "infiniband" / "mlx5_1" / "ports" / "1" / "counters" / "symbol_error"

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tests.bench.bench_cardinality import widest_report
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import free_port, wait_until
+from tests.helpers.tools import require
 from tests.torch.jobs import metrics_when, samples
 from trainmon import wire
 
@@ -146,21 +149,35 @@ def test_a_deleted_socket_file_or_directory_is_made_again(tmp_path: Path, daemon
     assert 2 == daemon.log().count("ingest socket vanished")  # once per rebind, not once per cycle
 
 
-def test_a_forged_pid_a_takeover_and_a_foreign_goodbye_are_identity_rejections(
-        tmp_path: Path, daemons: list[Daemon]) -> None:
-    """Another member of the socket group cannot speak for this process or take its live slot."""
+SEND_AS_ITSELF = ("import json, os, socket, sys\n"
+                  "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                  "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"
+                  "for m in json.loads(sys.stdin.read()):\n"
+                  "    m['pid'] = os.getpid()\n"
+                  "    s.sendto(json.dumps(m).encode(), sys.argv[1])\n")
+
+
+def send_from_another_process(path: Path, messages: list[dict[str, object]]) -> None:
+    """Send `messages` from another process of this user, each carrying that process's own pid."""
+    subprocess.run([sys.executable, "-c", SEND_AS_ITSELF, str(path)], input=json.dumps(messages), text=True,
+                   check=True, timeout=60)
+
+
+def daemon_with_a_rank(tmp_path: Path, daemons: list[Daemon]) -> tuple[Daemon, Path]:
+    """A daemon serving rank 0 of job "ok" (this process, 5 steps), and its ingest socket."""
     daemon = training_daemon(tmp_path, daemons)
     path = tmp_path / "ingest.sock"
     send_json(path, report(steps=5))
     metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 5)
+    return daemon, path
+
+
+def test_a_forged_pid_a_takeover_and_a_foreign_goodbye_are_identity_rejections(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Another member of the socket group cannot speak for this process or take its live slot."""
+    daemon, path = daemon_with_a_rank(tmp_path, daemons)
     send_json(path, report(seq=2, steps=6, pid=os.getpid() + 1))
-    other = [report(steps=1, start_time=1_767_000_100.0), report(seq=2, type="bye")]
-    script = ("import json, os, socket, sys\n"
-              "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
-              "for m in json.loads(sys.argv[2]):\n"
-              "    m['pid'] = os.getpid()\n"
-              "    s.sendto(json.dumps(m).encode(), sys.argv[1])\n")
-    subprocess.run([sys.executable, "-c", script, str(path), json.dumps(other)], check=True)
+    send_from_another_process(path, [report(steps=1, start_time=1_767_000_100.0), report(seq=2, type="bye")])
     metrics_when(daemon, lambda t: total(t, "trainmon_ingest_rejected_total") == 3)
     send_json(path, report(seq=3, steps=7))
     text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 7)
@@ -168,6 +185,54 @@ def test_a_forged_pid_a_takeover_and_a_foreign_goodbye_are_identity_rejections(
     assert 3 == total(text, "trainmon_ingest_rejected_total", reason="identity")
     assert {} == samples(text, "trainmon_train_rank_exits_total")
     assert {str(os.getpid())} == {dict(k)["pid"] for k in samples(text, "trainmon_train_rank_info")}
+
+
+def test_goodbyes_for_made_up_jobs_from_another_process_leave_a_real_jobs_exits(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Issue 31: 128 goodbyes for made-up jobs erased every real job's trainmon_train_rank_exits_total."""
+    daemon, path = daemon_with_a_rank(tmp_path, daemons)
+    send_json(path, report(seq=2, type="bye", steps=5))  # a goodbye carries the rank's last totals
+    metrics_when(daemon, lambda t: total(t, "trainmon_train_rank_exits_total", job_id="ok") == 1)
+    send_from_another_process(path, [report(job_id=f"made-up-{i}", type="bye") for i in range(300)])
+    text = metrics_when(daemon, lambda t: total(t, "trainmon_ingest_evicted_total", reason="exit_job_ids") >= 44)
+
+    assert {(("job_id", "ok"), ("reason", "clean")): 1.0} == samples(text, "trainmon_train_rank_exits_total",
+                                                                       job_id="ok")
+
+
+SEND_STDIN = ("import socket, sys\n"
+              "socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(sys.stdin.buffer.read(), sys.argv[1])\n")
+
+
+def send_as(path: Path, uid: int, message: dict[str, object]) -> None:
+    subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", SEND_STDIN,
+                    str(path)], input=json.dumps(message).encode(), check=True, timeout=60)
+
+
+def test_without_host_pid_a_live_rank_is_taken_over_or_ended_only_by_its_own_uid(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Issue 31: the DaemonSet has no hostPID, so the daemon's kernel gives every sender pid 0 (the senders are
+    in other pid namespaces), and anyone who could reach the socket could overwrite a live rank. Here the
+    daemon runs in a pid namespace of its own and the senders, as two users, outside it."""
+    require(os.geteuid() == 0 and bool(shutil.which("unshare")) and bool(shutil.which("setpriv")),
+            "needs root, unshare and setpriv to run the daemon in a pid namespace and send as other users")
+    with tempfile.TemporaryDirectory(prefix="tm-") as directory:  # short, and open to the senders' uids
+        os.chmod(directory, 0o755)
+        path = Path(directory) / "ingest.sock"
+        daemon = start_daemon(tmp_path, ["--collectors", "training", "--interval", "0.2", "--ingest-socket",
+                                         str(path), "--ingest-socket-mode", "0666"],
+                              wrapper=["unshare", "--pid", "--fork", "--kill-child"])
+        daemons.append(daemon)
+        send_as(path, 1111, report(pid=10, steps=5))
+        metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 5)
+        send_as(path, 2222, report(pid=10, steps=1, start_time=1_767_000_100.0))  # a "restart"
+        send_as(path, 2222, report(pid=10, seq=2, steps=5, type="bye"))
+        metrics_when(daemon, lambda t: total(t, "trainmon_ingest_rejected_total") == 2)
+        send_as(path, 1111, report(pid=10, seq=2, steps=6))
+        text = metrics_when(daemon, lambda t: total(t, "trainmon_train_steps_total") == 6)
+
+    assert 2 == total(text, "trainmon_ingest_rejected_total", reason="identity")
+    assert {} == samples(text, "trainmon_train_rank_exits_total")
 
 
 def test_a_seq_leap_and_a_counter_going_backwards_are_refused(tmp_path: Path, daemons: list[Daemon]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from tests.helpers.clock import Clock
 from trainmon import wire
 from trainmon.collectors.training import rank_series
-from trainmon.ingest.ranks import Procfs, RankTable, TableView
+from trainmon.ingest.ranks import UNVERIFIED_EXIT_JOBS, VERIFIED_EXIT_JOBS, Procfs, RankTable, TableView
 
 
 def make_table(*, max_ranks: int = 8, ttl: float = 60, clock: Clock | None = None, **kwargs: object) -> RankTable:
@@ -69,7 +69,7 @@ def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
 
 
 def test_live_ranks_are_capped_and_refusals_counted() -> None:
-    """A flood of distinct job ids never holds more than max_ranks ranks, or job ids in the exit counter."""
+    """A flood of distinct job ids never holds more than max_ranks ranks."""
     clock = Clock(1000.0)
     table = make_table(max_ranks=4, ttl=60, clock=clock)
     for i in range(100):
@@ -82,8 +82,35 @@ def test_live_ranks_are_capped_and_refusals_counted() -> None:
     clock.now += 61
 
     assert (4, {"max_ranks": 96}) == (len(full.ranks), full.rejected)
-    assert 4 == len(table.view().exits) and 4 <= table.view().evicted["exit_job_ids"]
+    assert {(f"job-{i}", "lost") for i in range(4)} | {(f"later-{i}", "lost") for i in range(4)} == set(
+        table.view().exits)
     assert {"ttl": 4} == expired.evicted
+
+
+def test_goodbyes_for_made_up_jobs_never_forget_a_verified_jobs_exits() -> None:
+    """Issue 31: the exit counter kept max_ranks job ids, so 128 goodbyes for made-up jobs erased every real one."""
+    table = make_table(max_ranks=4)
+    table.receive(wire.encode(BASE), sender_pid=BASE.pid)
+    table.receive(wire.encode(dataclasses.replace(BASE, seq=2, kind="bye")), sender_pid=BASE.pid)
+    for i in range(UNVERIFIED_EXIT_JOBS + 100):
+        send(table, job_id=f"made-up-{i}", kind="bye", pid=7)
+    view = table.view()
+
+    assert 1 == view.exits[("job", "clean")]
+    assert UNVERIFIED_EXIT_JOBS + 1 == len(view.exits)
+    assert 100 == view.evicted["exit_job_ids"]
+
+
+def test_verified_jobs_are_forgotten_oldest_first_beyond_their_own_cap() -> None:
+    table = make_table(max_ranks=4)
+    for i in range(VERIFIED_EXIT_JOBS + 3):
+        job = dataclasses.replace(BASE, job_id=f"job-{i}")
+        table.receive(wire.encode(job), sender_pid=BASE.pid)
+        table.receive(wire.encode(dataclasses.replace(job, seq=2, kind="bye")), sender_pid=BASE.pid)
+    exits = table.view().exits
+
+    assert VERIFIED_EXIT_JOBS == len(exits)
+    assert {("job-0", "clean"), ("job-1", "clean"), ("job-2", "clean")}.isdisjoint(exits)
 
 
 def test_bad_datagrams_are_counted_by_reason() -> None:
@@ -95,7 +122,7 @@ def test_bad_datagrams_are_counted_by_reason() -> None:
 
 
 def burst(table: RankTable, *reports: wire.Report) -> None:
-    table.receive_burst([(wire.encode(r), None) for r in reports])
+    table.receive_burst([(wire.encode(r), None, None) for r in reports])
 
 
 def test_a_burst_applies_each_process_newest_report_and_counts_the_rest_coalesced() -> None:
@@ -117,8 +144,8 @@ def test_a_burst_never_coalesces_goodbyes_restarts_or_bad_datagrams() -> None:
     bye = dataclasses.replace(old, seq=6, kind="bye")
     restarted = dataclasses.replace(BASE, pid=BASE.pid + 1, start_time=BASE.start_time + 100, seq=1, steps=1)
 
-    table.receive_burst([(wire.encode(old), None), (wire.encode(bye), None), (b"{not json", None),
-                         (wire.encode(restarted), None)])
+    table.receive_burst([(wire.encode(old), None, None), (wire.encode(bye), None, None), (b"{not json", None, None),
+                         (wire.encode(restarted), None, None)])
     view = table.view()
 
     assert {("job", 0): 1} == steps(view)
@@ -133,8 +160,8 @@ def test_a_burst_of_one_validates_every_datagram() -> None:
     good = wire.encode(dataclasses.replace(BASE, seq=1))
     confused = wire.encode(dataclasses.replace(BASE, seq=2)).replace(b'"steps":', b'"steps":"x","was":')
 
-    table.receive_burst([(good, None)])
-    table.receive_burst([(confused, None)])
+    table.receive_burst([(good, None, None)])
+    table.receive_burst([(confused, None, None)])
 
     assert {"schema": 1} == dict(table.view().rejected)
 

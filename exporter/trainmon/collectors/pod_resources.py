@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +49,8 @@ class Listing:
 
     devices: tuple[Allocated, ...]
     error: str | None
-    at: float
+    at: float  # Unix time, for /api/v1/status
+    received: float  # the collector's monotonic clock: a step of the wall clock does not age an answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +141,15 @@ class PodResourcesCollector:
     name = "pod_resources"
 
     def __init__(self, settings: Settings, resources: NodeResources,
-                 refresh_s: float | None = None, call_timeout_s: float = CALL_TIMEOUT_SECONDS) -> None:
+                 refresh_s: float | None = None, call_timeout_s: float = CALL_TIMEOUT_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """`refresh_s` replaces `--kubelet-pod-resources-refresh`."""
         if settings.kubelet_pod_resources_socket is None:
             raise ConfigError("kubelet-pod-resources-socket", "", "the pod_resources collector needs the socket")
         self._socket: Path = settings.kubelet_pod_resources_socket
         self._inventory = resources.gpus
         self._refresh_s = settings.kubelet_pod_resources_refresh if refresh_s is None else refresh_s
+        self._clock = clock
         self._call_timeout_s = min(call_timeout_s, self._refresh_s / 2)
         # The first collection waits a little for the first answer, so `trainmon check` has one.
         self._first_wait_s = settings.collector_timeout / 2
@@ -166,11 +169,12 @@ class PodResourcesCollector:
     def refresh(self) -> Listing:
         """One `List` call; what `collect()` serves until the next."""
         try:
-            listing = Listing(devices=list_devices(self._socket, self._call_timeout_s), error=None, at=time.time())
+            devices, error = list_devices(self._socket, self._call_timeout_s), None
         except KubeletError as exc:
-            listing = Listing(devices=(), error=str(exc), at=time.time())
+            devices, error = (), str(exc)
         except Exception as exc:  # whatever else goes wrong, the refresher thread must live on
-            listing = Listing(devices=(), error=error_line(exc), at=time.time())
+            devices, error = (), error_line(exc)
+        listing = Listing(devices=devices, error=error, at=time.time(), received=self._clock())
         self._listing = listing
         self._listed.set()
         return listing
@@ -182,7 +186,7 @@ class PodResourcesCollector:
             raise CollectorError(f"no answer yet from the kubelet at {self._socket}")
         if listing.error is not None:
             raise CollectorError(f"kubelet PodResources List at {self._socket} failed: {listing.error}")
-        age = time.time() - listing.at
+        age = self._clock() - listing.received
         if age > STALE_AFTER_REFRESHES * self._refresh_s:
             raise CollectorError(f"the last kubelet answer is {age:.0f}s old: the refresher is stuck")
         gpus = self._inventory.latest()

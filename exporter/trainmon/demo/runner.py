@@ -1,20 +1,20 @@
-"""`trainmon demo`: the real daemon on a simulated node, fed by a simulated job, in a temporary directory
-that is removed on every way out (normal stop, SIGTERM, SIGINT, an exception).
+"""`trainmon demo`: the real daemon on a simulated node, fed by a simulated job, in a per-user runtime
+directory that is removed on every way out (normal stop, SIGTERM, SIGINT, an exception), and after a
+SIGKILL by the next start (demo/runtime_dir.py).
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from trainmon.demo.job import RANKS, default_uuids, start_simulated_job
 from trainmon.demo.owners import Kubelet, kubelet_available, write_job_mapping
 from trainmon.demo.processes import SimulatedProcesses
+from trainmon.demo.runtime_dir import runtime_directory
 from trainmon.demo.tree import DemoTree
 from trainmon.settings import Settings
 from trainmon.simulation.incidents import INCIDENTS, Plan
@@ -37,8 +37,7 @@ def run_demo(settings: Settings, web: WebConfig | None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     processes = SimulatedProcesses(RANKS)  # forked before any thread starts
     try:
-        with tempfile.TemporaryDirectory(prefix="trainmon-demo-") as directory:
-            root = Path(directory)
+        with runtime_directory() as root:
             plan = Plan(settings.incident, settings.incident_after)
             if settings.incident:
                 log.warning("incident %s planted: it starts in %.0fs and ends in %s", settings.incident,

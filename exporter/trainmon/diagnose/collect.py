@@ -10,6 +10,9 @@ from trainmon.diagnose.prometheus import PrometheusClient, Sample
 
 BY_RANK = "instance, rank"
 NVME_LATENCY_SECONDS = 0.05  # as TrainmonNVMeLatencyHigh
+# One increase() each: increase() drops the name, so over a name regex a port's counters would collide.
+IB_ERROR_COUNTERS = ("trainmon_infiniband_symbol_error_total", "trainmon_infiniband_link_downed_total",
+                     "trainmon_infiniband_port_errors_received_total")
 RANK_COUNTERS = {
     "steps": "trainmon_train_steps_total",
     "step_seconds": "trainmon_train_step_duration_seconds_sum",
@@ -101,8 +104,8 @@ class Collector:
             "xid": (f"max by (instance, uuid) (trainmon_gpu_xid_last_timestamp_seconds{{{on}}}) "
                     f"> {self._now - self._window:.3f}", _uuid),
             "ecc": (f"sum by (instance, uuid) (increase(trainmon_gpu_ecc_errors_total{{{on}}}{r})) > 0", _uuid),
-            "ib_errors": (f'sum by (instance, device, port) (increase({{__name__=~"trainmon_infiniband_'
-                          f'(symbol_error|link_downed|port_errors_received)_total", {on}}}{r})) > 0', _port),
+            "ib_errors": (" or ".join(f"sum by (instance, device, port) (increase({name}{{{on}}}{r})) > 0"
+                                      for name in IB_ERROR_COUNTERS), _port),
             "nvme_latency": (
                 f"(sum by (instance, device) (increase(trainmon_nvme_read_time_seconds_total{{{on}}}{r})"
                 f" + increase(trainmon_nvme_write_time_seconds_total{{{on}}}{r})))"

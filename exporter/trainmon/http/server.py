@@ -28,7 +28,7 @@ from trainmon.http.connections import (
     connection_limits,
     raise_nofile_limit,
 )
-from trainmon.http.limits import RequestLimit
+from trainmon.http.limits import RequestLimit, scrape_lane
 from trainmon.settings import Settings
 from trainmon.webconfig import WebConfig, load_web_config
 
@@ -144,7 +144,7 @@ def run_server(app: FastAPI, settings: Settings, web: WebConfig | None = None) -
     for noisy in (AcceptErrorLog.logger, "uvicorn.error"):  # a client decides how often these would log
         logging.getLogger(noisy).addFilter(OncePerInterval())
     config = uvicorn.Config(
-        RequestLimit(auth or app, settings.web_max_requests),
+        RequestLimit(auth or app, settings.web_max_requests, scrape_lane(auth)),
         host=settings.listen.host,
         port=settings.listen.port,
         http=GuardedH11Protocol.bound_to(guard),

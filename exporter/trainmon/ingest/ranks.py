@@ -16,8 +16,10 @@ Trust (SPEC §5): a datagram from the Unix socket carries the sender's pid from 
 its own namespace, so it must be one of the sender's `NSpid` entries in `<procfs>/<pid>/status` (the
 same number when both share a namespace), or the report is rejected (`identity`). A slot whose
 holder was proved that way and still runs is not taken over by another process, and only its own
-process can say its goodbye. UDP carries no proof, and neither does a sender outside the daemon's pid
-namespace (the kernel gives pid 0): such a report is trusted for what it says.
+process can say its goodbye. A sender outside the daemon's pid namespace (the kernel gives pid 0: the
+Kubernetes DaemonSet has no hostPID) is known by its uid instead, which the kernel gives in the daemon's
+user namespace: a live slot such a sender made is taken over or said goodbye to only by the same uid.
+UDP carries no proof: such a report is trusted for what it says.
 
 A report from a new incarnation of a rank (another pid or start time, its predecessor gone) replaces
 the old state: its cumulative values start again from zero, which Prometheus reads as a counter
@@ -44,9 +46,16 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RankKey = tuple[str, int]
-Datagram = tuple[bytes, int | None]  # the bytes and the kernel's sender pid (None: UDP, no proof)
+# The bytes, and the kernel's sender pid and uid (SCM_CREDENTIALS; None over UDP: no proof).
+Datagram = tuple[bytes, int | None, int | None]
 SenderProcess = tuple[object, ...]  # job_id, rank, pid, start_time, kernel pid: one process's reports
 STATUS_BYTES = 16 << 10  # /proc/<pid>/status is ~1.5 KB; more than this is not a status file
+# Job ids whose exit counts are remembered (each up to 3 series, ~1 KiB with a 128-character id):
+# jobs that had a rank proved by its sender pid (its own goodbye, or its slot expiring), and the rest
+# (goodbyes for ranks the table never held, senders without proof), each table forgetting its own oldest
+# first, so goodbyes for made-up jobs can fill only the second.
+VERIFIED_EXIT_JOBS = 1024
+UNVERIFIED_EXIT_JOBS = 256
 MAX_SEQ_STEP = 1 << 24  # seq advances one per report: a larger leap within one process is a forgery
 
 
@@ -86,6 +95,7 @@ class RankSlot:
     process: int  # the kernel's sender pid (Unix socket), else the report's pid
     verified: bool  # `process` came from the kernel
     series: int  # what the collector serves for this rank
+    owner_uid: int | None = None  # the sender's uid where the kernel gave no pid (another pid namespace)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +116,7 @@ class RankTable:
 
     Args:
         max_ranks: live (job_id, rank) pairs beyond which new ones are refused (`rejected{reason="max_ranks"}`).
-            It also caps the job ids remembered by the exit counter; the oldest is forgotten first
+            The exit counter's job ids are capped by VERIFIED_EXIT_JOBS and UNVERIFIED_EXIT_JOBS instead
             (`evicted{reason="exit_job_ids"}`).
         ttl: seconds of silence after which a rank is dropped (`evicted{reason="ttl"}`, exit `lost`).
         series_of: the series the collector serves for a report.
@@ -136,34 +146,34 @@ class RankTable:
         self._coalesced = 0
         self._rejected: Counter[str] = Counter()
         self._evicted: Counter[str] = Counter()
-        self._exits: OrderedDict[str, Counter[str]] = OrderedDict()
+        self._exits = ExitHistory()
         self._job_gone_at: dict[str, float] = {}  # job_id -> when its last live rank left
 
-    def receive(self, data: bytes, sender_pid: int | None = None) -> None:
+    def receive(self, data: bytes, sender_pid: int | None = None, sender_uid: int | None = None) -> None:
         """Validate and apply one datagram; never raises for bad input (it is counted)."""
-        self.receive_burst([(data, sender_pid)])
+        self.receive_burst([(data, sender_pid, sender_uid)])
 
     def receive_burst(self, burst: Sequence[Datagram]) -> None:
         """Apply datagrams that arrived together, coalescing each process's reports to its newest."""
-        parsed: list[tuple[dict[str, object], int | None] | None] = []
+        parsed: list[tuple[dict[str, object], int | None, int | None] | None] = []
         newest: dict[SenderProcess, int] = {}
-        for index, (data, sender_pid) in enumerate(burst):
+        for index, (data, sender_pid, sender_uid) in enumerate(burst):
             msg = self._rejecting(parse, data)
-            parsed.append(None if msg is None else (msg, sender_pid))
+            parsed.append(None if msg is None else (msg, sender_pid, sender_uid))
             if msg is not None and (sender := _sender_process(msg, sender_pid)) is not None:
                 newest[sender] = index
         coalesced = 0
         for index, item in enumerate(parsed):
             if item is None:
                 continue
-            msg, sender_pid = item
+            msg, sender_pid, sender_uid = item
             sender = _sender_process(msg, sender_pid)
             if sender is not None and newest[sender] != index:
                 coalesced += 1
                 continue
             report = self._rejecting(validate, msg)
             if report is not None:
-                self._rejecting(self._apply, report, sender_pid)
+                self._rejecting(self._apply, report, sender_pid, sender_uid)
         if coalesced:
             with self._lock:
                 self._messages += coalesced
@@ -192,7 +202,7 @@ class RankTable:
                 self._expire(key, now)
             for job_id in [j for j, t in self._job_gone_at.items() if now - t > self._exit_retention]:
                 del self._job_gone_at[job_id]
-                self._exits.pop(job_id, None)
+                self._exits.forget(job_id)
                 self._evicted["exit_retention"] += 1
             return TableView(
                 ranks=tuple(self._ranks.values()),
@@ -200,11 +210,11 @@ class RankTable:
                 coalesced=self._coalesced,
                 rejected=dict(self._rejected),
                 evicted=dict(self._evicted),
-                exits={(job, reason): n for job, reasons in self._exits.items() for reason, n in reasons.items()},
+                exits=self._exits.counts(),
                 series=self._series,
             )
 
-    def _apply(self, report: Report, sender_pid: int | None) -> None:
+    def _apply(self, report: Report, sender_pid: int | None, sender_uid: int | None) -> None:
         if sender_pid:  # None over UDP, 0 from outside our pid namespace: no proof
             if report.pid != sender_pid and report.pid not in self._procfs.pids_of(sender_pid):
                 raise MessageRejected("identity", f"pid {report.pid} sent by pid {sender_pid}")
@@ -219,6 +229,8 @@ class RankTable:
                 self._expire(key, now)
                 old = None
             if old is not None:
+                if old.owner_uid is not None and sender_uid != old.owner_uid:
+                    raise MessageRejected("identity", f"slot held by uid {old.owner_uid}")
                 self._check_successor(report, process, old)
             elif len(self._ranks) >= self._max_ranks and report.kind == "report":
                 raise MessageRejected("max_ranks", f"{len(self._ranks)} live ranks")
@@ -226,14 +238,15 @@ class RankTable:
                 self._messages += 1
                 if old is not None:
                     self._remove(key)
-                self._count_exit(report.job_id, report.exit_reason, now)
+                self._count_exit(report.job_id, report.exit_reason, now, verified=old is not None and old.verified)
                 return
             series = self._series_of(report)
             held = old.series if old is not None else 0
             if self._series - held + series > self._max_series:
                 raise MessageRejected("series_budget", f"{self._series} + {series} series")
             self._messages += 1
-            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series)
+            owner_uid = sender_uid if sender_pid == 0 else None  # no pid proof: the uid is the owner
+            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid)
             self._series += series - held
             self._job_gone_at.pop(report.job_id, None)
 
@@ -254,22 +267,49 @@ class RankTable:
             raise MessageRejected("stale", "an older incarnation")
 
     def _expire(self, key: RankKey, now: float) -> None:
+        verified = self._ranks[key].verified
         self._remove(key)
         self._evicted["ttl"] += 1
-        self._count_exit(key[0], "lost", now)
+        self._count_exit(key[0], "lost", now, verified=verified)
 
     def _remove(self, key: RankKey) -> None:
         self._series -= self._ranks.pop(key).series
 
-    def _count_exit(self, job_id: str, reason: str, now: float) -> None:
-        self._exits.setdefault(job_id, Counter())[reason] += 1
-        self._exits.move_to_end(job_id)
+    def _count_exit(self, job_id: str, reason: str, now: float, *, verified: bool) -> None:
         if not any(k[0] == job_id for k in self._ranks):
             self._job_gone_at[job_id] = now
-        while len(self._exits) > self._max_ranks:
-            forgotten, _ = self._exits.popitem(last=False)
+        for forgotten in self._exits.count(job_id, reason, verified=verified):
             self._job_gone_at.pop(forgotten, None)
             self._evicted["exit_job_ids"] += 1
+
+
+class ExitHistory:
+    """Exit counts by job id in two bounded tables, verified and not; a job moves to the verified one with
+    its first verified exit. Not thread-safe: the RankTable's lock guards it."""
+
+    def __init__(self) -> None:
+        self._verified: OrderedDict[str, Counter[str]] = OrderedDict()
+        self._unverified: OrderedDict[str, Counter[str]] = OrderedDict()
+
+    def count(self, job_id: str, reason: str, *, verified: bool) -> list[str]:
+        """Count one exit; returns the job ids forgotten to make room (oldest first)."""
+        counts = self._verified.get(job_id)
+        if counts is None:
+            counts = self._unverified.pop(job_id, None) or Counter()
+            (self._verified if verified else self._unverified)[job_id] = counts
+        counts[reason] += 1
+        table, cap = (self._verified, VERIFIED_EXIT_JOBS) if job_id in self._verified else (
+            self._unverified, UNVERIFIED_EXIT_JOBS)
+        table.move_to_end(job_id)
+        return [table.popitem(last=False)[0] for _ in range(len(table) - cap)]
+
+    def forget(self, job_id: str) -> None:
+        self._verified.pop(job_id, None)
+        self._unverified.pop(job_id, None)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        return {(job, reason): n for table in (self._verified, self._unverified) for job, reasons in table.items()
+                for reason, n in reasons.items()}
 
 
 def _sender_process(msg: Mapping[str, object], sender_pid: int | None) -> SenderProcess | None:

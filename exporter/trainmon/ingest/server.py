@@ -220,7 +220,7 @@ class IngestServer:
             while len(burst) < MAX_BURST:
                 try:
                     # one byte more than allowed: larger is "oversized"
-                    burst.append(_receive_unix(sock) if credentials else (sock.recv(MAX_DATAGRAM + 1), None))
+                    burst.append(_receive_unix(sock) if credentials else (sock.recv(MAX_DATAGRAM + 1), None, None))
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError as exc:
@@ -233,12 +233,13 @@ class IngestServer:
 
 
 def _receive_unix(sock: socket.socket) -> Datagram:
-    """One datagram and its sender's pid from SCM_CREDENTIALS (0 when the kernel gave none)."""
+    """One datagram and its sender's pid and uid from SCM_CREDENTIALS (pid 0 from another pid namespace)."""
     data, ancillary, _, _ = sock.recvmsg(MAX_DATAGRAM + 1, CREDENTIALS_SPACE)
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= UCRED.size:
-            return data, UCRED.unpack_from(payload)[0]
-    return data, 0
+            pid, uid, _ = UCRED.unpack_from(payload)
+            return data, pid, uid
+    return data, 0, None
 
 
 def _inode(path: Path) -> tuple[int, int] | None:
