@@ -12,14 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from trainmon.parsers.mountinfo import unescape
-
 MAX_COUNTER = (1 << 64) - 1
 NFS_FSTYPES = frozenset({"nfs", "nfs4"})
 BYTES_FIELDS = 8
 OP_FIELDS = 8  # 9 with errors (kernel 5.x); the first 8 are the same
 _DEVICE = re.compile(r"device (?P<source>\S+) mounted on (?P<point>.+) with fstype (?P<fstype>\S+)(?: (?P<rest>.*))?")
 _NUMBERS = re.compile(r"[0-9]+(?: [0-9]+)*")
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")  # the kernel's seq_escape, as in mountinfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +58,10 @@ class MountStats:
 
     records: dict[str, NfsMountStats]
     skipped: dict[str, str]
+
+
+def unescape(field: str) -> str:
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
 def parse_mountstats(text: str) -> MountStats:
