@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 MAX_COUNTER = (1 << 64) - 1
 _HEADER_LINES = frozenset({"snapshot_time", "start_time", "elapsed_time"})
-_COUNTER = re.compile(r"(?P<name>\w+) +(?P<count>[0-9]+) samples \[(?P<unit>\w+)\]"
-                      r"(?: +(?P<min>[0-9]+) +(?P<max>[0-9]+) +(?P<sum>[0-9]+)(?: +[0-9]+)?)?")
+_COUNTER_FIELDS = frozenset({4, 7, 8})  # name count samples [unit], then min max sum, then sumsq
+_SUM = 6
 _RPCS_SECTION = re.compile(r"^ *rpcs:\n(?P<body>(?: {5,}.*\n?)+)", re.MULTILINE)
 _IMPORT_VALUE = re.compile(r"^ *(?P<key>\w+): *(?P<value>[0-9]+)(?: usec)?$", re.MULTILINE)
 _LLITE = re.compile(r"(?P<fsname>[\w.]+)-(?P<instance>[0-9a-f]{8,16})")
@@ -36,21 +36,25 @@ class ImportRpcs:
 
 
 def parse_stats(text: str) -> dict[str, StatsCounter] | str:
-    """Counters by name, or why the text is not a Lustre stats file (garbage, or cut in a line)."""
+    """Counters by name, or why the text is not a Lustre stats file (garbage, or cut in a line).
+
+    String methods, not a regular expression: 24 of these files per cycle on a 3-mount client.
+    """
     if not text.startswith("snapshot_time"):
         return "no snapshot_time line"
     counters: dict[str, StatsCounter] = {}
     for line in text.splitlines():
-        line = line.strip()
-        if not line or line.split(" ", 1)[0] in _HEADER_LINES:
+        fields = line.split()
+        if not fields or fields[0] in _HEADER_LINES:
             continue
-        match = _COUNTER.fullmatch(line)
-        if match is None:
-            return f"line {line[:60]!r} is not `name count samples [unit] min max sum`"
-        count, total = int(match.group("count")), match.group("sum")
-        if max(count, int(total or 0)) > MAX_COUNTER:
-            return f"line {line[:60]!r} holds a value over 64 bits"
-        counters[match.group("name")] = StatsCounter(count, match.group("unit"), None if total is None else int(total))
+        digits = fields[1] + "".join(fields[4:]) if len(fields) in _COUNTER_FIELDS else ""
+        if not (digits.isdigit() and digits.isascii()) or fields[2] != "samples" \
+                or not (fields[3][0] == "[" and fields[3][-1] == "]"):
+            return f"line {line.strip()[:60]!r} is not `name count samples [unit] min max sum`"
+        count, total = int(fields[1]), int(fields[6]) if len(fields) > _SUM else None
+        if max(count, total or 0) > MAX_COUNTER:
+            return f"line {line.strip()[:60]!r} holds a value over 64 bits"
+        counters[fields[0]] = StatsCounter(count, fields[3][1:-1], total)
     return counters
 
 
