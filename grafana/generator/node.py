@@ -198,10 +198,11 @@ def _storage(b: Board) -> Board:
         ),
         graph(
             "File-system RPC latency",
-            "Mean time per RPC to the servers, against the mount's own last hour (TrainmonStorageSlow).",
+            "Mean time per RPC to the servers, and the mount's baseline: its best 5 minutes of the last hour "
+            "(TrainmonStorageSlow).",
             "s",
             Query(f"instance_mount:trainmon_fs_rpc_seconds:mean5m{{{node_matchers}}}", MOUNT + " 5m"),
-            Query(f"instance_mount:trainmon_fs_rpc_seconds:mean1h{{{node_matchers}}}", MOUNT + " 1h baseline"),
+            Query(f"instance_mount:trainmon_fs_rpc_seconds:mean5m_min1h{{{node_matchers}}}", MOUNT + " baseline"),
             width=8,
         ),
         graph(

@@ -499,18 +499,20 @@ and
 
 
 def storage_alerts(c: RulesConfig) -> list[Alert]:
-    """Storage tier 3 named beside the job that waits on it. Both judge a mount against its own last hour,
-    or a checkpoint against its job's usual one: no absolute latency fits Lustre, GPFS and NFS alike."""
+    """Storage tier 3 named beside the job that waits on it. A mount is judged against its own best 5 minutes
+    of the last hour, a checkpoint against its job's usual one: no absolute latency fits Lustre, GPFS and
+    NFS alike."""
     data_wait = f"instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.storage_dataloader_ratio}"
     factor = c.storage_slow_factor
     mount = "instance_mount:trainmon_fs"
     signals = {
         "rpc_latency": (
-            f"  {mount}_rpc_seconds:mean5m > {factor} * {mount}_rpc_seconds:mean1h\nand\n  {mount}_rpcs:rate5m > 1",
+            f"  {mount}_rpc_seconds:mean5m > {factor} * {mount}_rpc_seconds:mean5m_min1h\nand\n"
+            f"  {mount}_rpcs:rate5m > 1",
             "answers in {{ $value | humanizeDuration }} per RPC",
         ),
         "rpc_timeouts": (
-            f"  {mount}_rpc_timeouts:rate5m > {factor} * {mount}_rpc_timeouts:rate1h",
+            f"  {mount}_rpc_timeouts:rate5m > {factor} * {mount}_rpc_timeouts:rate5m_min1h",
             "times out {{ $value | humanize }} RPCs per second",
         ),
     }
@@ -524,9 +526,9 @@ def storage_alerts(c: RulesConfig) -> list[Alert]:
             labels=(("signal", signal),),
             summary="A network or parallel file system slows the training jobs on a node.",
             description=(
-                f"{{{{ $labels.mount }}}} on {{{{ $labels.instance }}}} {what}, over {factor:g}x its own last hour, "
-                f"while a training job on this node waits for data over {c.storage_dataloader_ratio:.0%} of its "
-                "step time."
+                f"{{{{ $labels.mount }}}} on {{{{ $labels.instance }}}} {what}, over {factor:g}x its best 5 "
+                f"minutes of the last hour, while a training job on this node waits for data over "
+                f"{c.storage_dataloader_ratio:.0%} of its step time."
             ),
         )
         for signal, (condition, what) in signals.items()

@@ -267,11 +267,12 @@ def fs_group(c: RulesConfig) -> Group:
         Record(record="instance_mount:trainmon_fs_rpcs:rate5m", expr=rate("trainmon_fs_rpcs_total")),
         Record(record="instance_mount:trainmon_fs_rpc_seconds:mean5m",
                expr=f"{rate(rpc_seconds)} / instance_mount:trainmon_fs_rpcs:rate5m"),
-        Record(record="instance_mount:trainmon_fs_rpc_seconds:mean1h",
-               expr=f"{rate(rpc_seconds, '1h')} / {rate('trainmon_fs_rpcs_total', '1h')}"),
         Record(record="instance_mount:trainmon_fs_rpc_timeouts:rate5m", expr=rate("trainmon_fs_rpc_timeouts_total")),
-        Record(record="instance_mount:trainmon_fs_rpc_timeouts:rate1h",
-               expr=rate("trainmon_fs_rpc_timeouts_total", "1h")),
+        # Each mount's own baseline: its best 5 minutes of the last hour. Against an average over the hour a
+        # slowdown would soon be its own baseline, and a mount seen for minutes only would have none.
+        *(Record(record=f"instance_mount:trainmon_fs_{name}_min1h",
+                 expr=f"min_over_time(instance_mount:trainmon_fs_{name}[1h])")
+          for name in ("rpc_seconds:mean5m", "rpc_timeouts:rate5m")),
         Record(record="instance:trainmon_fs_rpc_seconds:rate5m", expr=f"sum without (mount) ({rate(rpc_seconds)})"),
     ]
     rules += [
