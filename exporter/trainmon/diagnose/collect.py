@@ -119,8 +119,11 @@ class Collector:
             "xid": (f"max by (instance, uuid) (trainmon_gpu_xid_last_timestamp_seconds{{{on}}}) "
                     f"> {self._now - self._window:.3f}", _uuid),
             "ecc": (f"sum by (instance, uuid) (increase(trainmon_gpu_ecc_errors_total{{{on}}}{r})) > 0", _uuid),
-            "ib_errors": (f'sum by (instance, device, port) (increase({{__name__=~"trainmon_infiniband_'
-                          f'(symbol_error|link_downed|port_errors_received)_total", {on}}}{r})) > 0', _port),
+            # One increase() per counter: over a __name__ regex, increase() drops the names and the series of
+            # one port collide ("vector cannot contain metrics with the same labelset").
+            "ib_errors": (" or ".join(f"sum by (instance, device, port) (increase(trainmon_infiniband_{name}_total"
+                                      f"{{{on}}}{r})) > 0"
+                                      for name in ("symbol_error", "link_downed", "port_errors_received")), _port),
             "nvme_latency": (
                 f"(sum by (instance, device) (increase(trainmon_nvme_read_time_seconds_total{{{on}}}{r})"
                 f" + increase(trainmon_nvme_write_time_seconds_total{{{on}}}{r})))"
