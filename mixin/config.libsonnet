@@ -34,5 +34,8 @@
     infiniband_errors: 10,
     alert_for: {},
     group_intervals: {},
+    storage_slow_factor: 2.0,
+    storage_dataloader_ratio: 0.1,
+    checkpoint_slow_factor: 3.0,
   },
 }

@@ -20,7 +20,7 @@ from trainmon.errors import ConfigError
 from trainmon.profiles import PROFILES
 from trainmon.wire import DEFAULT_SOCKET
 
-DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training")
+DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training", "fs")
 # Setting one of these flags enables its collector (GPU ownership, SPEC §4) beside --collectors.
 FLAG_COLLECTORS = {"kubelet_pod_resources_socket": "pod_resources", "hpc_job_mapping_dir": "hpc_jobs"}
 
@@ -68,6 +68,8 @@ class Settings:
     kubelet_pod_resources_socket: Path | None = None
     kubelet_pod_resources_refresh: float = 30.0
     hpc_job_mapping_dir: Path | None = None
+    fs_mounts: re.Pattern[str] | None = None
+    gpfs_mmpmon: Path | None = None
     web_max_requests: int = 40
     web_header_timeout: float = 10.0
     log_level: str = "info"
@@ -272,6 +274,10 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("hpc-job-mapping-dir", parse_optional_path,
                "GPU-to-job mapping directory (DCGM format, written by Slurm prolog/epilog); "
                'enables trainmon_gpu_job_info{scheduler="slurm"}'),
+        Option("fs-mounts", parse_regex,
+               "regex: only network/parallel file-system mounts whose mount point matches (collector fs)"),
+        Option("gpfs-mmpmon", parse_optional_path,
+               "run this mmpmon (-p -s, fs_io_s) in the background for GPFS mounts (needs root)"),
         Option("web-max-requests", parse_positive_int,
                "HTTP requests served at once in each lane (scrapes with verified credentials, or /metrics "
                "without basic auth; everything else); beyond it 503 at once"),
@@ -287,7 +293,7 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
 # The flags `check` and `demo` use (`serve` takes every option); `demo` has its own defaults.
 CHECK_FLAGS = frozenset({"collectors", "procfs", "sysfs", "nvme-devices", "infiniband-devices", "gpu-processes",
                          "ingest-socket", "kubelet-pod-resources-socket", "kubelet-pod-resources-refresh",
-                         "hpc-job-mapping-dir", "log-level"})
+                         "hpc-job-mapping-dir", "fs-mounts", "gpfs-mmpmon", "log-level"})
 DEMO_FLAGS = frozenset({"listen", "interval", "collectors", "gpu-processes", "web-config", "log-level"})
 DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows after one interval
 

@@ -6,6 +6,7 @@ Built on the recording rules of prometheus/rules.yml (`rank:` and `job_id:` seri
 from __future__ import annotations
 
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
+from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
 from .config import DashboardConfig
 from .node import job_variable
@@ -358,6 +359,38 @@ def _efficiency(b: Board) -> Board:
     )
 
 
+def right_axis(unit: str) -> list[DynamicConfigValue]:
+    """A second series on its own unit and on the right-hand axis."""
+    return [DynamicConfigValue(id_val="unit", value=unit),
+            DynamicConfigValue(id_val="custom.axisPlacement", value="right")]
+
+
+def _data_path(b: Board) -> Board:
+    """Where the job's batches and checkpoints go: its wait beside its nodes' network file systems."""
+    job_matchers = b.config.matchers(JOB_LEVEL)
+    return b.row(
+        "Data path",
+        graph(
+            "Data-loader wait and file-system reads",
+            "The job's data-loader wait share (left) beside what its nodes read from network and parallel file "
+            "systems (right): wait up while reads drop is the storage tier (TrainmonStorageSlow); wait up with "
+            "reads steady is the input pipeline itself.",
+            "percentunit",
+            Query(f"job_id:trainmon_train_dataloader_wait_per_step_time:ratio{{{job_matchers}}}", "data wait"),
+            Query(f"job_id:trainmon_fs_read_bytes:rate5m{{{job_matchers}}}", "file-system read B/s"),
+            width=12,
+        ).override_by_name("file-system read B/s", right_axis("binBps")),
+        graph(
+            "Checkpoint writes and file-system latency",
+            "What the job's nodes write to their network file systems (checkpoints) and their mean RPC time.",
+            "binBps",
+            Query(f"job_id:trainmon_fs_written_bytes:rate5m{{{job_matchers}}}", "written"),
+            Query(f"job_id:trainmon_fs_rpc_seconds:mean5m{{{job_matchers}}}", "RPC latency"),
+            width=12,
+        ).override_by_name("RPC latency", right_axis("s")),
+    )
+
+
 def build(config: DashboardConfig) -> DashboardModel:
     board = Board(
         config=config,
@@ -366,4 +399,4 @@ def build(config: DashboardConfig) -> DashboardModel:
         description="One training job across its nodes: throughput, step time per rank, collectives and its GPUs.",
         variables=(job_variable(config), JOB_ID, INSTANCE),
     )
-    return _gpus(_precision(_communication(_efficiency(_step_time(_throughput(board)))))).build()
+    return _gpus(_data_path(_precision(_communication(_efficiency(_step_time(_throughput(board))))))).build()

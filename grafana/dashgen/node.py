@@ -1,4 +1,5 @@
-"""Node dashboard: each GPU, NVMe namespace and InfiniBand port of the selected nodes, and the daemon itself."""
+"""Node dashboard: each GPU, NVMe namespace, file-system mount and InfiniBand port of the selected nodes, and the
+daemon itself."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ NODE = 'job=~"$job", instance=~"$instance"'  # after the selector (DashboardConf
 GPU = "{{instance}} gpu {{gpu}}"
 DEV = "{{instance}} {{device}}"
 PORT = "{{instance}} {{device}}:{{port}}"
+MOUNT = "{{instance}} {{mount}}"
 RATE = "[$__rate_interval]"
 
 
@@ -180,6 +182,48 @@ def _nvme(b: Board) -> Board:
     )
 
 
+def _storage(b: Board) -> Board:
+    """Storage tier 3 per mount (recording rules of prometheus/rules.yml, `instance_mount:` series)."""
+    node_matchers = b.config.matchers(NODE)
+    return b.row(
+        "Storage",
+        graph(
+            "File-system throughput",
+            "Bytes applications read and wrote per second, per network or parallel file-system mount.",
+            "binBps",
+            Query(f"instance_mount:trainmon_fs_read_bytes:rate5m{{{node_matchers}}}", MOUNT + " read"),
+            Query(f"instance_mount:trainmon_fs_written_bytes:rate5m{{{node_matchers}}}", MOUNT + " write"),
+            width=8,
+        ),
+        graph(
+            "File-system operations",
+            "Client operations per second by kind (open, getattr, read, ...): a metadata storm from a "
+            "small-file dataset shows as open/getattr/lookup; the metadata series sums all but read and write.",
+            "cps",
+            Query(f"rate(trainmon_fs_operations_total{{{node_matchers}}}{RATE})", MOUNT + " {{op}}"),
+            Query(f"instance_mount:trainmon_fs_metadata_operations:rate5m{{{node_matchers}}}", MOUNT + " metadata"),
+            width=8,
+        ),
+        graph(
+            "File-system RPC latency",
+            "Mean time per RPC to the servers, and the mount's baseline: its best 5 minutes of the last hour "
+            "(TrainmonStorageSlow).",
+            "s",
+            Query(f"instance_mount:trainmon_fs_rpc_seconds:mean5m{{{node_matchers}}}", MOUNT + " 5m"),
+            Query(f"instance_mount:trainmon_fs_rpc_seconds:mean5m_min1h{{{node_matchers}}}", MOUNT + " baseline"),
+            width=8,
+        ),
+        graph(
+            "File-system RPC timeouts and in flight",
+            "RPCs timed out per second (NFS major timeouts, Lustre OSC imports) and RPCs in flight now (Lustre).",
+            "short",
+            Query(f"instance_mount:trainmon_fs_rpc_timeouts:rate5m{{{node_matchers}}}", MOUNT + " timeouts/s"),
+            Query(f"trainmon_fs_rpcs_in_flight{{{node_matchers}}}", MOUNT + " in flight"),
+            width=24,
+        ),
+    )
+
+
 def _infiniband(b: Board) -> Board:
     node_matchers = b.config.matchers(NODE)
     return b.row(
@@ -276,7 +320,7 @@ def build(config: DashboardConfig) -> DashboardModel:
         config=config,
         name="node",
         title="Node",
-        description="GPUs, NVMe, InfiniBand and the trainmon daemon of the selected nodes.",
+        description="GPUs, NVMe, network file systems, InfiniBand and the trainmon daemon of the selected nodes.",
         variables=(job_variable(config), INSTANCE),
     )
-    return _exporter(_infiniband(_nvme(_owners(_gpu(board))))).build()
+    return _exporter(_infiniband(_storage(_nvme(_owners(_gpu(board)))))).build()

@@ -17,7 +17,7 @@
               "summary": "A trainmon daemon cannot be scraped.",
               "description": "Prometheus has not scraped {{ $labels.instance }} (job {{ $labels.job }}) for 5 minutes: GPU, fabric and training alerts for this node are blind.",
               "runbook_url": $._config.runbook + "#trainmonexporterdown",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=31&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=36&var-instance={{ $labels.instance }}",
             },
           },
           {
@@ -211,7 +211,7 @@
               "summary": "A training rank's GPU is idle.",
               "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) of rank {{ $labels.rank }}, job {{ $labels.job_id }} on {{ $labels.instance }} has been idle for 15 minutes (activity {{ $value | humanizePercentage }}).",
               "runbook_url": $._config.runbook + "#trainmongpuidleduringtraining",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -313,7 +313,7 @@
               "summary": "A training rank is short of GPU memory.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }}: the CUDA caching allocator retried allocations or ran out of memory in the last 10 minutes.",
               "runbook_url": $._config.runbook + "#trainmongpumemorypressure",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=46&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -428,7 +428,7 @@
               "summary": "An InfiniBand port that was active is down.",
               "description": "Port {{ $labels.port }} of {{ $labels.device }} on {{ $labels.instance }} left the ACTIVE state (state {{ $value }}); NCCL traffic on this rail fails or falls back.",
               "runbook_url": $._config.runbook + "#trainmoninfinibandlinkdown",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=34&var-instance={{ $labels.instance }}",
             },
           },
           {
@@ -441,7 +441,7 @@
               "summary": "An InfiniBand port is flapping or counting errors.",
               "description": "Port {{ $labels.port }} of {{ $labels.device }} on {{ $labels.instance }} went down or counted {{ $value | humanize }} errors in 10 minutes: check the cable and transceiver.",
               "runbook_url": $._config.runbook + "#trainmoninfinibanderrors",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=28&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=33&var-instance={{ $labels.instance }}",
             },
           },
           {
@@ -456,6 +456,55 @@
               "description": "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request on average over 5 minutes.",
               "runbook_url": $._config.runbook + "#trainmonnvmelatencyhigh",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=24&var-instance={{ $labels.instance }}",
+            },
+          },
+        ],
+      },
+      {
+        "name": "trainmon.storage",
+        "interval": std.get($._config.group_intervals, "trainmon.storage", "1m"),
+        "rules": [
+          {
+            "alert": "TrainmonStorageSlow",
+            "expr": "(\n  instance_mount:trainmon_fs_rpc_seconds:mean5m > " + std.format('%g', $._config.storage_slow_factor) + " * instance_mount:trainmon_fs_rpc_seconds:mean5m_min1h\nand\n  instance_mount:trainmon_fs_rpcs:rate5m > 1\n)\nand on (job, instance)\n  instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.storage_dataloader_ratio),
+            "for": std.get($._config.alert_for, "TrainmonStorageSlow", "10m"),
+            "labels": {
+              "severity": "warning",
+              "signal": "rpc_latency",
+            },
+            "annotations": {
+              "summary": "A network or parallel file system slows the training jobs on a node.",
+              "description": "{{ $labels.mount }} on {{ $labels.instance }} answers in {{ $value | humanizeDuration }} per RPC, over " + std.format('%g', $._config.storage_slow_factor) + "x its best 5 minutes of the last hour, while a training job on this node waits for data over " + std.format('%d%%', std.round($._config.storage_dataloader_ratio * 100)) + " of its step time.",
+              "runbook_url": $._config.runbook + "#trainmonstorageslow",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
+            },
+          },
+          {
+            "alert": "TrainmonStorageSlow",
+            "expr": "(\n  instance_mount:trainmon_fs_rpc_timeouts:rate5m > " + std.format('%g', $._config.storage_slow_factor) + " * instance_mount:trainmon_fs_rpc_timeouts:rate5m_min1h\n)\nand on (job, instance)\n  instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.storage_dataloader_ratio),
+            "for": std.get($._config.alert_for, "TrainmonStorageSlow", "10m"),
+            "labels": {
+              "severity": "warning",
+              "signal": "rpc_timeouts",
+            },
+            "annotations": {
+              "summary": "A network or parallel file system slows the training jobs on a node.",
+              "description": "{{ $labels.mount }} on {{ $labels.instance }} times out {{ $value | humanize }} RPCs per second, over " + std.format('%g', $._config.storage_slow_factor) + "x its best 5 minutes of the last hour, while a training job on this node waits for data over " + std.format('%d%%', std.round($._config.storage_dataloader_ratio * 100)) + " of its step time.",
+              "runbook_url": $._config.runbook + "#trainmonstorageslow",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
+            },
+          },
+          {
+            "alert": "TrainmonCheckpointWriteSlow",
+            "expr": "job_id:trainmon_train_checkpoint_seconds:increase10m\n> " + std.format('%g', $._config.checkpoint_slow_factor) + " * job_id:trainmon_train_checkpoint_seconds:median1d",
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "A training job's checkpoint takes much longer than its usual one.",
+              "description": "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over " + std.format('%g', $._config.checkpoint_slow_factor) + "x its median checkpoint; its nodes write {{ with printf \"job_id:trainmon_fs_written_bytes:rate5m{job_id='%s'}\" $labels.job_id | query }}{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} to their network file systems.",
+              "runbook_url": $._config.runbook + "#trainmoncheckpointwriteslow",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=40&var-job_id={{ $labels.job_id }}",
             },
           },
         ],

@@ -3,7 +3,7 @@
   grafanaDashboards+:: {
     "trainmon-node.json": {
       "annotations": {},
-      "description": "GPUs, NVMe, InfiniBand and the trainmon daemon of the selected nodes.",
+      "description": "GPUs, NVMe, network file systems, InfiniBand and the trainmon daemon of the selected nodes.",
       "editable": true,
       "fiscalYearStartMonth": 0,
       "graphTooltip": 0,
@@ -968,6 +968,207 @@
           },
           "id": 26,
           "panels": [],
+          "title": "Storage",
+          "type": "row",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "Bytes applications read and wrote per second, per network or parallel file-system mount.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "binBps",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 8,
+            "x": 0,
+            "y": 72,
+          },
+          "id": 27,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "instance_mount:trainmon_fs_read_bytes:rate5m{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "legendFormat": "{{instance}} {{mount}} read",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "instance_mount:trainmon_fs_written_bytes:rate5m{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "legendFormat": "{{instance}} {{mount}} write",
+              "refId": "B",
+            },
+          ],
+          "title": "File-system throughput",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "Client operations per second by kind (open, getattr, read, ...): a metadata storm from a small-file dataset shows as open/getattr/lookup; the metadata series sums all but read and write.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "cps",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 8,
+            "x": 8,
+            "y": 72,
+          },
+          "id": 28,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "rate(trainmon_fs_operations_total{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}[$__rate_interval])",
+              "legendFormat": "{{instance}} {{mount}} {{op}}",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "instance_mount:trainmon_fs_metadata_operations:rate5m{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "legendFormat": "{{instance}} {{mount}} metadata",
+              "refId": "B",
+            },
+          ],
+          "title": "File-system operations",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "Mean time per RPC to the servers, and the mount's baseline: its best 5 minutes of the last hour (TrainmonStorageSlow).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "s",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 8,
+            "x": 16,
+            "y": 72,
+          },
+          "id": 29,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "instance_mount:trainmon_fs_rpc_seconds:mean5m{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "legendFormat": "{{instance}} {{mount}} 5m",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "instance_mount:trainmon_fs_rpc_seconds:mean5m_min1h{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "legendFormat": "{{instance}} {{mount}} baseline",
+              "refId": "B",
+            },
+          ],
+          "title": "File-system RPC latency",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "RPCs timed out per second (NFS major timeouts, Lustre OSC imports) and RPCs in flight now (Lustre).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "short",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 24,
+            "x": 0,
+            "y": 80,
+          },
+          "id": 30,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "instance_mount:trainmon_fs_rpc_timeouts:rate5m{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "legendFormat": "{{instance}} {{mount}} timeouts/s",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "trainmon_fs_rpcs_in_flight{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "legendFormat": "{{instance}} {{mount}} in flight",
+              "refId": "B",
+            },
+          ],
+          "title": "File-system RPC timeouts and in flight",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "collapsed": false,
+          "gridPos": {
+            "h": 1,
+            "w": 24,
+            "x": 0,
+            "y": 88,
+          },
+          "id": 31,
+          "panels": [],
           "title": "InfiniBand",
           "type": "row",
         },
@@ -990,9 +1191,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 72,
+            "y": 89,
           },
-          "id": 27,
+          "id": 32,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1037,9 +1238,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 72,
+            "y": 89,
           },
-          "id": 28,
+          "id": 33,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1102,9 +1303,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 72,
+            "y": 89,
           },
-          "id": 29,
+          "id": 34,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1136,9 +1337,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 80,
+            "y": 97,
           },
-          "id": 30,
+          "id": 35,
           "panels": [],
           "title": "Exporter",
           "type": "row",
@@ -1162,9 +1363,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 81,
+            "y": 98,
           },
-          "id": 31,
+          "id": 36,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1209,9 +1410,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 81,
+            "y": 98,
           },
-          "id": 32,
+          "id": 37,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1247,9 +1448,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 81,
+            "y": 98,
           },
-          "id": 33,
+          "id": 38,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2704,6 +2905,147 @@
           },
           "id": 38,
           "panels": [],
+          "title": "Data path",
+          "type": "row",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "The job's data-loader wait share (left) beside what its nodes read from network and parallel file systems (right): wait up while reads drop is the storage tier (TrainmonStorageSlow); wait up with reads steady is the input pipeline itself.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "percentunit",
+            },
+            "overrides": [
+              {
+                "matcher": {
+                  "id": "byName",
+                  "options": "file-system read B/s",
+                },
+                "properties": [
+                  {
+                    "id": "unit",
+                    "value": "binBps",
+                  },
+                  {
+                    "id": "custom.axisPlacement",
+                    "value": "right",
+                  },
+                ],
+              },
+            ],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 94,
+          },
+          "id": 39,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "job_id:trainmon_train_dataloader_wait_per_step_time:ratio{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\"}",
+              "legendFormat": "data wait",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "job_id:trainmon_fs_read_bytes:rate5m{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\"}",
+              "legendFormat": "file-system read B/s",
+              "refId": "B",
+            },
+          ],
+          "title": "Data-loader wait and file-system reads",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "What the job's nodes write to their network file systems (checkpoints) and their mean RPC time.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "binBps",
+            },
+            "overrides": [
+              {
+                "matcher": {
+                  "id": "byName",
+                  "options": "RPC latency",
+                },
+                "properties": [
+                  {
+                    "id": "unit",
+                    "value": "s",
+                  },
+                  {
+                    "id": "custom.axisPlacement",
+                    "value": "right",
+                  },
+                ],
+              },
+            ],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 94,
+          },
+          "id": 40,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "job_id:trainmon_fs_written_bytes:rate5m{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\"}",
+              "legendFormat": "written",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "job_id:trainmon_fs_rpc_seconds:mean5m{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\"}",
+              "legendFormat": "RPC latency",
+              "refId": "B",
+            },
+          ],
+          "title": "Checkpoint writes and file-system latency",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "collapsed": false,
+          "gridPos": {
+            "h": 1,
+            "w": 24,
+            "x": 0,
+            "y": 102,
+          },
+          "id": 41,
+          "panels": [],
           "title": "The job's GPUs",
           "type": "row",
         },
@@ -2728,9 +3070,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 94,
+            "y": 103,
           },
-          "id": 39,
+          "id": 42,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2768,9 +3110,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 94,
+            "y": 103,
           },
-          "id": 40,
+          "id": 43,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2806,9 +3148,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 102,
+            "y": 111,
           },
-          "id": 41,
+          "id": 44,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2844,9 +3186,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 102,
+            "y": 111,
           },
-          "id": 42,
+          "id": 45,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2882,9 +3224,9 @@
             "h": 8,
             "w": 24,
             "x": 0,
-            "y": 110,
+            "y": 119,
           },
-          "id": 43,
+          "id": 46,
           "repeatDirection": "h",
           "targets": [
             {

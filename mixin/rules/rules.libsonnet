@@ -207,6 +207,96 @@
         ],
       },
       {
+        "name": "trainmon.fs.rules",
+        "interval": std.get($._config.group_intervals, "trainmon.fs.rules", "30s"),
+        "rules": [
+          {
+            "record": "instance_mount:trainmon_fs_read_bytes:rate5m",
+            "expr": "rate(trainmon_fs_read_bytes_total{" + $._config.selector + "}[5m])",
+          },
+          {
+            "record": "instance_mount:trainmon_fs_written_bytes:rate5m",
+            "expr": "rate(trainmon_fs_written_bytes_total{" + $._config.selector + "}[5m])",
+          },
+          {
+            "record": "instance_mount:trainmon_fs_metadata_operations:rate5m",
+            "expr": "sum without (op) (rate(trainmon_fs_operations_total{" + $._config.selector + ", op!~\"read|write\"}[5m]))",
+          },
+          {
+            "record": "instance_mount:trainmon_fs_rpcs:rate5m",
+            "expr": "rate(trainmon_fs_rpcs_total{" + $._config.selector + "}[5m])",
+          },
+          {
+            "record": "instance_mount:trainmon_fs_rpc_seconds:mean5m",
+            "expr": "rate(trainmon_fs_rpc_seconds_total{" + $._config.selector + "}[5m]) / instance_mount:trainmon_fs_rpcs:rate5m",
+          },
+          {
+            "record": "instance_mount:trainmon_fs_rpc_timeouts:rate5m",
+            "expr": "rate(trainmon_fs_rpc_timeouts_total{" + $._config.selector + "}[5m])",
+          },
+          {
+            "record": "instance_mount:trainmon_fs_rpc_seconds:mean5m_min1h",
+            "expr": "min_over_time(instance_mount:trainmon_fs_rpc_seconds:mean5m[1h])",
+          },
+          {
+            "record": "instance_mount:trainmon_fs_rpc_timeouts:rate5m_min1h",
+            "expr": "min_over_time(instance_mount:trainmon_fs_rpc_timeouts:rate5m[1h])",
+          },
+          {
+            "record": "instance:trainmon_fs_rpc_seconds:rate5m",
+            "expr": "sum without (mount) (rate(trainmon_fs_rpc_seconds_total{" + $._config.selector + "}[5m]))",
+          },
+          {
+            "record": "instance:trainmon_fs_read_bytes:rate5m",
+            "expr": "sum without (mount) (instance_mount:trainmon_fs_read_bytes:rate5m)",
+          },
+          {
+            "record": "instance:trainmon_fs_written_bytes:rate5m",
+            "expr": "sum without (mount) (instance_mount:trainmon_fs_written_bytes:rate5m)",
+          },
+          {
+            "record": "instance:trainmon_fs_rpcs:rate5m",
+            "expr": "sum without (mount) (instance_mount:trainmon_fs_rpcs:rate5m)",
+          },
+          {
+            "record": "instance_job_id:trainmon_train_ranks:group",
+            "expr": "group by (job, instance, job_id) (rank:trainmon_train_rank_info:max)",
+          },
+          {
+            "record": "instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio",
+            "expr": "sum without (rank) (rank:trainmon_train_dataloader_wait_seconds:rate5m)\n/\n  sum without (rank) (rank:trainmon_train_step_duration_seconds_sum:rate5m)",
+          },
+          {
+            "record": "job_id:trainmon_fs_read_bytes:rate5m",
+            "expr": "sum by (job, job_id) (\n    instance:trainmon_fs_read_bytes:rate5m\n  * on (job, instance) group_right\n    instance_job_id:trainmon_train_ranks:group\n)",
+          },
+          {
+            "record": "job_id:trainmon_fs_written_bytes:rate5m",
+            "expr": "sum by (job, job_id) (\n    instance:trainmon_fs_written_bytes:rate5m\n  * on (job, instance) group_right\n    instance_job_id:trainmon_train_ranks:group\n)",
+          },
+          {
+            "record": "job_id:trainmon_fs_rpcs:rate5m",
+            "expr": "sum by (job, job_id) (\n    instance:trainmon_fs_rpcs:rate5m\n  * on (job, instance) group_right\n    instance_job_id:trainmon_train_ranks:group\n)",
+          },
+          {
+            "record": "job_id:trainmon_fs_rpc_seconds:rate5m",
+            "expr": "sum by (job, job_id) (\n    instance:trainmon_fs_rpc_seconds:rate5m\n  * on (job, instance) group_right\n    instance_job_id:trainmon_train_ranks:group\n)",
+          },
+          {
+            "record": "job_id:trainmon_fs_rpc_seconds:mean5m",
+            "expr": "job_id:trainmon_fs_rpc_seconds:rate5m / job_id:trainmon_fs_rpcs:rate5m",
+          },
+          {
+            "record": "job_id:trainmon_train_checkpoint_seconds:increase10m",
+            "expr": "avg without (instance, rank) (increase(trainmon_train_phase_seconds_total{" + $._config.selector + ", phase=\"checkpoint\"}[10m]))",
+          },
+          {
+            "record": "job_id:trainmon_train_checkpoint_seconds:median1d",
+            "expr": "quantile_over_time(0.5, (job_id:trainmon_train_checkpoint_seconds:increase10m > 0)[1d:1m])",
+          },
+        ],
+      },
+      {
         "name": "trainmon.ownership.rules",
         "interval": std.get($._config.group_intervals, "trainmon.ownership.rules", "30s"),
         "rules": [

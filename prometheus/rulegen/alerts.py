@@ -545,6 +545,63 @@ and
     ]
 
 
+def storage_alerts(c: RulesConfig) -> list[Alert]:
+    """Storage tier 3 named beside the job that waits on it. A mount is judged against its own best 5 minutes
+    of the last hour, a checkpoint against its job's usual one: no absolute latency fits Lustre, GPFS and
+    NFS alike."""
+    data_wait = f"instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.storage_dataloader_ratio}"
+    factor = c.storage_slow_factor
+    mount = "instance_mount:trainmon_fs"
+    signals = {
+        "rpc_latency": (
+            f"  {mount}_rpc_seconds:mean5m > {factor:g} * {mount}_rpc_seconds:mean5m_min1h\nand\n"
+            f"  {mount}_rpcs:rate5m > 1",
+            "answers in {{ $value | humanizeDuration }} per RPC",
+        ),
+        "rpc_timeouts": (
+            f"  {mount}_rpc_timeouts:rate5m > {factor:g} * {mount}_rpc_timeouts:rate5m_min1h",
+            "times out {{ $value | humanize }} RPCs per second",
+        ),
+    }
+    alerts = [
+        Alert(
+            alert="TrainmonStorageSlow",
+            expr=f"(\n{condition}\n)\nand on (job, instance)\n  {data_wait}",
+            # Longer than the 5-minute window a healthy one-minute checkpoint burst stays in.
+            for_="10m",
+            severity="warning",
+            labels=(("signal", signal),),
+            summary="A network or parallel file system slows the training jobs on a node.",
+            dashboard_url=panel_url(c, NODE, "File-system RPC latency"),
+            description=(
+                f"{{{{ $labels.mount }}}} on {{{{ $labels.instance }}}} {what}, over {factor:g}x its best 5 "
+                f"minutes of the last hour, while a training job on this node waits for data over "
+                f"{c.storage_dataloader_ratio:.0%} of its step time."
+            ),
+        )
+        for signal, (condition, what) in signals.items()
+    ]
+    return [
+        *alerts,
+        Alert(
+            alert="TrainmonCheckpointWriteSlow",
+            expr=f"""
+  job_id:trainmon_train_checkpoint_seconds:increase10m
+> {c.checkpoint_slow_factor:g} * job_id:trainmon_train_checkpoint_seconds:median1d""",
+            severity="warning",
+            summary="A training job's checkpoint takes much longer than its usual one.",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Checkpoint writes and file-system latency"),
+            description=(
+                "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over "
+                f"{c.checkpoint_slow_factor:g}x its median checkpoint; its nodes write "
+                '{{ with printf "job_id:trainmon_fs_written_bytes:rate5m{job_id=\'%s\'}" $labels.job_id | query }}'
+                "{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} "
+                "to their network file systems."
+            ),
+        ),
+    ]
+
+
 def alert_groups(c: RulesConfig) -> list[Group]:
     groups = {
         "trainmon.exporter": (exporter_alerts(c), "30s"),
@@ -554,6 +611,7 @@ def alert_groups(c: RulesConfig) -> list[Group]:
         "trainmon.loss_scale": (loss_scale_alerts(c), "1m"),
         "trainmon.collectives": (collective_alerts(c), "30s"),
         "trainmon.fabric": (fabric_alerts(c), "30s"),
+        "trainmon.storage": (storage_alerts(c), "1m"),
     }
     return [
         Group(name=name, interval=c.group_interval(name, interval),

@@ -61,6 +61,13 @@ class RulesConfig:
     alert_for: Mapping[str, str] = field(default_factory=dict)
     # A rule group's evaluation interval by group name, e.g. {"trainmon.gpu": "1m"}.
     group_intervals: Mapping[str, str] = field(default_factory=dict)
+    # A file-system mount is slow when its RPC latency (or timeout rate) over 5 minutes is this many
+    # times its own over the last hour, while a job on the node waits for data over this share of its
+    # step time (half of dataloader_bound_ratio: storage is named before the input pipeline is blamed).
+    storage_slow_factor: float = 2.0
+    storage_dataloader_ratio: float = 0.10
+    # A checkpoint phase this many times its job's median (over a day of 10-minute windows) is slow.
+    checkpoint_slow_factor: float = 3.0
 
     def m(self, metric: str, *matchers: str) -> str:
         """`metric{<selector>, *matchers}`."""

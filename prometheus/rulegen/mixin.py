@@ -76,6 +76,8 @@ def _value_expr(field: str, spec: str) -> str:
     if "=" in spec:  # a mapping field's entry, else the generator's own value
         key, _, fallback = spec.partition("=")
         return f"std.get({value}, {json.dumps(key)}, {json.dumps(fallback)})"
+    if spec == "g":
+        return f"std.format('%g', {value})"
     if spec == ".0%":
         return f"std.format('%d%%', std.round({value} * 100))"
     if spec:

@@ -36,6 +36,10 @@ STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
 JOB_STEP_SECONDS = "job_id:trainmon_train_step_duration_seconds_sum:rate5m"
 NVME_REQUESTS = "instance_device:trainmon_nvme_requests:rate5m"
 RANK_INFO = "rank:trainmon_train_rank_info:max"
+METADATA_OPS = 'op!~"read|write"'
+CHECKPOINT_PHASE = 'phase="checkpoint"'
+JOB_NODES = "instance_job_id:trainmon_train_ranks:group"
+CHECKPOINT_WINDOW = "job_id:trainmon_train_checkpoint_seconds:increase10m"
 
 
 def joined_name(series: str) -> str:
@@ -248,6 +252,76 @@ def nvme_group(c: RulesConfig) -> Group:
     )
 
 
+def fs_group(c: RulesConfig) -> Group:
+    """Storage tier 3 per mount, per node and per job (a job's nodes are those its ranks run on), and the
+    job-side signals TrainmonStorageSlow and TrainmonCheckpointWriteSlow compare them with."""
+
+    def rate(metric: str, window: str = "5m", *matchers: str) -> str:
+        return f"rate({c.m(metric, *matchers)}[{window}])"
+
+    rpc_seconds = "trainmon_fs_rpc_seconds_total"
+    rules = [
+        Record(record="instance_mount:trainmon_fs_read_bytes:rate5m", expr=rate("trainmon_fs_read_bytes_total")),
+        Record(record="instance_mount:trainmon_fs_written_bytes:rate5m",
+               expr=rate("trainmon_fs_written_bytes_total")),
+        Record(record="instance_mount:trainmon_fs_metadata_operations:rate5m",
+               expr=f"sum without (op) ({rate('trainmon_fs_operations_total', '5m', METADATA_OPS)})"),
+        Record(record="instance_mount:trainmon_fs_rpcs:rate5m", expr=rate("trainmon_fs_rpcs_total")),
+        Record(record="instance_mount:trainmon_fs_rpc_seconds:mean5m",
+               expr=f"{rate(rpc_seconds)} / instance_mount:trainmon_fs_rpcs:rate5m"),
+        Record(record="instance_mount:trainmon_fs_rpc_timeouts:rate5m", expr=rate("trainmon_fs_rpc_timeouts_total")),
+        # Each mount's own baseline: its best 5 minutes of the last hour. Against an average over the hour a
+        # slowdown would soon be its own baseline, and a mount seen for minutes only would have none.
+        *(Record(record=f"instance_mount:trainmon_fs_{name}_min1h",
+                 expr=f"min_over_time(instance_mount:trainmon_fs_{name}[1h])")
+          for name in ("rpc_seconds:mean5m", "rpc_timeouts:rate5m")),
+        Record(record="instance:trainmon_fs_rpc_seconds:rate5m", expr=f"sum without (mount) ({rate(rpc_seconds)})"),
+    ]
+    rules += [
+        Record(record=f"instance:trainmon_fs_{name}:rate5m",
+               expr=f"sum without (mount) (instance_mount:trainmon_fs_{name}:rate5m)")
+        for name in ("read_bytes", "written_bytes", "rpcs")
+    ]
+    rules += [
+        Record(record=JOB_NODES, expr=f"group by (job, instance, job_id) ({RANK_INFO})"),
+        Record(
+            record="instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio",
+            expr=f"""
+  sum without (rank) (rank:trainmon_train_dataloader_wait_seconds:rate5m)
+/
+  sum without (rank) ({STEP_SECONDS})""",
+        ),
+    ]
+    rules += [
+        Record(
+            record=f"job_id:trainmon_fs_{name}:rate5m",
+            expr=f"""
+sum by (job, job_id) (
+    instance:trainmon_fs_{name}:rate5m
+  * on (job, instance) group_right
+    {JOB_NODES}
+)""",
+        )
+        for name in ("read_bytes", "written_bytes", "rpcs", "rpc_seconds")
+    ]
+    rules += [
+        Record(record="job_id:trainmon_fs_rpc_seconds:mean5m",
+               expr="job_id:trainmon_fs_rpc_seconds:rate5m / job_id:trainmon_fs_rpcs:rate5m"),
+        # A checkpoint's length, as the checkpoint seconds of a 10-minute window (the ranks' average), and its
+        # job's usual one: the median over a day of the windows that held any.
+        Record(
+            record=CHECKPOINT_WINDOW,
+            expr=f"avg without (instance, rank) "
+                 f"(increase({c.m('trainmon_train_phase_seconds_total', CHECKPOINT_PHASE)}[10m]))",
+        ),
+        Record(
+            record="job_id:trainmon_train_checkpoint_seconds:median1d",
+            expr=f"quantile_over_time(0.5, ({CHECKPOINT_WINDOW} > 0)[1d:1m])",
+        ),
+    ]
+    return Group(name="trainmon.fs.rules", rules=rules)
+
+
 # GPU owners (SPEC §4 "GPU ownership"): (level, owner labels, info series). The owner series are
 # `_info` series joined here, never labels copied onto every GPU series.
 OWNERS = (
@@ -333,7 +407,7 @@ def recording_groups(c: RulesConfig) -> list[Group]:
     """In dependency order (promtool tests evaluate them in this order, `group_eval_order`)."""
     groups = [
         gpu_group(c), step_rates_group(c), wait_rates_group(c), training_group(), rank_gpu_group(c),
-        histogram_group(c), collectives_group(c), nvme_group(c), ownership_group(c),
+        histogram_group(c), collectives_group(c), nvme_group(c), fs_group(c), ownership_group(c),
         *efficiency_groups(c), fleet_group(c),
     ]
     return [replace(g, interval=c.group_interval(g.name, g.interval)) for g in groups]

@@ -7,6 +7,7 @@ from pathlib import Path
 from tests.helpers.clock import Clock
 from tests.helpers.metrics import SampleKey, samples_of
 from trainmon.collectors.base import NodeResources
+from trainmon.collectors.fs import FsCollector
 from trainmon.collectors.infiniband import HW_COUNTERS, InfinibandCollector
 from trainmon.collectors.nvme import NvmeCollector
 from trainmon.demo.tree import DemoTree, Traffic
@@ -19,7 +20,8 @@ GIB = 1 << 30
 def read(tree: DemoTree) -> dict[SampleKey, float]:
     settings = Settings(procfs=tree.proc, sysfs=tree.sys)
     values: dict[SampleKey, float] = {}
-    for collector in (NvmeCollector(settings, NodeResources()), InfinibandCollector(settings, NodeResources())):
+    for collector in (NvmeCollector(settings, NodeResources()), InfinibandCollector(settings, NodeResources()),
+                      FsCollector(settings, NodeResources())):
         collection = collector.collect()
         assert () == collection.skipped
         values |= samples_of(collection.families)
@@ -84,3 +86,26 @@ def test_incidents_take_a_port_down_and_slow_a_namespace(tmp_path: Path) -> None
             assert latency(values, "nvme3n1") > 0.05
             assert latency(values, "nvme3n2") < 0.001
         clock.now = 0.0
+
+
+def test_storage_slow_slows_the_lustre_mount_and_not_the_nfs_one(tmp_path: Path) -> None:
+    """The job's dataset streams from /lustre; under the incident its RPCs take 20x longer and time out."""
+    clock = Clock()
+    tree = DemoTree(tmp_path, Plan("storage-slow", after=10, clock=clock), clock)
+    traffic = Traffic(read_bytes=GIB, written_bytes=0, allreduce_bytes=[0] * 8)
+    advanced(tree, clock, traffic, 5)
+    healthy = read(tree)
+    advanced(tree, clock, traffic, 10)
+    values = read(tree)
+
+    def latency(vs: dict[SampleKey, float], mount: str) -> float:
+        seconds = value(vs, "trainmon_fs_rpc_seconds_total", mount=mount)
+        return seconds / value(vs, "trainmon_fs_rpcs_total", mount=mount)
+
+    assert 1 == value(healthy, "trainmon_fs_info", mount="/lustre", fstype="lustre")
+    assert 5 * GIB == value(healthy, "trainmon_fs_read_bytes_total", mount="/lustre")
+    assert latency(healthy, "/lustre") < 0.005
+    assert 0 == value(healthy, "trainmon_fs_rpc_timeouts_total", mount="/lustre")
+    assert latency(values, "/lustre") > 0.02
+    assert value(values, "trainmon_fs_rpc_timeouts_total", mount="/lustre") > 0
+    assert latency(values, "/home") < 0.001

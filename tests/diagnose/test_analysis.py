@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from trainmon.diagnose.analysis import Thresholds, diagnose
-from trainmon.diagnose.model import Hardware, Rank
+from trainmon.diagnose.model import Hardware, MountSignals, Rank
 
 NODE_A, NODE_B = "a:9842", "b:9842"
 
@@ -86,3 +86,51 @@ def test_no_time_at_all_is_nothing_found() -> None:
     result = diagnose("j", "1h", [rank(0, seconds=0.0)], [])
 
     assert ((), None, None) == (result.findings, result.goodput, result.mfu)
+
+
+def slow_mount(instance: str = NODE_A, **values: float) -> MountSignals:
+    """A Lustre mount whose RPCs took 1 ms in the window before and `rpc_latency` now (default 12 ms)."""
+    base = {"read_rate": 2e9, "read_rate_before": 2e9, "rpc_latency": 0.012, "rpc_latency_before": 0.001,
+            "metadata_rate": 40.0, "metadata_rate_before": 40.0}
+    return MountSignals(instance=instance, mount="/lustre/scratch", **{**base, **values})
+
+
+def test_data_wait_beside_a_mount_that_slowed_is_storage_with_the_mount_and_its_signals() -> None:
+    ranks = [rank(0, data_wait=30.0, step_seconds=90.0), rank(1, NODE_B, data_wait=30.0, step_seconds=90.0)]
+    mount = slow_mount(NODE_B, read_rate=0.5e9, timeouts=4.0)
+
+    result = diagnose("j", "1h", ranks, [], mounts=[mount, slow_mount("elsewhere:9842")])
+
+    (finding,) = result.findings
+    assert ("storage", "/lustre/scratch", NODE_B, 0.3) == (finding.cause, finding.mount, finding.instance,
+                                                           finding.share)
+    assert {"rpc_latency_seconds": 0.012, "rpc_latency_before_seconds": 0.001, "rpc_timeouts": 4.0,
+            "read_throughput_drop": 0.75} == finding.signals
+    assert [{"signal": "fs_latency", "instance": NODE_B, "device": "/lustre/scratch"}] == \
+        json.loads(json.dumps(result.as_dict()))["findings"][0]["hardware"]  # not the mount of another job's node
+
+
+def test_data_wait_on_a_fast_local_tier_stays_data_loading() -> None:
+    """Mounts as fast as before, or only a 1.5x latency wobble: the input pipeline itself."""
+    ranks = [rank(0, data_wait=30.0, step_seconds=90.0)]
+
+    result = diagnose("j", "1h", ranks, [], mounts=[slow_mount(rpc_latency=0.0015)])
+
+    assert ["data_loading"] == [f.cause for f in result.findings]
+
+
+def test_a_metadata_storm_alone_is_storage() -> None:
+    ranks = [rank(0, data_wait=30.0, step_seconds=90.0)]
+
+    result = diagnose("j", "1h", ranks, [], mounts=[slow_mount(rpc_latency=0.001, metadata_rate=900.0)])
+
+    assert {"metadata_ops_per_second": 900.0} == result.findings[0].signals
+
+
+def test_a_slow_mount_under_a_communication_bound_job_is_not_blamed() -> None:
+    """The job waits on its peers, not on data: a slow mount on its node does not make it storage."""
+    ranks = [rank(0, comm_wait=50.0), rank(1, NODE_B, comm_wait=50.0)]
+
+    result = diagnose("j", "1h", ranks, [], mounts=[slow_mount()])
+
+    assert ["communication"] == [f.cause for f in result.findings]

@@ -41,7 +41,7 @@ SHORTENED = {"stall", "hang"}  # their alerts go pending only after minutes: che
 MAX_PENDING_SECONDS = 90
 # What each incident's alert carries, so that it is seen on the right rank or device.
 LABELS = {"straggler": {"rank": "5"}, "gpu-lost": {"gpu": "6"}, "ib-down": {"device": "mlx5_3"},
-          "nvme-slow": {"device": "nvme3n1"}}
+          "nvme-slow": {"device": "nvme3n1"}, "storage-slow": {"mount": "/lustre"}}
 
 
 def alerts_of(prom: Prometheus, instance: str, job_id: str) -> list[dict[str, str]]:

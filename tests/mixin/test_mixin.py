@@ -41,6 +41,9 @@ CHANGED: dict[str, Any] = {
     "thermal_throttle_ratio": 0.15,
     "nvme_latency_seconds": 0.02,
     "infiniband_errors": 25,
+    "storage_slow_factor": 3.0,
+    "storage_dataloader_ratio": 0.2,
+    "checkpoint_slow_factor": 4.5,
     "alert_for": {"TrainmonTrainingStalled": "30m", "TrainmonGPUThermalThrottle": "20m"},
     "group_intervals": {"trainmon.gpu": "1m", "trainmon.fleet.rules": "2m"},
 }

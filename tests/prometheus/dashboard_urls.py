@@ -22,6 +22,7 @@ LABEL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
 ALERTNAME = re.compile(r"^\s*alertname:\s*(\S+)")
 EXP_LABELS = re.compile(r"^\s*-?\s*exp_labels:\s*(\{.*\})\s*$")
 EXP_ANNOTATIONS = re.compile(r"^(\s*)exp_annotations:\s*$")
+EXP_ALERTS_INLINE = re.compile(r"^(\s*)exp_alerts:\s*(\[.+\])\s*$")
 
 
 def dashboard_url_templates() -> dict[str, str]:
@@ -38,6 +39,17 @@ def expand(template: str, labels: dict[str, object]) -> str:
     return LABEL.sub(lambda m: str(labels.get(m.group(1), "")), template)
 
 
+def fill_inline(indent: str, alerts: list[dict[str, dict[str, object]]], template: str) -> str | None:
+    """`exp_alerts: [{exp_labels: {…}, exp_annotations: {…}}]` on one line, written back on one line."""
+    before = [dict(alert.get("exp_annotations", {})) for alert in alerts]
+    for alert in alerts:
+        alert.setdefault("exp_annotations", {})["dashboard_url"] = expand(template, alert.get("exp_labels", {}))
+    if before == [alert["exp_annotations"] for alert in alerts]:
+        return None
+    flow = yaml.safe_dump(alerts, default_flow_style=True, width=1 << 20, sort_keys=False).strip()
+    return f"{indent}exp_alerts: {flow}\n"
+
+
 def fill(text: str, templates: dict[str, str]) -> str:
     lines = text.splitlines(keepends=True)
     out: list[str] = []
@@ -50,6 +62,8 @@ def fill(text: str, templates: dict[str, str]) -> str:
         i += 1
         if match := ALERTNAME.match(line):
             alertname = match.group(1)
+        elif (match := EXP_ALERTS_INLINE.match(line)) and alertname in templates:
+            out[-1] = fill_inline(match.group(1), yaml.safe_load(match.group(2)), templates[alertname]) or line
         elif match := EXP_LABELS.match(line):
             labels = yaml.safe_load(match.group(1))
         elif (match := EXP_ANNOTATIONS.match(line)) and alertname in templates:

@@ -21,6 +21,7 @@ AVAILABLE: dict[str, str] = {
     "training": "trainmon.collectors.training:TrainingCollector",
     "pod_resources": "trainmon.collectors.pod_resources:PodResourcesCollector",
     "hpc_jobs": "trainmon.collectors.hpc_jobs:HpcJobsCollector",
+    "fs": "trainmon.collectors.fs:FsCollector",
 }
 
 __all__ = ["AVAILABLE", "Collection", "Collector", "NodeResources", "build_collector"]

@@ -169,7 +169,7 @@ class SimulatedJob:
         wait_for_peers = max(0.0, slowest - compute)  # the straggler's peers wait inside the all-reduce
         congested = 5.0 if self._plan.active("comm-bound") else 1.0  # a degraded fabric: slow all-reduces
         transfer = 0.18 * congested * rnd.uniform(0.95, 1.05)
-        data = 0.02 * rnd.uniform(0.5, 1.5)
+        data = (0.4 if self._plan.active("storage-slow") else 0.02) * rnd.uniform(0.5, 1.5)  # slow Lustre reads
         step = compute + transfer + wait_for_peers + data
         state.observe_step_seconds(step)
         state.data_wait += data

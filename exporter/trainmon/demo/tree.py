@@ -1,5 +1,6 @@
-"""The demo node's procfs/sysfs tree: 16 NVMe namespaces and 8 mlx5 InfiniBand ports, as the kernel lays
-them out, advanced with the simulated job's traffic so the real NVMe and InfiniBand collectors read it.
+"""The demo node's procfs/sysfs tree: 16 NVMe namespaces, 8 mlx5 InfiniBand ports, a Lustre and an NFS mount
+(`trainmon.demo.filesystems`), as the kernel and the clients lay them out, advanced with the simulated job's
+traffic so the real NVMe, InfiniBand and fs collectors read it.
 
 Files are replaced atomically (written under `scratch/`, then renamed), so a collector never reads half
 a value. Counters only grow, except on the incident's device.
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainmon.demo.filesystems import DemoFileSystems
 from trainmon.simulation.incidents import DOWN_PORT, SLOW_NAMESPACE, Plan
 from trainmon.sysfs.infiniband import HwCounter, PortCounter
 
@@ -82,6 +84,7 @@ class DemoTree:
         self._write_diskstats()
         for port in self._ports:
             self._write_port(port, PortCounter, HwCounter)
+        self._filesystems = DemoFileSystems(self.proc, plan, self._put)
 
     def advance(self, traffic: Traffic) -> None:
         now = self._clock()
@@ -91,6 +94,7 @@ class DemoTree:
         self._write_diskstats()
         for rank, port in enumerate(self._ports):
             self._advance_port(port, traffic.allreduce_bytes[rank] if rank < len(traffic.allreduce_bytes) else 0)
+        self._filesystems.advance(traffic.read_bytes, traffic.written_bytes)
 
     def _advance_namespace(self, namespace: _Namespace, traffic: Traffic, dt: float) -> None:
         stats, count = namespace.stats, len(self._namespaces)

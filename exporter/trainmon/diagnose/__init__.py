@@ -61,7 +61,9 @@ def main(argv: Sequence[str]) -> int:
     collector = Collector(PrometheusClient(args.prometheus), time.time(), window, args.dtype)
     try:
         ranks = collector.ranks(args.job)
-        hardware = collector.hardware({r.instance for r in ranks}) if ranks else []
+        instances = {r.instance for r in ranks}
+        hardware = collector.hardware(instances) if ranks else []
+        mounts = collector.mounts(instances) if ranks else []
     except PrometheusUnreadable as exc:
         print(f"trainmon diagnose: {exc}", file=sys.stderr)
         return 2
@@ -69,6 +71,6 @@ def main(argv: Sequence[str]) -> int:
         print(f"trainmon diagnose: Prometheus at {args.prometheus} has no trainmon_train_rank_info of job_id "
               f"{args.job!r} in the last {args.since} (check --job and --since)", file=sys.stderr)
         return 2
-    result = diagnose(args.job, args.since, ranks, hardware, Thresholds())
+    result = diagnose(args.job, args.since, ranks, hardware, Thresholds(), mounts)
     print(json.dumps(result.as_dict()) if args.json else render(result))
     return 1 if result.findings else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainmon.diagnose.model import Diagnosis, Finding, Hardware, Rank
+from trainmon.diagnose.model import Diagnosis, Finding, Hardware, MountSignals, Rank
 
 # Which hardware signals bear on which cause (a storage slowdown shows as data wait, a fabric one as
 # communication wait: they are told apart by their own counters and signals).
@@ -13,6 +13,7 @@ CAUSE_SIGNALS = {
     "straggler": ("throttle", "xid", "ecc", "ib_errors", "nvme_latency"),
     "communication": ("ib_errors", "xid"),
     "data_loading": ("nvme_latency",),
+    "storage": ("nvme_latency",),
     "stall": ("xid", "ecc", "throttle"),
     "hang": ("xid", "ib_errors"),
 }
@@ -24,10 +25,11 @@ class Thresholds:
     straggler_score: float = 0.75  # as TrainmonStragglerRank
     stall_seconds: float = 900.0  # as TrainmonTrainingStalled
     hang_seconds: float = 300.0  # as TrainmonCollectiveHang
+    storage_factor: float = 2.0  # as TrainmonStorageSlow: a mount's signal against its own window before
 
 
 def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[Hardware],
-             thresholds: Thresholds = Thresholds()) -> Diagnosis:
+             thresholds: Thresholds = Thresholds(), mounts: Sequence[MountSignals] = ()) -> Diagnosis:
     total = sum(r.seconds for r in ranks)
     if total <= 0:
         return Diagnosis(job_id=job_id, since=since, findings=(), mfu=None, goodput=None, ranks=len(ranks),
@@ -43,14 +45,39 @@ def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[
                                    + (f" ({explained:.0%} of it waiting for the straggler)" if explained else ""),
                             hardware=signals.on_job("communication")))
     data = sum(r.data_wait for r in ranks) / total
-    findings.append(Finding(cause="data_loading", share=data,
-                            detail=f"ranks waited for their next batch {data:.0%} of their time",
-                            hardware=signals.on_job("data_loading")))
+    findings.append(_data_wait(data, [m for m in mounts if m.instance in {r.instance for r in ranks}],
+                               thresholds, signals))
     kept = [f for f in findings if f.share >= thresholds.min_share or f.cause in {"stall", "hang"}]
     mfu, mfu_detail = _mfu(ranks)
     return Diagnosis(job_id=job_id, since=since, findings=tuple(sorted(kept, key=lambda f: -f.share)), mfu=mfu,
                      goodput=sum(r.compute for r in ranks) / total, ranks=len(ranks), rank_seconds=total,
                      mfu_detail=mfu_detail)
+
+
+def _data_wait(share: float, mounts: Sequence[MountSignals], t: Thresholds, signals: _Signals) -> Finding:
+    """Data wait is `storage` when a mount of the job's nodes moved against its own past (latency, timeouts,
+    throughput, metadata rate); otherwise the input pipeline itself (`data_loading`, a fast local tier)."""
+    moved = [(m, e) for m in mounts if (e := m.evidence(t.storage_factor))]
+    if not moved:
+        return Finding(cause="data_loading", share=share,
+                       detail=f"ranks waited for their next batch {share:.0%} of their time; no network file "
+                              "system of their nodes slowed", hardware=signals.on_job("data_loading"))
+    mount, evidence = max(moved, key=lambda item: len(item[1]))
+    others = sorted({f"{m.mount} on {m.instance}" for m, _ in moved} - {f"{mount.mount} on {mount.instance}"})
+    return Finding(
+        cause="storage", share=share, mount=mount.mount, instance=mount.instance, signals=evidence,
+        detail=f"ranks waited for their next batch {share:.0%} of their time while {mount.mount} on "
+               f"{mount.instance} moved: {', '.join(_describe(name, v) for name, v in evidence.items())}"
+               + (f" (also {', '.join(others)})" if others else ""),
+        hardware=tuple(Hardware("fs_latency", m.instance, m.mount) for m, _ in moved) + signals.on_job("storage"))
+
+
+def _describe(name: str, value: float) -> str:
+    return {"rpc_latency_seconds": f"RPC latency {value * 1000:.1f} ms",
+            "rpc_latency_before_seconds": f"from {value * 1000:.1f} ms",
+            "rpc_timeouts": f"{value:.0f} RPC timeouts",
+            "read_throughput_drop": f"read throughput down {value:.0%}",
+            "metadata_ops_per_second": f"metadata {value:.0f} ops/s"}[name]
 
 
 class _Signals:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from trainmon.diagnose.model import Hardware, Rank
+from trainmon.diagnose.model import Hardware, MountSignals, Rank
 from trainmon.diagnose.prometheus import PrometheusClient, Sample
 
 BY_RANK = "instance, rank"
@@ -93,6 +93,24 @@ class Collector:
         return {(s.labels.get("instance", ""), s.labels.get("uuid", "")): s.value
                 for s in self._client.vector(query, self._now)}
 
+    def mounts(self, instances: set[str]) -> list[MountSignals]:
+        """Each network file-system mount of these nodes: the window, and the window just before it."""
+        on = f"instance=~{any_of(instances)}"
+        fields: dict[str, str] = {  # RANGE: the window, or the window before it
+            "read_rate": f"rate(trainmon_fs_read_bytes_total{{{on}}}RANGE)",
+            "rpc_latency": f"increase(trainmon_fs_rpc_seconds_total{{{on}}}RANGE)"
+                           f" / increase(trainmon_fs_rpcs_total{{{on}}}RANGE)",
+            "timeouts": f"increase(trainmon_fs_rpc_timeouts_total{{{on}}}RANGE)",
+            "metadata_rate": f'sum without (op) (rate(trainmon_fs_operations_total{{{on}, op!~"read|write"}}RANGE))',
+        }
+        values: dict[tuple[str, str], dict[str, float]] = {}
+        for name, template in fields.items():
+            for suffix, window in (("", self._range), ("_before", f"{self._range} offset {self._window}s")):
+                for sample in self._client.vector(template.replace("RANGE", window), self._now):
+                    values.setdefault(_mount_key(sample), {})[name + suffix] = sample.value
+        return [MountSignals(instance=instance, mount=mount, **found)
+                for (instance, mount), found in sorted(values.items())]
+
     def hardware(self, instances: set[str]) -> list[Hardware]:
         """The signals on these nodes within the window."""
         on = f"instance=~{any_of(instances)}"
@@ -118,6 +136,10 @@ class Collector:
             found += [Hardware(signal=signal, instance=s.labels.get("instance", ""), device=device(s))
                       for s in self._client.vector(query, self._now)]
         return sorted(set(found), key=lambda h: (h.instance, h.signal, h.device))
+
+
+def _mount_key(sample: Sample) -> tuple[str, str]:
+    return sample.labels.get("instance", ""), sample.labels.get("mount", "")
 
 
 def _rank_key(sample: Sample) -> tuple[str, int] | None:

@@ -10,7 +10,7 @@ RUNBOOK = f"{DOCS_BASE}/runbook.md"
 RUNBOOK_ANCHORS = {
     "communication": "trainmoncommunicationbound", "data_loading": "trainmondataloaderbound",
     "phase": "time-in-phases", "stall": "trainmontrainingstalled", "straggler": "trainmonstragglerrank",
-    "hang": "trainmoncollectivehang", "mfu": "mfu", "goodput": "goodput",
+    "hang": "trainmoncollectivehang", "storage": "trainmonstorageslow", "mfu": "mfu", "goodput": "goodput",
 }
 
 
@@ -55,6 +55,43 @@ class Rank:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MountSignals:
+    """One network or parallel file-system mount of a job's node: the window against the window before it.
+
+    Rates are per second; latencies seconds per RPC; None where the client does not count it.
+    """
+
+    instance: str
+    mount: str
+    read_rate: float | None = None
+    read_rate_before: float | None = None
+    rpc_latency: float | None = None
+    rpc_latency_before: float | None = None
+    timeouts: float = 0.0  # RPC timeouts within the window
+    timeouts_before: float = 0.0
+    metadata_rate: float | None = None  # every operation but read and write
+    metadata_rate_before: float | None = None
+
+    def evidence(self, factor: float) -> dict[str, float]:
+        """The signals that moved by `factor` against the window before (empty: this mount looks healthy)."""
+        found: dict[str, float] = {}
+        if _rose(self.rpc_latency, self.rpc_latency_before, factor):
+            found["rpc_latency_seconds"] = self.rpc_latency or 0.0
+            found["rpc_latency_before_seconds"] = self.rpc_latency_before or 0.0
+        if self.timeouts > 0 and self.timeouts > factor * self.timeouts_before:
+            found["rpc_timeouts"] = self.timeouts
+        if self.read_rate is not None and self.read_rate_before and self.read_rate * factor < self.read_rate_before:
+            found["read_throughput_drop"] = 1 - self.read_rate / self.read_rate_before
+        if _rose(self.metadata_rate, self.metadata_rate_before, factor):
+            found["metadata_ops_per_second"] = self.metadata_rate or 0.0
+        return found
+
+
+def _rose(now: float | None, before: float | None, factor: float) -> bool:
+    return now is not None and before is not None and before > 0 and now > factor * before
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
     cause: str
     share: float
@@ -63,16 +100,20 @@ class Finding:
     instance: str | None = None
     uuid: str | None = None
     phase: str | None = None
+    mount: str | None = None
     hardware: tuple[Hardware, ...] = ()
+    signals: dict[str, float] = field(default_factory=dict)  # storage: what moved on the mount
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"cause": self.cause, "share": round(self.share, 4)}
-        for key in ("rank", "instance", "uuid", "phase"):
+        for key in ("rank", "instance", "uuid", "mount", "phase"):
             value = getattr(self, key)
             if value is not None and value != "":
                 out[key] = value
-        if self.cause in {"straggler", "communication", "data_loading"}:
+        if self.cause in {"straggler", "communication", "data_loading", "storage"}:
             out["hardware"] = [h.as_dict() for h in self.hardware]
+        if self.signals:
+            out["signals"] = {name: round(value, 6) for name, value in self.signals.items()}
         return out
 
 

@@ -7,7 +7,8 @@ from trainmon.diagnose.model import Diagnosis, Finding, runbook_url
 
 def _where(f: Finding) -> str:
     parts = [f"rank {f.rank}" if f.rank is not None else "", f"on {f.instance}" if f.instance else "",
-             f"GPU {f.uuid}" if f.uuid else "", f"phase {f.phase}" if f.phase else ""]
+             f"GPU {f.uuid}" if f.uuid else "", f"mount {f.mount}" if f.mount else "",
+             f"phase {f.phase}" if f.phase else ""]
     return " ".join(p for p in parts if p)
 
 

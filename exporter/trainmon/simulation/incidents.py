@@ -20,12 +20,14 @@ INCIDENTS: dict[str, str] = {
     "nvme-slow": "TrainmonNVMeLatencyHigh",
     "loss-scale": "TrainmonLossScaleCollapse",
     "hang": "TrainmonCollectiveHang",
+    "storage-slow": "TrainmonStorageSlow",
 }
 HUNG_RANK = 2  # stops before a collective; its peers wait in theirs
 STRAGGLER_RANK = 5  # healthy: computes 15% slower than its peers, under the 25% the alert wants
 LOST_GPU = 6
 DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down
 SLOW_NAMESPACE = "nvme3n1"
+SLOW_MOUNT = "/lustre"  # the Lustre mount whose servers slow down; the job then waits for its data
 # The healthy run's checkpoints, in seconds since start: the job enters its phase and the GPUs go quiet
 # at the same moments (the phase keeps the idle-GPU and stall alerts quiet).
 CHECKPOINT_FIRST_S, CHECKPOINT_EVERY_S, CHECKPOINT_S = 20.0, 120.0, 8.0

@@ -1,0 +1,145 @@
+"""Storage tier 3: network and parallel file-system clients (Lustre, GPFS, NFS), per mount (SPEC §4).
+
+Mounts come from <procfs>/self/mountinfo (only network types, filtered by `--fs-mounts`); each
+client's own counters are read the client's way (`trainmon.fsclients`). Only the clients' counter
+files are read, never the mount point itself: a hung server must not hang a collection. A file that
+cannot be read or parsed drops the series it feeds and is listed in `skipped`; a mount that is gone
+from mountinfo is gone from the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trainmon.collectors.base import Collection, NodeResources
+from trainmon.collectors.problems import ProblemLog
+from trainmon.errors import CollectorError, NoData
+from trainmon.families import Metric, counter, gauge, info
+from trainmon.fsclients import ClientReading, FsCounters
+from trainmon.fsclients.gpfs import MmpmonPoller
+from trainmon.fsclients.lustre import LustreTree, lustre_reading
+from trainmon.fsclients.nfs import nfs_reading
+from trainmon.parsers.mountinfo import Mount, parse_mountinfo
+from trainmon.parsers.mountstats import NFS_FSTYPES, NfsMountStats, parse_mountstats
+from trainmon.roots import Root, Unavailable, read_attribute
+from trainmon.settings import Settings
+
+log = logging.getLogger(__name__)
+MOUNTS_BYTES = 4 << 20  # mountinfo/mountstats grow with the mounts: thousands on a container host
+
+# FsCounters field -> (family, help); all per mount.
+COUNTERS: dict[str, tuple[str, str]] = {
+    "read_bytes": ("fs_read_bytes_total", "Bytes applications read, direct I/O included."),
+    "written_bytes": ("fs_written_bytes_total", "Bytes applications wrote, direct I/O included."),
+    "rpcs": ("fs_rpcs_total", "Requests the client sent to servers."),
+    "rpc_seconds": ("fs_rpc_seconds_total", "Total time of the requests sent to servers."),
+    "rpc_timeouts": ("fs_rpc_timeouts_total", "Requests to servers that timed out (NFS major timeouts, "
+                                              "Lustre OSC import timeouts)."),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MountReading:
+    mount: Mount
+    reading: ClientReading
+
+
+class FsCollector:
+    name = "fs"
+
+    def __init__(self, settings: Settings, resources: NodeResources) -> None:
+        self._proc = Root(settings.procfs, "procfs")
+        self._sys = Root(settings.sysfs, "sysfs")
+        self._include = settings.fs_mounts
+        self._problems = ProblemLog(log, self.name)
+        self._first_wait_s = settings.collector_timeout / 2
+        self._mmpmon = MmpmonPoller(settings.gpfs_mmpmon, settings.interval) if settings.gpfs_mmpmon else None
+
+    def collect(self) -> Collection:
+        self._proc.require()
+        mounts, skipped = self._mounts()
+        if not mounts:
+            raise NoData("no network or parallel file-system mounts in mountinfo")
+        readings = self._read(mounts)
+        skipped += [note for r in readings for note in r.reading.skipped]
+        found = [f"{r.mount.mount_point}: {r.mount.fstype} {r.mount.source}"
+                 f"{', ' + r.reading.found if r.reading.found else ''}" for r in readings]
+        return Collection(families=tuple(fs_families(readings)), found=tuple(found),
+                          skipped=self._problems.update(skipped))
+
+    def close(self) -> None:
+        if self._mmpmon is not None:
+            self._mmpmon.close()
+
+    def _mounts(self) -> tuple[list[Mount], list[str]]:
+        path = self._proc.join("self", "mountinfo")
+        text = read_attribute(path, MOUNTS_BYTES)
+        if isinstance(text, Unavailable):
+            if text.missing:
+                raise NoData(f"no self/mountinfo under {self._proc.path}")
+            raise CollectorError(f"{path}: {text.why}")
+        parsed = parse_mountinfo(text)
+        mounts = [m for m in parsed.records if self._include is None or self._include.search(m.mount_point)]
+        return mounts, list(parsed.skipped)
+
+    def _read(self, mounts: Sequence[Mount]) -> list[MountReading]:
+        nfs: dict[str, NfsMountStats | str] | str = \
+            self._nfs_stats() if any(m.fstype in NFS_FSTYPES for m in mounts) else {}
+        lustre = LustreTree.under(self._proc, self._sys)
+        llites, oscs = (lustre.instances("llite"), lustre.instances("osc")) \
+            if any(m.fstype == "lustre" for m in mounts) else ([], [])
+        if self._mmpmon is not None and any(m.fstype == "gpfs" for m in mounts):
+            self._mmpmon.wait_first(self._first_wait_s)
+        readings = []
+        for mount in mounts:
+            if mount.fstype in NFS_FSTYPES:
+                reading = nfs_reading(mount.mount_point, nfs if isinstance(nfs, str)
+                                      else nfs.get(mount.mount_point, "not in self/mountstats"))
+            elif mount.fstype == "lustre":
+                reading = lustre_reading(lustre, mount.mount_point, mount.source, llites, oscs)
+            elif mount.fstype == "gpfs" and self._mmpmon is not None:
+                reading = self._mmpmon.reading(mount.mount_point, mount.source)
+            elif mount.fstype == "gpfs":
+                reading = ClientReading(None, found="counters need --gpfs-mmpmon (root)")
+            else:
+                reading = ClientReading(None, found="no client counters read for this type")
+            readings.append(MountReading(mount, reading))
+        return readings
+
+    def _nfs_stats(self) -> dict[str, NfsMountStats | str] | str:
+        """Each NFS mount point's stats or why it has none; or why mountstats as a whole could not be read."""
+        text = read_attribute(self._proc.join("self", "mountstats"), MOUNTS_BYTES)
+        if isinstance(text, Unavailable):
+            return f"self/mountstats: {text.why}"
+        parsed = parse_mountstats(text)
+        return {**parsed.skipped, **parsed.records}
+
+
+def fs_families(readings: Sequence[MountReading]) -> list[Metric]:
+    fs_info = info("fs", "Network or parallel file-system mount (from mountinfo; source as it shows it). "
+                   "Join on mount.", ["mount", "fstype", "source"])
+    for r in readings:
+        fs_info.add_metric([r.mount.mount_point, r.mount.fstype, r.mount.source], {})
+    measured = [(r.mount.mount_point, r.reading.counters) for r in readings if r.reading.counters is not None]
+    families: list[Metric] = [fs_info]
+    for field_name, (name, documentation) in COUNTERS.items():
+        family = counter(name, documentation, ["mount"])
+        for mount_point, counters in measured:
+            value = getattr(counters, field_name)
+            if value is not None:
+                family.add_metric([mount_point], value)
+        families.append(family)
+    operations = counter("fs_operations_total", "Client operations, a fixed set of ops per file-system type.",
+                         ["mount", "op"])
+    in_flight = gauge("fs_rpcs_in_flight", "Requests to servers in flight now (Lustre OSC imports).", ["mount"])
+    for mount_point, counters in measured:
+        for op, count in counters.operations.items():
+            operations.add_metric([mount_point, op], count)
+        if counters.rpcs_in_flight is not None:
+            in_flight.add_metric([mount_point], counters.rpcs_in_flight)
+    return [*families, operations, in_flight]
+
+
+__all__ = ["FsCollector", "FsCounters", "fs_families"]

@@ -1,0 +1,52 @@
+"""What the `fs` collector adds to a collection cycle: 3 Lustre mounts x 7 OSCs and one NFS mount.
+
+    python -m tests.bench.bench_fs [--cycles N]
+
+A synthetic tree built from the real client samples (tests/fixtures/fs): per cycle mountinfo,
+mountstats, 3 llite stats and 21 OSC stats and import files are read and parsed. The collector
+runs in the background cycle, so this is what it adds there; a scrape renders the snapshot it left
+(the series count below), never reading a file. Prints figures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from tests.bench.common import machine
+from tests.helpers.fs_trees import build_fs_tree
+from trainmon.collectors.base import NodeResources
+from trainmon.collectors.fs import FsCollector
+from trainmon.settings import Settings
+
+LUSTRE_MOUNTS = ("scratch", "datasets", "checkpoints")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=500)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as root:
+        proc, system = build_fs_tree(Path(root), lustre=LUSTRE_MOUNTS)
+        collector = FsCollector(Settings(procfs=proc, sysfs=system), NodeResources())
+        collection = collector.collect()
+        timings = []
+        for _ in range(args.cycles):
+            start = time.perf_counter()
+            collector.collect()
+            timings.append((time.perf_counter() - start) * 1e3)
+    timings.sort()
+    series = sum(len(family.samples) for family in collection.families)
+    print(f"fs collector, {len(LUSTRE_MOUNTS)} Lustre mounts x 7 OSCs + 1 NFS mount, {args.cycles} cycles "
+          f"({machine()})")
+    print(f"  per cycle: p50 {statistics.median(timings):.3f} ms, p90 {timings[int(len(timings) * 0.9)]:.3f} ms, "
+          f"max {timings[-1]:.3f} ms")
+    print(f"  series served: {series} ({series / (len(LUSTRE_MOUNTS) + 1):.0f} per mount); skipped: "
+          f"{len(collection.skipped)}")
+
+
+if __name__ == "__main__":
+    main()
