@@ -67,6 +67,7 @@ class Settings:
     web_config: Path | None = None
     kubelet_pod_resources_socket: Path | None = None
     hpc_job_mapping_dir: Path | None = None
+    kmsg: Path = Path("/dev/kmsg")
     web_max_requests: int = 40
     web_header_timeout: float = 10.0
     log_level: str = "info"
@@ -270,6 +271,8 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
         Option("hpc-job-mapping-dir", parse_optional_path,
                "GPU-to-job mapping directory (DCGM format, written by Slurm prolog/epilog); "
                'enables trainmon_gpu_job_info{scheduler="slurm"}'),
+        Option("kmsg", parse_path, "kernel log read for XIDs (the ring buffer from its start, then followed); "
+               "a regular file is read the same way"),
         Option("web-max-requests", parse_positive_int, "HTTP requests served at once; beyond it 503 at once"),
         Option("web-header-timeout", parse_seconds,
                "seconds a connection has to send its request headers (from connecting, or its first byte "
@@ -282,7 +285,7 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
 
 # The flags `check` and `demo` use (`serve` takes every option); `demo` has its own defaults.
 CHECK_FLAGS = frozenset({"collectors", "procfs", "sysfs", "nvme-devices", "infiniband-devices", "gpu-processes",
-                         "ingest-socket", "kubelet-pod-resources-socket", "hpc-job-mapping-dir", "log-level"})
+                         "ingest-socket", "kubelet-pod-resources-socket", "hpc-job-mapping-dir", "kmsg", "log-level"})
 DEMO_FLAGS = frozenset({"listen", "interval", "collectors", "gpu-processes", "web-config", "log-level"})
 DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows after one interval
 

@@ -10,6 +10,7 @@ import ctypes.util
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,41 @@ def test_unsupported_values_gpm_and_xid_through_the_fake(tmp_path: Path, fake_nv
     for name in ("power_watts", "energy_joules_total", "sm_utilization_ratio", "sm_active_seconds_total"):
         assert (f"trainmon_gpu_{name}", ids(base, 1)) not in metrics
     assert metrics[("trainmon_gpu_sm_active_seconds_total", ids(base, 0))] > 0
+
+
+def test_kernel_log_history_and_nvml_events_count_each_xid_once(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                                 daemons: list[Daemon]) -> None:
+    """XIDs logged before the daemon started are served from the kernel log; the NVML event for the XID 79
+    the log also has counts once; a GPU of another node is not served; `trainmon check` names the source."""
+    base = scenarios.node(2)
+    now = time.clock_gettime(time.CLOCK_MONOTONIC)
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(
+        f"4,1,{int((now - 3600) * 1e6)},-;NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=python3, Graphics Exception\n"
+        f"4,2,{int((now - 1) * 1e6)},-;NVRM: Xid (PCI:0000:28:00): 79, pid=1, name=python3, fallen off the bus\n"
+        f"4,3,{int(now * 1e6)},-;NVRM: Xid (PCI:0000:c1:00): 48, pid=1, name=python3, DBE\n")
+    daemon, path = start(tmp_path, fake_nvml_dir, base, "--kmsg", str(kmsg))
+    daemons.append(daemon)
+    xid13, xid79 = (("trainmon_gpu_xid_errors_total", ids(base, i) | {("xid", x)}) for i, x in ((0, "13"), (1, "79")))
+    scrape_until(daemon, lambda m: xid13 in m and xid79 in m)
+
+    scenarios.write(path, {**scenarios.changed(base, 0, utilization_gpu=77),
+                           "xid_events": [{"id": 1, "gpu": 1, "xid": 79}]})
+    metrics = scrape_until(daemon, lambda m: m.get(("trainmon_gpu_utilization_ratio", ids(base, 0))) == 0.77)
+    time.sleep(3 * float(INTERVAL))  # cycles after the event was delivered
+    metrics = parse_samples(daemon.metrics_text())
+
+    assert (1.0, 1.0) == (metrics[xid13], metrics[xid79])
+    assert not [k for k in metrics if k[0] == "trainmon_gpu_xid_errors_total" and ("xid", "48") in k[1]]
+    status = daemon.get("/api/v1/status").json()
+    kmsg_status = next(c for c in status["collectors"] if c["name"] == "gpu")["details"]["kmsg"]
+    assert (True, ["0000:c1:00"]) == (kmsg_status["readable"], kmsg_status["other_buses"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
+    env.update(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_SCENARIO=str(path))
+    check = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu", "--kmsg", str(kmsg)],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert f"XIDs: kernel log {kmsg}" in check.stdout
+    unreadable = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu",
+                                 "--kmsg", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
+    assert "XIDs: NVML events only" in unreadable.stdout
+    assert "--kmsg" in unreadable.stdout

@@ -25,6 +25,7 @@ from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError
 from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import InventoryGpu
+from trainmon.health.kmsg_reader import KmsgReader, KmsgStatus
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
 from trainmon.nvml.errors import NVML_FAILURES, needs_reinit, nvml_error_line
@@ -32,6 +33,7 @@ from trainmon.nvml.metrics import GpuMetric
 from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
+from trainmon.parsers.kmsg import nvml_bus
 from trainmon.roots import Unavailable, list_directory, read_attribute
 from trainmon.settings import Settings
 
@@ -138,6 +140,9 @@ class GpuCollector:
         self._xid_problems: list[str] = []
         self._watcher: XidWatcher | None = None
         self._xids = XidCounts()
+        # The demo's simulated node has no kernel log of its own: its XIDs come from simulated NVML events.
+        self._kmsg = None if settings.simulated else KmsgReader(settings.kmsg, self._xids)
+        self._kmsg_started = False
         self._last_error = ""
         self._reinit_wanted = False
 
@@ -174,7 +179,7 @@ class GpuCollector:
                 continue
             self._attached.append(gpu)
         try:
-            self._watcher = XidWatcher([Watched(g.handle, g.identity.index, g.identity.uuid)
+            self._watcher = XidWatcher([Watched(g.handle, nvml_bus(g.identity.pci_bus_id))
                                         for g in self._attached], self._xids)
             self._xid_problems = list(self._watcher.unsupported)
         except NVML_FAILURES as exc:
@@ -192,6 +197,8 @@ class GpuCollector:
     def close(self) -> None:
         with self._cycle:
             self._close()
+            if self._kmsg is not None:
+                self._kmsg.stop()
 
     # --- one cycle -----------------------------------------------------------------------------------------
 
@@ -205,6 +212,9 @@ class GpuCollector:
             self._cycle.release()
 
     def _collect(self, now: float) -> Collection:
+        if self._kmsg is not None and not self._kmsg_started:
+            self._kmsg_started = True
+            self._kmsg.start()  # reads the ring buffer's history before this first collection
         if not self._session.is_open:
             try:
                 self._open(now)
@@ -285,16 +295,20 @@ class GpuCollector:
         read = [(s.identity, s.reading) for s in statuses if s.reading is not None]
         families += _value_families(read)
         families += _process_families(read, per_process=self._settings.gpu_processes)
-        families += _xid_families(self._xids)
+        families += _xid_families(self._xids, self._gpus.values())
+        kmsg = self._kmsg.status() if self._kmsg is not None else None
         skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped]
         skipped += self._unidentified + self._xid_problems
+        if kmsg is not None and kmsg.error:
+            skipped.append(f"kernel log: {kmsg.error}")
         return Collection(
             families=tuple(families),
-            found=tuple(self._found(statuses)),
+            found=(*self._found(statuses), _xid_source(kmsg)),
             skipped=tuple(skipped),
             details={"simulated": self._settings.simulated, "driver_version": self._session.driver_version,
                      "gpus": [{"index": s.identity.index, "uuid": s.identity.uuid, "name": s.identity.name,
-                               "up": s.reading is not None, "error": s.error} for s in statuses]},
+                               "up": s.reading is not None, "error": s.error} for s in statuses],
+                     "kmsg": _kmsg_details(kmsg, self._xids, self._gpus.values())},
         )
 
     def _info(self, statuses: Sequence[GpuStatus]) -> Metric:
@@ -381,15 +395,45 @@ def _process_name(pid: int) -> str:
         return ""  # gone, or in another PID namespace
 
 
-def _xid_families(counts: XidCounts) -> list[Metric]:
+def _by_bus(gpus: Iterable[Gpu]) -> dict[str, GpuIdentity]:
+    return {nvml_bus(gpu.identity.pci_bus_id): gpu.identity for gpu in gpus}
+
+
+def _xid_families(counts: XidCounts, gpus: Iterable[Gpu]) -> list[Metric]:
+    """XIDs of this node's GPUs (NVML has seen them since start); other buses' lines are only counted."""
     labels = (*GPU_LABELS, "xid")
-    total = counter("gpu_xid_errors_total", "XID errors reported by the driver since registration.", labels)
+    total = counter("gpu_xid_errors_total", "XID errors, every code, once per event (kernel log since boot, "
+                    "or NVML events where the kernel log is unreadable).", labels)
     last = gauge("gpu_xid_last_timestamp_seconds", "When this XID was last reported (Unix time).", labels)
-    for entry in counts.snapshot():
-        key = [str(entry.key.gpu), entry.key.uuid, str(entry.key.xid)]
+    by_bus = _by_bus(gpus)
+    for entry in sorted(counts.snapshot(), key=lambda e: (e.key.bus, e.key.xid)):
+        identity = by_bus.get(entry.key.bus)
+        if identity is None:
+            continue
+        key = [*_ids(identity), str(entry.key.xid)]
         total.add_metric(key, float(entry.count))
         last.add_metric(key, entry.last_seen)
     return [total, last]
+
+
+def _xid_source(kmsg: KmsgStatus | None) -> str:
+    """The line `trainmon check` prints about where XIDs come from, and why."""
+    if kmsg is None:
+        return "XIDs: simulated NVML events"
+    if kmsg.readable:
+        return (f"XIDs: kernel log {kmsg.path} (history since boot, {kmsg.records} records read) and NVML events, "
+                f"each event counted once")
+    return f"XIDs: NVML events only, since start (kernel log unreadable: {kmsg.error})"
+
+
+def _kmsg_details(kmsg: KmsgStatus | None, counts: XidCounts, gpus: Iterable[Gpu]) -> dict[str, object] | None:
+    if kmsg is None:
+        return None
+    by_bus = _by_bus(gpus)
+    foreign = sorted({e.key.bus for e in counts.snapshot() if e.key.bus not in by_bus})
+    return {"path": kmsg.path, "readable": kmsg.readable, "error": kmsg.error, "records": kmsg.records,
+            "xids": kmsg.xids, "duplicates": kmsg.duplicates, "malformed": kmsg.malformed, "lost": kmsg.lost,
+            "other_buses": foreign, "refused": counts.refused}
 
 
 __all__ = ["FAMILIES", "GpuCollector", "count_pci_gpus"]
