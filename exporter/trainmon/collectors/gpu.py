@@ -25,7 +25,9 @@ from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError
 from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import InventoryGpu
+from trainmon.health.catalog import action_of
 from trainmon.health.kmsg_reader import KmsgReader, KmsgStatus
+from trainmon.health.xid_catalog import CATALOG
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
 from trainmon.nvml.errors import NVML_FAILURES, needs_reinit, nvml_error_line
@@ -296,6 +298,7 @@ class GpuCollector:
         families += _value_families(read)
         families += _process_families(read, per_process=self._settings.gpu_processes)
         families += _xid_families(self._xids, self._gpus.values())
+        families.append(_catalog_family())
         kmsg = self._kmsg.status() if self._kmsg is not None else None
         skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped]
         skipped += self._unidentified + self._xid_problems
@@ -414,6 +417,14 @@ def _xid_families(counts: XidCounts, gpus: Iterable[Gpu]) -> list[Metric]:
         total.add_metric(key, float(entry.count))
         last.add_metric(key, entry.last_seen)
     return [total, last]
+
+
+def _catalog_family() -> Metric:
+    family = info("xid_catalog", "NVIDIA's Xid catalog: each code's mnemonic and the action its immediate "
+                  "resolution asks for; join on (xid).", ("xid", "mnemonic", "action"))
+    for xid, entry in CATALOG.items():
+        family.add_metric([str(xid)], {"mnemonic": entry.mnemonic, "action": action_of(entry).label})
+    return family
 
 
 def _xid_source(kmsg: KmsgStatus | None) -> str:
