@@ -38,6 +38,7 @@ class Node:
         self.scenario = scenario
         self.clock = Clock(1000.0)
         self.library = ScenarioLibrary(lambda: self.scenario)
+        settings.setdefault("kmsg", tmp_path / "kmsg")  # never the host's kernel log
         self.collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path, **settings), NodeResources(),
                                       library=self.library, clock=self.clock)
 
@@ -423,3 +424,65 @@ def test_every_gpu_metric_key_has_one_family_and_the_nvml_tables_use_only_those_
     assert list(FAMILIES) == list(GpuMetric)
     assert {f.metric for f in fields.FIELDS} | set(gpm.GPM_METRICS.values()) <= set(GpuMetric)
     assert all(isinstance(f.metric, GpuMetric) for f in fields.FIELDS)
+
+
+def health(collection: Collection) -> dict[str, tuple[str, set[str]]]:
+    """Per GPU index: the action of trainmon_gpu_health_action and the reasons."""
+    actions = {s.labels["gpu"]: s.labels["action"] for f in collection.families for s in f.samples
+               if s.name == "trainmon_gpu_health_action" and s.value == 1.0}
+    reasons: dict[str, set[str]] = {}
+    for family in collection.families:
+        for sample in family.samples:
+            if sample.name == "trainmon_gpu_health_reason_info":
+                reasons.setdefault(sample.labels["gpu"], set()).add(sample.labels["reason"])
+    return {gpu: (action, reasons.get(gpu, set())) for gpu, action in actions.items()}
+
+
+def test_health_verdict_per_gpu_from_the_nvml_values(node: Node) -> None:
+    """Pending remap and DBE ask for a reset, the driver's recovery action for a reboot, a failed remap for
+    service; a clean GPU needs nothing and has no reason series."""
+    recovery = str(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+    base = node.scenario
+    node.scenario = scenarios.changed(base, 2, fields={**base["gpus"][2]["fields"], recovery: 2})
+    node.scenario = scenarios.changed(node.scenario, 3, fields={**base["gpus"][3]["fields"],
+                                                                str(scenarios.FIELD["remap_failure"]): 1})
+    verdicts = health(node.collect())
+
+    assert ("none", set()) == verdicts["0"]
+    assert ("reset_gpu", {"row remap pending: reset the GPU to apply it",
+                          "uncorrectable ECC errors since the last reset: reset the GPU"}) == verdicts["1"]
+    assert "reboot" == verdicts["2"][0]
+    assert "NVML recovery action NODE_REBOOT: reboot the node" in verdicts["2"][1]
+    assert "drain" == verdicts["3"][0]
+    assert "row remapping failed: service the GPU" in verdicts["3"][1]
+
+
+def test_an_xid_in_the_kernel_log_cleared_by_a_reset_and_escalated_when_it_comes_back(tmp_path: Path) -> None:
+    """XID 119 (catalog: reset the GPU) from the kernel log; GPU 0 lost (reboot), back (the reset done: none);
+    the same XID again: drain."""
+    kmsg = tmp_path / "kmsg"
+    line = "4,{0},{0}000000,-;NVRM: Xid (PCI:0000:18:00): 119, pid=1, name=python3, Timeout waiting for RPC\n"
+    kmsg.write_text(line.format(1))
+    node = Node(scenarios.node(2), tmp_path)
+    try:
+        healthy = node.scenario
+        assert ("reset_gpu", {"XID 119 GSP_RPC_TIMEOUT: reset the GPU"}) == health(node.collect())["0"]
+        node.scenario = scenarios.changed(healthy, 0, errors={"*": 15})
+        assert "reboot" == health(node.collect())["0"][0]
+        node.scenario = healthy
+        assert ("none", set()) == health(node.collect(advance=60))["0"]
+
+        with kmsg.open("a") as log:
+            log.write(line.format(2))
+        wait_until(lambda: health(node.collect())["0"][0] == "drain", timeout=10)
+        assert {"XID 119 GSP_RPC_TIMEOUT again after a GPU reset: service the GPU"} == health(node.collect())["0"][1]
+    finally:
+        node.collector.close()
+
+
+def test_the_xid_catalog_is_served_once_per_code(node: Node) -> None:
+    catalog = {s.labels["xid"]: (s.labels["mnemonic"], s.labels["action"]) for f in node.collect().families
+               for s in f.samples if s.name == "trainmon_xid_catalog_info"}
+
+    assert 172 == len(catalog)
+    assert ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "reboot") == catalog["79"]

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +27,11 @@ from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import InventoryGpu
 from trainmon.health.catalog import action_of
 from trainmon.health.kmsg_reader import KmsgReader, KmsgStatus
+from trainmon.health.verdict import HealthTracker, Signals, Verdict, XidSeen, decide
 from trainmon.health.xid_catalog import CATALOG
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
-from trainmon.nvml.errors import NVML_FAILURES, needs_reinit, nvml_error_line
+from trainmon.nvml.errors import NVML_FAILURES, is_lost, is_reset_required, needs_reinit, nvml_error_line
 from trainmon.nvml.metrics import GpuMetric
 from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
@@ -98,6 +99,8 @@ class GpuStatus:
     identity: GpuIdentity
     reading: GpuReading | None
     error: str | None = None
+    lost: bool = False  # GPU_IS_LOST, or not enumerated by NVML since re-initialisation
+    reset_required: bool = False
 
 
 def count_pci_gpus(sysfs: Path) -> int | None:
@@ -121,8 +124,9 @@ class GpuCollector:
 
     def __init__(self, settings: Settings, resources: NodeResources, library: object | None = None,
                  expected: Callable[[], int | None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus."""
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus;
+        `wall` is Unix time, which XIDs are stamped with."""
         if settings.simulated and library is None:
             from trainmon.nvml.simulated import SimulatedNode
 
@@ -131,6 +135,8 @@ class GpuCollector:
         self._settings = settings
         self._inventory = resources.gpus
         self._clock = clock
+        self._wall = wall
+        self._health = HealthTracker()
         self._expected = expected or (lambda: count_pci_gpus(settings.sysfs))
         self._session = NvmlSession(library)
         self._backoff = Backoff(initial=settings.interval)  # nvmlInit failing: no library, no driver
@@ -233,7 +239,7 @@ class GpuCollector:
     def _read_all(self, now: float) -> list[GpuStatus]:
         attached = {gpu.identity.uuid for gpu in self._attached}
         statuses = [self._read(gpu, now) for gpu in self._attached]
-        statuses += [GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND)
+        statuses += [GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND, lost=True)
                      for uuid, gpu in self._gpus.items() if uuid not in attached]
         return sorted(statuses, key=lambda s: s.identity.index)
 
@@ -262,7 +268,7 @@ class GpuCollector:
             return status
         gpu = self._gpus[status.identity.uuid]
         if gpu not in self._attached:
-            return GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND)
+            return GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND, lost=True)
         return self._read(gpu, now)
 
     def _outage_families(self, error: str) -> tuple[Metric, ...]:
@@ -276,7 +282,8 @@ class GpuCollector:
         except NVML_FAILURES as exc:
             if needs_reinit(exc):
                 self._reinit_wanted = True
-            return GpuStatus(identity=gpu.identity, reading=None, error=nvml_error_line(exc))
+            return GpuStatus(identity=gpu.identity, reading=None, error=nvml_error_line(exc),
+                             lost=is_lost(exc), reset_required=is_reset_required(exc))
         return GpuStatus(identity=gpu.identity, reading=reading)
 
     # --- families --------------------------------------------------------------------------------------------
@@ -299,6 +306,7 @@ class GpuCollector:
         families += _process_families(read, per_process=self._settings.gpu_processes)
         families += _xid_families(self._xids, self._gpus.values())
         families.append(_catalog_family())
+        families += _health_families(self._verdicts(statuses))
         kmsg = self._kmsg.status() if self._kmsg is not None else None
         skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped]
         skipped += self._unidentified + self._xid_problems
@@ -313,6 +321,19 @@ class GpuCollector:
                                "up": s.reading is not None, "error": s.error} for s in statuses],
                      "kmsg": _kmsg_details(kmsg, self._xids, self._gpus.values())},
         )
+
+    def _verdicts(self, statuses: Sequence[GpuStatus]) -> list[tuple[GpuIdentity, Verdict]]:
+        xids: dict[str, list[XidSeen]] = {}
+        for entry in self._xids.snapshot():
+            xids.setdefault(entry.key.bus, []).append(XidSeen(entry.key.xid, entry.count, entry.last_seen))
+        now = self._wall()
+        verdicts = []
+        for status in statuses:
+            seen = tuple(xids.get(nvml_bus(status.identity.pci_bus_id), ()))
+            counts_at_reset = self._health.observe(status.identity.uuid, status.reading is not None,
+                                                   {x.xid: x.count for x in seen})
+            verdicts.append((status.identity, decide(_signals(status, seen, counts_at_reset), now)))
+        return verdicts
 
     def _info(self, statuses: Sequence[GpuStatus]) -> Metric:
         family = info("gpu", "GPU identity; join on (gpu, uuid).",
@@ -417,6 +438,31 @@ def _xid_families(counts: XidCounts, gpus: Iterable[Gpu]) -> list[Metric]:
         total.add_metric(key, float(entry.count))
         last.add_metric(key, entry.last_seen)
     return [total, last]
+
+
+def _signals(status: GpuStatus, xids: tuple[XidSeen, ...], counts_at_reset: Mapping[int, int]) -> Signals:
+    reading = status.reading
+    if reading is None:
+        return Signals(xids=xids, counts_at_reset=counts_at_reset, lost=status.lost,
+                       reset_required=status.reset_required)
+    return Signals(
+        xids=xids, counts_at_reset=counts_at_reset, recovery_action=reading.recovery_action,
+        row_remap_pending=reading.values.get(GpuMetric.ROW_REMAP_PENDING, 0.0) > 0,
+        row_remap_failure=reading.values.get(GpuMetric.ROW_REMAP_FAILURE, 0.0) > 0,
+        uncorrected_ecc=reading.labelled.get(GpuMetric.ECC_ERRORS_TOTAL, {}).get("uncorrected", 0.0),
+    )
+
+
+def _health_families(verdicts: Sequence[tuple[GpuIdentity, Verdict]]) -> list[Metric]:
+    action = gauge("gpu_health_action", "1 for the strongest action this GPU needs now: none, restart_app, "
+                   "reset_gpu, reboot or drain (docs/gpu.md).", (*GPU_LABELS, "action"))
+    reason = info("gpu_health_reason", "Why the GPU needs an action, in runbook words; one series per reason.",
+                  (*GPU_LABELS, "reason"))
+    for identity, verdict in verdicts:
+        action.add_metric([*_ids(identity), verdict.action.label], 1.0)
+        for words in verdict.reasons:
+            reason.add_metric(_ids(identity), {"reason": words})
+    return [action, reason]
 
 
 def _catalog_family() -> Metric:

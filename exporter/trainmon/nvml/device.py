@@ -61,6 +61,7 @@ class GpuReading:
     labelled: Mapping[GpuMetric, Mapping[str, float]]  # metric -> label value -> value
     processes: tuple[ProcessUse, ...] | None
     skipped: tuple[str, ...]
+    recovery_action: int | None = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None before R565
 
 
 def identify(index: int) -> tuple[Any, GpuIdentity]:
@@ -177,13 +178,15 @@ class Gpu:
             value = reads.get(kind.value, call)
             if value is not None:
                 labelled[kind]["current"] = value
-        self._read_fields(reads, values, labelled)
+        answered = self._read_fields(reads, values, labelled)
         self._read_gpm(now, values)
+        recovery = answered.get(fields.RECOVERY_ACTION)
         return GpuReading(
             values=values,
             labelled={name: by_label for name, by_label in labelled.items() if by_label},
             processes=self._read_processes(reads),
             skipped=tuple(reads.skipped),
+            recovery_action=int(recovery.value) if recovery is not None else None,
         )
 
     def _read_memory(self, reads: _Reads, values: dict[GpuMetric, float]) -> None:
@@ -200,10 +203,11 @@ class Gpu:
                            GpuMetric.FB_FREE_BYTES: memory.free})
 
     def _read_fields(self, reads: _Reads, values: dict[GpuMetric, float],
-                     labelled: dict[GpuMetric, dict[str, float]]) -> None:
+                     labelled: dict[GpuMetric, dict[str, float]]) -> dict[int, fields.RawField]:
+        """Fills the field-value metrics; returns every answered field by id."""
         answer = reads.get("field values", pynvml.nvmlDeviceGetFieldValues, list(fields.REQUEST))
         if answer is None:
-            return
+            return {}
         answered = fields.decode(answer)
         for field in fields.FIELDS:
             raw = answered.get(field.field_id)
@@ -214,6 +218,7 @@ class Gpu:
                 values[field.metric] = value
             else:
                 labelled[field.metric][field.label] = value
+        return answered
 
     def _read_gpm(self, now: float, values: dict[GpuMetric, float]) -> None:
         if self._gpm is None:

@@ -59,7 +59,11 @@ FIELDS: tuple[Field, ...] = (
     Field(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY, GpuMetric.THROTTLE_SECONDS_TOTAL, label="reliability", scale=NS),
 )
 
-REQUEST: tuple[tuple[int, int], ...] = tuple((f.field_id, f.scope) for f in FIELDS)
+# The driver's own verdict (nvmlGpuRecoveryAction_t, R565+; NOT_SUPPORTED before): read for the health
+# verdict, not served as a series of its own.
+RECOVERY_ACTION = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+
+REQUEST: tuple[tuple[int, int], ...] = (*((f.field_id, f.scope) for f in FIELDS), (RECOVERY_ACTION, 0))
 
 _WIDTH = {
     pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: 1 << 32,
