@@ -19,6 +19,7 @@ FLEET_FAMILIES = frozenset({
     "trainmon_gpu_ecc_errors_total",
     "trainmon_gpu_energy_joules_total",
     "trainmon_gpu_fb_used_bytes",
+    "trainmon_gpu_health_action",
     "trainmon_gpu_info",
     "trainmon_gpu_job_info",
     "trainmon_gpu_pcie_link_width",
