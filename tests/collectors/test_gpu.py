@@ -486,3 +486,40 @@ def test_the_xid_catalog_is_served_once_per_code(node: Node) -> None:
 
     assert 172 == len(catalog)
     assert ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "reboot") == catalog["79"]
+
+
+def nvlink_fields(links: dict[int, tuple[int, int, int, int, int]]) -> dict[str, int]:
+    """Scenario fields of a GPU with these links: link -> (state, crc_flit, crc_data, replay, recovery)."""
+    answered = {str(fields.LINK_COUNT): len(links)}
+    for link, (state, flit, data, replay, recovery) in links.items():
+        answered |= {f"{fields.LINK_STATE}@{link}": state, f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC}@{link}": flit,
+                     str(fields.CRC_DATA_PER_LINK[link]): data,
+                     f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY}@{link}": replay,
+                     f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY}@{link}": recovery}
+    return answered
+
+
+def test_nvlink_per_link_in_the_same_field_values_call(node: Node) -> None:
+    """GPU 0 with two links (one down) serves state and four error counters per link; GPU 1 without NVLink
+    serves none; the cycle makes no NVML call more than without links."""
+    node.collect()
+    node.collect()
+    before = node.library.calls
+    node.collect()
+    calls_without_links = node.library.calls - before
+    base = node.scenario
+    node.scenario = scenarios.changed(base, 0, fields={**base["gpus"][0]["fields"],
+                                                       **nvlink_fields({0: (1, 5, 3, 7, 1), 1: (0, 9, 0, 0, 0)})})
+    node.collector.close()  # links are counted at attach
+    node.collect()
+    before = node.library.calls
+    got = samples(node.collect())
+
+    gpu0 = {"gpu": "0", "uuid": base["gpus"][0]["uuid"]}
+    up = {k[1]: v for k, v in got.items() if k[0] == "trainmon_gpu_nvlink_link_up"}
+    errors = {k[1]: v for k, v in got.items() if k[0] == "trainmon_gpu_nvlink_errors_total"}
+    assert {frozenset({**gpu0, "link": "0"}.items()): 1.0, frozenset({**gpu0, "link": "1"}.items()): 0.0} == up
+    assert {("0", "crc_flit"): 5, ("0", "crc_data"): 3, ("0", "replay"): 7, ("0", "recovery"): 1,
+            ("1", "crc_flit"): 9, ("1", "crc_data"): 0, ("1", "replay"): 0, ("1", "recovery"): 0} == {
+        (dict(k)["link"], dict(k)["error"]): v for k, v in errors.items()}
+    assert calls_without_links == node.library.calls - before

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 
 from tests.fake_nvml import scenario as scenarios
@@ -22,6 +23,7 @@ from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
+from trainmon.nvml import fields
 
 INTERVAL = "0.3"
 
@@ -195,3 +197,36 @@ def test_kernel_log_history_and_nvml_events_count_each_xid_once(tmp_path: Path, 
                                  "--kmsg", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
     assert "XIDs: NVML events only" in unreadable.stdout
     assert "--kmsg" in unreadable.stdout
+
+
+def test_recovery_action_nvlink_links_and_fabric_through_the_c_fake(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                                    daemons: list[Daemon]) -> None:
+    """GPU 0 answers the recovery-action field, per-link NVLink fields (scope = link) and fabric info; GPU 1
+    answers NOT_SUPPORTED to each: no series for it, no guessed verdict."""
+    base = scenarios.node(2)
+    links = {str(fields.LINK_COUNT): 2, f"{fields.LINK_STATE}@0": 1, f"{fields.LINK_STATE}@1": 0,
+             f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC}@1": 12, f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY}@1": 4,
+             str(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): 1}
+    scenario = scenarios.changed(base, 0, fields={**base["gpus"][0]["fields"], **links}, fabric_state=3,
+                                 fabric_health_mask=0x5)
+    daemon, _ = start(tmp_path, fake_nvml_dir, scenario, "--kmsg", str(tmp_path / "no-kmsg"))
+    daemons.append(daemon)
+    action0 = ("trainmon_gpu_health_action", ids(scenario, 0) | {("action", "reset_gpu")})
+    metrics = scrape_until(daemon, lambda m: action0 in m)
+
+    assert 1.0 == metrics[("trainmon_gpu_nvlink_link_up", ids(scenario, 0) | {("link", "0")})]
+    assert 0.0 == metrics[("trainmon_gpu_nvlink_link_up", ids(scenario, 0) | {("link", "1")})]
+    link1 = ids(scenario, 0) | {("link", "1")}
+    assert 12.0 == metrics[("trainmon_gpu_nvlink_errors_total", link1 | {("error", "crc_flit")})]
+    assert 4.0 == metrics[("trainmon_gpu_nvlink_errors_total", link1 | {("error", "replay")})]
+    assert (3.0, 5.0) == (metrics[("trainmon_gpu_fabric_state_id", ids(scenario, 0))],
+                          metrics[("trainmon_gpu_fabric_health_mask", ids(scenario, 0))])
+    reason = ("trainmon_gpu_health_reason_info", ids(scenario, 0) | {("reason", "NVML recovery action GPU_RESET: "
+                                                                                "reset the GPU")})
+    assert 1.0 == metrics[reason]
+    new = ("trainmon_gpu_nvlink_link_up", "trainmon_gpu_nvlink_errors_total", "trainmon_gpu_fabric_state_id",
+           "trainmon_gpu_fabric_health_mask")
+    gpu1 = [k for k in metrics if dict(k[1]).get("gpu") == "1"
+            and (k[0] in new or "recovery action" in dict(k[1]).get("reason", ""))]
+    assert [] == gpu1
+    assert 1.0 == metrics[("trainmon_gpu_health_action", ids(scenario, 1) | {("action", "reset_gpu")})]  # its DBE

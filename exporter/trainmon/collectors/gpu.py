@@ -304,6 +304,7 @@ class GpuCollector:
         read = [(s.identity, s.reading) for s in statuses if s.reading is not None]
         families += _value_families(read)
         families += _process_families(read, per_process=self._settings.gpu_processes)
+        families += _interconnect_families(read)
         families += _xid_families(self._xids, self._gpus.values())
         families.append(_catalog_family())
         families += _health_families(self._verdicts(statuses))
@@ -389,6 +390,27 @@ def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metr
                     family.add_metric([*_ids(identity), label], value)
         families.append(family)
     return families
+
+
+def _interconnect_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
+    up = gauge("gpu_nvlink_link_up", "1 while this NVLink is active (NVML R570+).", (*GPU_LABELS, "link"))
+    errors = counter("gpu_nvlink_errors_total", "NVLink errors on this link: crc_flit, crc_data, replay, "
+                     "recovery (Hopper and older).", (*GPU_LABELS, "link", "error"))
+    for identity, reading in read:
+        for link in reading.links:
+            if link.up is not None:
+                up.add_metric([*_ids(identity), str(link.link)], 1.0 if link.up else 0.0)
+            for error, value in link.errors.items():
+                errors.add_metric([*_ids(identity), str(link.link), error], value)
+    state = gauge("gpu_fabric_state_id", "NVSwitch fabric state: 1 not started, 2 in progress, 3 completed "
+                  "(nvmlGpuFabricState_t); absent without a fabric.", GPU_LABELS)
+    mask = gauge("gpu_fabric_health_mask", "NVSwitch fabric health bit fields (NVML_GPU_FABRIC_HEALTH_MASK_*: "
+                 "degraded bandwidth, route recovery, route unhealthy, access timeout recovery).", GPU_LABELS)
+    for identity, reading in read:
+        if reading.fabric is not None:
+            state.add_metric(_ids(identity), float(reading.fabric.state))
+            mask.add_metric(_ids(identity), float(reading.fabric.health_mask))
+    return [up, errors, state, mask]
 
 
 def _process_families(read: Sequence[tuple[GpuIdentity, GpuReading]], *, per_process: bool) -> list[Metric]:
