@@ -37,8 +37,9 @@ from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
 from trainmon.parsers.kmsg import nvml_bus
-from trainmon.roots import Unavailable, list_directory, read_attribute
+from trainmon.roots import Root, Unavailable, list_directory, read_attribute
 from trainmon.settings import Settings
+from trainmon.sysfs.aer import AerReading, aer_devices, read_aer
 
 log = logging.getLogger(__name__)
 
@@ -308,9 +309,13 @@ class GpuCollector:
         families += _xid_families(self._xids, self._gpus.values())
         families.append(_catalog_family())
         families += _health_families(self._verdicts(statuses))
+        sys = Root(self._settings.sysfs, "sysfs")
+        aer = [reading for address in aer_devices(sys) if (reading := read_aer(sys, address)) is not None]
+        families.append(_aer_family(aer))
         kmsg = self._kmsg.status() if self._kmsg is not None else None
         skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped]
         skipped += self._unidentified + self._xid_problems
+        skipped += [line for reading in aer for line in reading.skipped]
         if kmsg is not None and kmsg.error:
             skipped.append(f"kernel log: {kmsg.error}")
         return Collection(
@@ -485,6 +490,17 @@ def _health_families(verdicts: Sequence[tuple[GpuIdentity, Verdict]]) -> list[Me
         for words in verdict.reasons:
             reason.add_metric(_ids(identity), {"reason": words})
     return [action, reason]
+
+
+def _aer_family(readings: Sequence[AerReading]) -> Metric:
+    family = counter("pcie_aer_errors_total", "PCIe AER errors the kernel counted on a GPU, HCA or NVMe "
+                     "controller, by severity (correctable, nonfatal, fatal) and error.",
+                     ("device", "severity", "error"))
+    for reading in readings:
+        for severity, errors in reading.counts.items():
+            for error, count in errors.items():
+                family.add_metric([reading.device, severity, error], count)
+    return family
 
 
 def _catalog_family() -> Metric:
