@@ -569,11 +569,38 @@ def health_alerts(c: RulesConfig) -> list[Alert]:
     ]
 
 
+def interconnect_alerts(c: RulesConfig) -> list[Alert]:
+    """Per-link NVLink errors and fatal PCIe errors; correctable PCIe errors alert nobody."""
+    nvlink = c.m("trainmon_gpu_nvlink_errors_total")
+    return [
+        Alert(
+            alert="TrainmonNVLinkErrors",
+            expr=f"increase({nvlink}[10m]) > {c.nvlink_errors}",
+            severity="warning",
+            summary="An NVLink link counts errors.",
+            description=(
+                "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} "
+                "counted {{ $value | humanize }} {{ $labels.error }} errors in 10 minutes."
+            ),
+        ),
+        Alert(
+            alert="TrainmonPCIeFatal",
+            expr=rising(c.m("trainmon_pcie_aer_errors_total", 'severity="fatal"'), "15m"),
+            severity="critical",
+            summary="A PCIe device reported a fatal error.",
+            description=(
+                "PCIe device {{ $labels.device }} (a GPU, HCA or NVMe controller) on {{ $labels.instance }} "
+                "reported the fatal AER error {{ $labels.error }} in the last 15 minutes."
+            ),
+        ),
+    ]
+
+
 def alert_groups(c: RulesConfig) -> list[Group]:
     groups = {
         "trainmon.exporter": (exporter_alerts(c), "30s"),
         "trainmon.gpu": (gpu_alerts(c), "30s"),
-        "trainmon.health": (health_alerts(c), "30s"),
+        "trainmon.health": (health_alerts(c) + interconnect_alerts(c), "30s"),
         "trainmon.training": (training_alerts(c), "30s"),
         "trainmon.rank_counters": (rank_counter_alerts(c), "30s"),
         "trainmon.loss_scale": (loss_scale_alerts(c), "1m"),

@@ -53,6 +53,8 @@ class RulesConfig:
     nvme_latency_seconds: float = 0.05
     # Symbol and receive errors per port in 10 minutes.
     infiniband_errors: int = 10
+    # NVLink errors (CRC, replay, recovery) per link in 10 minutes; a few CRC errors a day are normal.
+    nvlink_errors: int = 10
 
     def m(self, metric: str, *matchers: str) -> str:
         """`metric{<selector>, *matchers}`."""
