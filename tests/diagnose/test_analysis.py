@@ -86,3 +86,12 @@ def test_no_time_at_all_is_nothing_found() -> None:
     result = diagnose("j", "1h", [rank(0, seconds=0.0)], [])
 
     assert ((), None, None) == (result.findings, result.goodput, result.mfu)
+
+
+def test_a_gpu_health_verdict_on_the_stragglers_node_is_listed_with_it() -> None:
+    ranks = [rank(0, step_seconds=90.0, comm_wait=60.0), rank(1, NODE_B)]
+    verdict = Hardware("health", NODE_B, "GPU-1")
+    result = diagnose("j", "1h", ranks, [verdict, Hardware("health", NODE_A, "GPU-0")])
+
+    assert (verdict,) == result.findings[0].hardware
+    assert {"signal": "health", "instance": NODE_B, "device": "GPU-1"} == result.as_dict()["findings"][0]["hardware"][0]
