@@ -7,7 +7,8 @@ phase (NVLink busy, SMs mostly waiting in NCCL kernels while coarse utilization 
 100%); every few minutes a checkpoint pauses the GPUs. Power drives temperature through a
 thermal lag, energy and traffic counters integrate their rates, and a rank on GPU 5 straggles.
 Each GPU runs one simulated process (a pid of its own, named `simulated-rankN`, started by the demo);
-`--incident gpu-lost` makes GPU 6 fail every call once the healthy period is over.
+`--incident gpu-lost` makes GPU 6 fail every call once the healthy period is over (its verdict: reboot);
+`--incident xid-reset` raises XID 119 on GPU 4 (its verdict: reset the GPU).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import pynvml
 
-from trainmon.demo.incidents import LOST_GPU, Plan, checkpointing
+from trainmon.demo.incidents import LOST_GPU, RESET_XID, RESET_XID_GPU, Plan, checkpointing
 from trainmon.nvml.pylib import Scenario, ScenarioLibrary
 from trainmon.settings import Settings
 
@@ -147,7 +148,8 @@ class SimulatedNode:
         return {
             "driver_version": DRIVER,
             "gpus": [self._gpu(state, t) for state in self._states],
-            "xid_events": [{"id": n, "gpu": gpu, "xid": xid} for n, (at, gpu, xid) in enumerate(XIDS) if t >= at],
+            "xid_events": [{"id": n, "gpu": gpu, "xid": xid} for n, (at, gpu, xid) in enumerate(XIDS) if t >= at]
+            + ([{"id": len(XIDS), "gpu": RESET_XID_GPU, "xid": RESET_XID}] if self._plan.active("xid-reset") else []),
         }
 
     def _gpu(self, state: _GpuState, t: float) -> dict[str, Any]:
