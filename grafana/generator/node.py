@@ -146,10 +146,10 @@ def _health(b: Board) -> Board:
         ),
         graph(
             "XIDs with their mnemonic",
-            "XID events per GPU and interval, with NVIDIA's mnemonic and the action its catalog asks for "
-            "(trainmon_xid_catalog_info).",
+            "XID events per GPU since boot (a step is a new event), with NVIDIA's mnemonic and the action its "
+            "catalog asks for (trainmon_xid_catalog_info).",
             "none",
-            Query(f"(increase(trainmon_gpu_xid_errors_total{{{node_matchers}}}{RATE}) > 0) "
+            Query(f"trainmon_gpu_xid_errors_total{{{node_matchers}}} "
                   "* on (instance, xid) group_left (mnemonic, action) "
                   f"trainmon_xid_catalog_info{{{node_matchers}}}",
                   GPU + ": XID {{xid}} {{mnemonic}} ({{action}})"),
@@ -164,9 +164,10 @@ def _health(b: Board) -> Board:
         ),
         graph(
             "PCIe AER errors",
-            "AER errors per second on the GPUs, HCAs and NVMe controllers, by severity and error.",
+            "AER errors per second on the GPUs, HCAs and NVMe controllers, by severity and error (an error "
+            "never counted has no series).",
             "cps",
-            Query(f"rate(trainmon_pcie_aer_errors_total{{{node_matchers}}}{RATE}) > 0",
+            Query(f"rate(trainmon_pcie_aer_errors_total{{{node_matchers}}}{RATE})",
                   "{{instance}} {{device}} {{severity}} {{error}}"),
         ),
     )

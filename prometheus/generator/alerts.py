@@ -575,7 +575,11 @@ def interconnect_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonNVLinkErrors",
-            expr=f"increase({nvlink}[10m]) > {c.nvlink_errors}",
+            # The series appear at their first error (zeros are not served): a new one counts from zero.
+            expr=f"""
+  increase({nvlink}[10m]) > {c.nvlink_errors}
+or
+  ({nvlink} > {c.nvlink_errors} unless {nvlink} offset 10m)""",
             severity="warning",
             summary="An NVLink link counts errors.",
             description=(

@@ -520,7 +520,7 @@ def test_nvlink_per_link_in_the_same_field_values_call(node: Node) -> None:
     errors = {k[1]: v for k, v in got.items() if k[0] == "trainmon_gpu_nvlink_errors_total"}
     assert {frozenset({**gpu0, "link": "0"}.items()): 1.0, frozenset({**gpu0, "link": "1"}.items()): 0.0} == up
     assert {("0", "crc_flit"): 5, ("0", "crc_data"): 3, ("0", "replay"): 7, ("0", "recovery"): 1,
-            ("1", "crc_flit"): 9, ("1", "crc_data"): 0, ("1", "replay"): 0, ("1", "recovery"): 0} == {
+            ("1", "crc_flit"): 9} == {  # zeros are not served
         (dict(k)["link"], dict(k)["error"]): v for k, v in errors.items()}
     assert calls_without_links == node.library.calls - before
 
@@ -535,5 +535,5 @@ def test_pcie_aer_counters_of_a_gpu_are_served(node: Node, tmp_path: Path) -> No
     aer = {(s.labels["severity"], s.labels["error"]): s.value for f in collection.families for s in f.samples
            if s.name == "trainmon_pcie_aer_errors_total" and s.labels["device"] == "0000:18:00.0"}
 
-    assert {("fatal", "CmpltTO"): 1.0, ("fatal", "MalfTLP"): 0.0, ("correctable", "RxErr"): 2.0} == aer
+    assert {("fatal", "CmpltTO"): 1.0, ("correctable", "RxErr"): 2.0} == aer  # zeros are not served
     assert "0000:18:00.0/aer_dev_correctable: unreadable line 'BadTLP x'" in collection.skipped

@@ -400,13 +400,14 @@ def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metr
 def _interconnect_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
     up = gauge("gpu_nvlink_link_up", "1 while this NVLink is active (NVML R570+).", (*GPU_LABELS, "link"))
     errors = counter("gpu_nvlink_errors_total", "NVLink errors on this link: crc_flit, crc_data, replay, "
-                     "recovery (Hopper and older).", (*GPU_LABELS, "link", "error"))
+                     "recovery (Hopper and older); absent while zero.", (*GPU_LABELS, "link", "error"))
     for identity, reading in read:
         for link in reading.links:
             if link.up is not None:
                 up.add_metric([*_ids(identity), str(link.link)], 1.0 if link.up else 0.0)
             for error, value in link.errors.items():
-                errors.add_metric([*_ids(identity), str(link.link), error], value)
+                if value:  # 18 links x 4 errors x 8 GPUs would be 576 series of zeros on a healthy node
+                    errors.add_metric([*_ids(identity), str(link.link), error], value)
     state = gauge("gpu_fabric_state_id", "NVSwitch fabric state: 1 not started, 2 in progress, 3 completed "
                   "(nvmlGpuFabricState_t); absent without a fabric.", GPU_LABELS)
     mask = gauge("gpu_fabric_health_mask", "NVSwitch fabric health bit fields (NVML_GPU_FABRIC_HEALTH_MASK_*: "
@@ -494,12 +495,13 @@ def _health_families(verdicts: Sequence[tuple[GpuIdentity, Verdict]]) -> list[Me
 
 def _aer_family(readings: Sequence[AerReading]) -> Metric:
     family = counter("pcie_aer_errors_total", "PCIe AER errors the kernel counted on a GPU, HCA or NVMe "
-                     "controller, by severity (correctable, nonfatal, fatal) and error.",
+                     "controller, by severity (correctable, nonfatal, fatal) and error; absent while zero.",
                      ("device", "severity", "error"))
     for reading in readings:
         for severity, errors in reading.counts.items():
             for error, count in errors.items():
-                family.add_metric([reading.device, severity, error], count)
+                if count:  # ~40 error kinds per device, ~30 devices: zeros would be a thousand series per node
+                    family.add_metric([reading.device, severity, error], count)
     return family
 
 

@@ -45,6 +45,21 @@ RECOMPUTE_S = 0.2
 XIDS = ((2.0, 3, 13), (240.0, 6, 31))
 
 
+NVLINKS = 18  # NVLink4 links of an H100 SXM
+# A link with a slow trickle of replays (GPU, link): a few a day is normal, under TrainmonNVLinkErrors.
+REPLAYING_LINK, REPLAY_EVERY_S = (2, 7), 120.0
+
+
+def _nvlink_fields(gpu: int, t: float) -> dict[str, int]:
+    """Per-link field values (scope = link): every link active, one link slowly counting replays."""
+    answered = {str(pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT): NVLINKS}
+    for link in range(NVLINKS):
+        answered[f"{pynvml.NVML_FI_DEV_NVLINK_GET_STATE}@{link}"] = 1
+        replays = int(t / REPLAY_EVERY_S) + 1 if (gpu, link) == REPLAYING_LINK else 0
+        answered[f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY}@{link}"] = replays
+    return answered
+
+
 @dataclass(slots=True)
 class _Load:
     """What a GPU is doing at one instant (fractions of its maximum)."""
@@ -195,6 +210,7 @@ class SimulatedNode:
                 str(pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT): 0,
                 str(pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION): 0,
                 str(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY): 0,
+                **_nvlink_fields(i, t),
             },
             "processes": [{"pid": self._pids[i], "used_memory": used - 512 * MIB}] if i < len(self._pids) else [],
             "gpm_supported": True,
