@@ -46,6 +46,12 @@ XIDS = ((2.0, 3, 13), (240.0, 6, 31))
 
 
 NVLINKS = 18  # NVLink4 links of an H100 SXM
+# NVSwitch fabric trained, and every health bit field reading "no" (degraded bandwidth, route recovery, …).
+HEALTHY_FABRIC_MASK = sum(
+    getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{name}_FALSE")
+    << getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{name}")
+    for name in ("DEGRADED_BW", "ROUTE_RECOVERY", "ROUTE_UNHEALTHY")
+)
 # A link with a slow trickle of replays (GPU, link): a few a day is normal, under TrainmonNVLinkErrors.
 REPLAYING_LINK, REPLAY_EVERY_S = (2, 7), 120.0
 
@@ -192,6 +198,7 @@ class SimulatedNode:
             "clock_sm_mhz": 1755 if capped else 1980, "clock_memory_mhz": 2619,
             "clocks_event_reasons": reasons, "supported_clocks_event_reasons": 0x1FF,
             "pcie_link_gen": 5, "pcie_link_gen_max": 5, "pcie_link_width": 16, "pcie_link_width_max": 16,
+            "fabric_state": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, "fabric_health_mask": HEALTHY_FABRIC_MASK,
             "fields": {
                 str(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION): round(state.energy_mj),
                 str(pynvml.NVML_FI_DEV_MEMORY_TEMP): round(state.temperature_c + 6),
