@@ -37,5 +37,6 @@
     storage_slow_factor: 2.0,
     storage_dataloader_ratio: 0.1,
     checkpoint_slow_factor: 3.0,
+    nvlink_errors: 10,
   },
 }

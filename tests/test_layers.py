@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "trainmon.webconfig", "trainmon.exposition", "trainmon.sysfs"),
     ("trainmon.settings",),
     # sources and surfaces: NVML, the hook's receiver, HTTP, and the hook itself (training side)
-    ("trainmon.nvml", "trainmon.fsclients", "trainmon.ingest", "trainmon.http", "trainmon.torch"),
+    ("trainmon.nvml", "trainmon.health", "trainmon.fsclients", "trainmon.ingest", "trainmon.http", "trainmon.torch"),
     ("trainmon.collectors", "trainmon.integrations"),
     ("trainmon.scheduler",),
     ("trainmon.daemon", "trainmon.diagnose"),

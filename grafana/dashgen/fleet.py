@@ -151,6 +151,14 @@ def build(config: DashboardConfig) -> DashboardModel:
                   "{{instance}} uncorrectable ECC"),
         ),
         graph(
+            "GPUs needing action",
+            "GPUs whose health verdict asks an operator for a GPU reset, a reboot or service (drain), per node "
+            "and action (trainmon_gpu_health_action; the Node dashboard's Health row says why).",
+            "none",
+            Query(f"sum by (instance, action) (instance_action:trainmon_gpu_health_action:count{{{fleet_matchers}}})",
+                  "{{instance}} {{action}}"),
+        ),
+        graph(
             "InfiniBand errors by node",
             "Symbol and receive errors per second over 5 minutes, per node.",
             "cps",

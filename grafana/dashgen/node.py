@@ -142,6 +142,47 @@ def _gpu(b: Board) -> Board:
     )
 
 
+def _health(b: Board) -> Board:
+    node_matchers = b.config.matchers(NODE)
+    return b.row(
+        "Health",
+        graph(
+            "Health verdict per GPU",
+            "The strongest action each GPU needs now (trainmon_gpu_health_action; none is not drawn): "
+            "restart_app, reset_gpu, reboot, drain. trainmon_gpu_health_reason_info says why.",
+            "none",
+            Query(f'max by (instance, gpu, action) (trainmon_gpu_health_action{{{node_matchers}, action!="none"}})',
+                  GPU + ": {{action}}"),
+        ),
+        graph(
+            "XIDs with their mnemonic",
+            "XID events per GPU since boot (a step is a new event), with NVIDIA's mnemonic and the action its "
+            "catalog asks for (trainmon_xid_catalog_info).",
+            "none",
+            Query(f"trainmon_gpu_xid_errors_total{{{node_matchers}}} "
+                  "* on (instance, xid) group_left (mnemonic, action) "
+                  f"trainmon_xid_catalog_info{{{node_matchers}}}",
+                  GPU + ": XID {{xid}} {{mnemonic}} ({{action}})"),
+        ),
+        graph(
+            "NVLink errors per link",
+            "CRC, replay and recovery errors per second on each NVLink link, and links that are down.",
+            "cps",
+            Query(f"rate(trainmon_gpu_nvlink_errors_total{{{node_matchers}}}{RATE})",
+                  GPU + " link {{link}} {{error}}"),
+            Query(f"trainmon_gpu_nvlink_link_up{{{node_matchers}}} == 0", GPU + " link {{link}} down"),
+        ),
+        graph(
+            "PCIe AER errors",
+            "AER errors per second on the GPUs, HCAs and NVMe controllers, by severity and error (an error "
+            "never counted has no series).",
+            "cps",
+            Query(f"rate(trainmon_pcie_aer_errors_total{{{node_matchers}}}{RATE})",
+                  "{{instance}} {{device}} {{severity}} {{error}}"),
+        ),
+    )
+
+
 def _nvme(b: Board) -> Board:
     node_matchers = b.config.matchers(NODE)
     return b.row(
@@ -323,4 +364,4 @@ def build(config: DashboardConfig) -> DashboardModel:
         description="GPUs, NVMe, network file systems, InfiniBand and the trainmon daemon of the selected nodes.",
         variables=(job_variable(config), INSTANCE),
     )
-    return _exporter(_infiniband(_storage(_nvme(_owners(_gpu(board)))))).build()
+    return _exporter(_infiniband(_storage(_nvme(_owners(_health(_gpu(board))))))).build()

@@ -17,7 +17,7 @@
               "summary": "A trainmon daemon cannot be scraped.",
               "description": "Prometheus has not scraped {{ $labels.instance }} (job {{ $labels.job }}) for 5 minutes: GPU, fabric and training alerts for this node are blind.",
               "runbook_url": $._config.runbook + "#trainmonexporterdown",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=36&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=41&var-instance={{ $labels.instance }}",
             },
           },
           {
@@ -45,7 +45,7 @@
               "summary": "A trainmon collector is failing.",
               "description": "Collector {{ $labels.collector }} on {{ $labels.instance }} has failed for 15 minutes; its metrics are missing. /api/v1/status says why.",
               "runbook_url": $._config.runbook + "#trainmoncollectorfailing",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-fleet?viewPanel=25",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-fleet?viewPanel=26",
             },
           },
           {
@@ -59,7 +59,7 @@
               "summary": "A Kubernetes node runs trainmon without the kubelet socket.",
               "description": "Pods on {{ $labels.instance }} train on GPUs, but its trainmon daemon has no --kubelet-pod-resources-socket: trainmon_gpu_allocation_info is missing, so GPUs without a hook have no owner. Deploy the pod-resources overlay.",
               "runbook_url": $._config.runbook + "#trainmonkubeletsocketmissing",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=20&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=25&var-instance={{ $labels.instance }}",
             },
           },
         ],
@@ -192,6 +192,79 @@
               "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} runs its PCIe link at x{{ $value }}, below its maximum width.",
               "runbook_url": $._config.runbook + "#trainmongpupcielinkdegraded",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=18&var-instance={{ $labels.instance }}",
+            },
+          },
+        ],
+      },
+      {
+        "name": "trainmon.health",
+        "interval": std.get($._config.group_intervals, "trainmon.health", "30s"),
+        "rules": [
+          {
+            "alert": "TrainmonGPUNeedsReset",
+            "expr": "(trainmon_gpu_health_action{" + $._config.selector + ", action=\"reset_gpu\"} == 1)\n* on (instance, uuid) group_left (job_id, rank)\n  rank:trainmon_train_rank_info:max\nor\n  (\n    trainmon_gpu_health_action{" + $._config.selector + ", action=\"reset_gpu\"} == 1\n  unless on (instance, uuid)\n    rank:trainmon_train_rank_info:max\n  )",
+            "for": std.get($._config.alert_for, "TrainmonGPUNeedsReset", "1m"),
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "A GPU needs a reset.",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} needs a GPU reset.{{ range printf `trainmon_gpu_health_reason_info{" + $._config.selector + ", instance=\"%s\", uuid=\"%s\"}` $labels.instance $labels.uuid | query }} {{ .Labels.reason }}.{{ end }}{{ with $labels.job_id }} Job {{ . }} rank {{ $labels.rank }} runs on it.{{ end }}{{ range printf `trainmon_gpu_allocation_info{" + $._config.selector + ", instance=\"%s\", uuid=\"%s\"}` $labels.instance $labels.uuid | query }} Pod {{ .Labels.namespace }}/{{ .Labels.pod }}.{{ end }}",
+              "runbook_url": $._config.runbook + "#trainmongpuneedsreset",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=20&var-instance={{ $labels.instance }}",
+            },
+          },
+          {
+            "alert": "TrainmonNodeNeedsReboot",
+            "expr": "count by (job, instance) (trainmon_gpu_health_action{" + $._config.selector + ", action=\"reboot\"} == 1) > 0",
+            "for": std.get($._config.alert_for, "TrainmonNodeNeedsReboot", "1m"),
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "A node needs a reboot.",
+              "description": "{{ $value }} GPU(s) on {{ $labels.instance }} need the node rebooted (see their trainmon_gpu_health_reason_info).",
+              "runbook_url": $._config.runbook + "#trainmonnodeneedsreboot",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=20&var-instance={{ $labels.instance }}",
+            },
+          },
+          {
+            "alert": "TrainmonGPUNeedsService",
+            "expr": "(trainmon_gpu_health_action{" + $._config.selector + ", action=\"drain\"} == 1)\n* on (instance, uuid) group_left (job_id, rank)\n  rank:trainmon_train_rank_info:max\nor\n  (\n    trainmon_gpu_health_action{" + $._config.selector + ", action=\"drain\"} == 1\n  unless on (instance, uuid)\n    rank:trainmon_train_rank_info:max\n  )",
+            "labels": {
+              "severity": "critical",
+            },
+            "annotations": {
+              "summary": "A GPU needs service: drain its node.",
+              "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} needs service.{{ range printf `trainmon_gpu_health_reason_info{" + $._config.selector + ", instance=\"%s\", uuid=\"%s\"}` $labels.instance $labels.uuid | query }} {{ .Labels.reason }}.{{ end }}{{ with $labels.job_id }} Job {{ . }} rank {{ $labels.rank }} runs on it.{{ end }}{{ range printf `trainmon_gpu_allocation_info{" + $._config.selector + ", instance=\"%s\", uuid=\"%s\"}` $labels.instance $labels.uuid | query }} Pod {{ .Labels.namespace }}/{{ .Labels.pod }}.{{ end }}",
+              "runbook_url": $._config.runbook + "#trainmongpuneedsservice",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=20&var-instance={{ $labels.instance }}",
+            },
+          },
+          {
+            "alert": "TrainmonNVLinkErrors",
+            "expr": "increase(trainmon_gpu_nvlink_errors_total{" + $._config.selector + "}[10m]) > " + std.toString($._config.nvlink_errors) + "\nor\n  (trainmon_gpu_nvlink_errors_total{" + $._config.selector + "} > " + std.toString($._config.nvlink_errors) + " unless trainmon_gpu_nvlink_errors_total{" + $._config.selector + "} offset 10m)",
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "An NVLink link counts errors.",
+              "description": "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} counted {{ $value | humanize }} {{ $labels.error }} errors in 10 minutes.",
+              "runbook_url": $._config.runbook + "#trainmonnvlinkerrors",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=22&var-instance={{ $labels.instance }}",
+            },
+          },
+          {
+            "alert": "TrainmonPCIeFatal",
+            "expr": "(\n  increase(trainmon_pcie_aer_errors_total{" + $._config.selector + ", severity=\"fatal\"}[15m]) > 0\nor\n  (trainmon_pcie_aer_errors_total{" + $._config.selector + ", severity=\"fatal\"} > 0 unless trainmon_pcie_aer_errors_total{" + $._config.selector + ", severity=\"fatal\"} offset 15m)\n)",
+            "labels": {
+              "severity": "critical",
+            },
+            "annotations": {
+              "summary": "A PCIe device reported a fatal error.",
+              "description": "PCIe device {{ $labels.device }} (a GPU, HCA or NVMe controller) on {{ $labels.instance }} reported the fatal AER error {{ $labels.error }} in the last 15 minutes.",
+              "runbook_url": $._config.runbook + "#trainmonpciefatal",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=23&var-instance={{ $labels.instance }}",
             },
           },
         ],
@@ -428,7 +501,7 @@
               "summary": "An InfiniBand port that was active is down.",
               "description": "Port {{ $labels.port }} of {{ $labels.device }} on {{ $labels.instance }} left the ACTIVE state (state {{ $value }}); NCCL traffic on this rail fails or falls back.",
               "runbook_url": $._config.runbook + "#trainmoninfinibandlinkdown",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=34&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=39&var-instance={{ $labels.instance }}",
             },
           },
           {
@@ -441,7 +514,7 @@
               "summary": "An InfiniBand port is flapping or counting errors.",
               "description": "Port {{ $labels.port }} of {{ $labels.device }} on {{ $labels.instance }} went down or counted {{ $value | humanize }} errors in 10 minutes: check the cable and transceiver.",
               "runbook_url": $._config.runbook + "#trainmoninfinibanderrors",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=33&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=38&var-instance={{ $labels.instance }}",
             },
           },
           {
@@ -455,7 +528,7 @@
               "summary": "An NVMe namespace answers slowly.",
               "description": "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request on average over 5 minutes.",
               "runbook_url": $._config.runbook + "#trainmonnvmelatencyhigh",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=24&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
             },
           },
         ],
@@ -476,7 +549,7 @@
               "summary": "A network or parallel file system slows the training jobs on a node.",
               "description": "{{ $labels.mount }} on {{ $labels.instance }} answers in {{ $value | humanizeDuration }} per RPC, over " + std.format('%g', $._config.storage_slow_factor) + "x its best 5 minutes of the last hour, while a training job on this node waits for data over " + std.format('%d%%', std.round($._config.storage_dataloader_ratio * 100)) + " of its step time.",
               "runbook_url": $._config.runbook + "#trainmonstorageslow",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=34&var-instance={{ $labels.instance }}",
             },
           },
           {
@@ -491,7 +564,7 @@
               "summary": "A network or parallel file system slows the training jobs on a node.",
               "description": "{{ $labels.mount }} on {{ $labels.instance }} times out {{ $value | humanize }} RPCs per second, over " + std.format('%g', $._config.storage_slow_factor) + "x its best 5 minutes of the last hour, while a training job on this node waits for data over " + std.format('%d%%', std.round($._config.storage_dataloader_ratio * 100)) + " of its step time.",
               "runbook_url": $._config.runbook + "#trainmonstorageslow",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=34&var-instance={{ $labels.instance }}",
             },
           },
           {

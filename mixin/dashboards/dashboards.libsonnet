@@ -716,6 +716,180 @@
           },
           "id": 19,
           "panels": [],
+          "title": "Health",
+          "type": "row",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "The strongest action each GPU needs now (trainmon_gpu_health_action; none is not drawn): restart_app, reset_gpu, reboot, drain. trainmon_gpu_health_reason_info says why.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "none",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 54,
+          },
+          "id": 20,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "max by (instance, gpu, action) (trainmon_gpu_health_action{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\", action!=\"none\"})",
+              "legendFormat": "{{instance}} gpu {{gpu}}: {{action}}",
+              "refId": "A",
+            },
+          ],
+          "title": "Health verdict per GPU",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "XID events per GPU since boot (a step is a new event), with NVIDIA's mnemonic and the action its catalog asks for (trainmon_xid_catalog_info).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "none",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 54,
+          },
+          "id": 21,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "trainmon_gpu_xid_errors_total{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"} * on (instance, xid) group_left (mnemonic, action) trainmon_xid_catalog_info{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "legendFormat": "{{instance}} gpu {{gpu}}: XID {{xid}} {{mnemonic}} ({{action}})",
+              "refId": "A",
+            },
+          ],
+          "title": "XIDs with their mnemonic",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "CRC, replay and recovery errors per second on each NVLink link, and links that are down.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "cps",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 62,
+          },
+          "id": 22,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "rate(trainmon_gpu_nvlink_errors_total{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}[$__rate_interval])",
+              "legendFormat": "{{instance}} gpu {{gpu}} link {{link}} {{error}}",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "trainmon_gpu_nvlink_link_up{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"} == 0",
+              "legendFormat": "{{instance}} gpu {{gpu}} link {{link}} down",
+              "refId": "B",
+            },
+          ],
+          "title": "NVLink errors per link",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "AER errors per second on the GPUs, HCAs and NVMe controllers, by severity and error (an error never counted has no series).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "cps",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 62,
+          },
+          "id": 23,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "rate(trainmon_pcie_aer_errors_total{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}[$__rate_interval])",
+              "legendFormat": "{{instance}} {{device}} {{severity}} {{error}}",
+              "refId": "A",
+            },
+          ],
+          "title": "PCIe AER errors",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "collapsed": false,
+          "gridPos": {
+            "h": 1,
+            "w": 24,
+            "x": 0,
+            "y": 70,
+          },
+          "id": 24,
+          "panels": [],
           "title": "GPU owners",
           "type": "row",
         },
@@ -738,9 +912,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 54,
+            "y": 71,
           },
-          "id": 20,
+          "id": 25,
           "repeatDirection": "h",
           "targets": [
             {
@@ -776,9 +950,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 54,
+            "y": 71,
           },
-          "id": 21,
+          "id": 26,
           "repeatDirection": "h",
           "targets": [
             {
@@ -801,9 +975,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 62,
+            "y": 79,
           },
-          "id": 22,
+          "id": 27,
           "panels": [],
           "title": "NVMe",
           "type": "row",
@@ -827,9 +1001,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 63,
+            "y": 80,
           },
-          "id": 23,
+          "id": 28,
           "repeatDirection": "h",
           "targets": [
             {
@@ -874,9 +1048,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 63,
+            "y": 80,
           },
-          "id": 24,
+          "id": 29,
           "repeatDirection": "h",
           "targets": [
             {
@@ -921,9 +1095,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 63,
+            "y": 80,
           },
-          "id": 25,
+          "id": 30,
           "repeatDirection": "h",
           "targets": [
             {
@@ -964,9 +1138,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 71,
+            "y": 88,
           },
-          "id": 26,
+          "id": 31,
           "panels": [],
           "title": "Storage",
           "type": "row",
@@ -990,9 +1164,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 72,
+            "y": 89,
           },
-          "id": 27,
+          "id": 32,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1037,9 +1211,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 72,
+            "y": 89,
           },
-          "id": 28,
+          "id": 33,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1084,9 +1258,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 72,
+            "y": 89,
           },
-          "id": 29,
+          "id": 34,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1131,9 +1305,9 @@
             "h": 8,
             "w": 24,
             "x": 0,
-            "y": 80,
+            "y": 97,
           },
-          "id": 30,
+          "id": 35,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1165,9 +1339,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 88,
+            "y": 105,
           },
-          "id": 31,
+          "id": 36,
           "panels": [],
           "title": "InfiniBand",
           "type": "row",
@@ -1191,9 +1365,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 89,
+            "y": 106,
           },
-          "id": 32,
+          "id": 37,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1238,9 +1412,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 89,
+            "y": 106,
           },
-          "id": 33,
+          "id": 38,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1303,9 +1477,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 89,
+            "y": 106,
           },
-          "id": 34,
+          "id": 39,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1337,9 +1511,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 97,
+            "y": 114,
           },
-          "id": 35,
+          "id": 40,
           "panels": [],
           "title": "Exporter",
           "type": "row",
@@ -1363,9 +1537,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 98,
+            "y": 115,
           },
-          "id": 36,
+          "id": 41,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1410,9 +1584,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 98,
+            "y": 115,
           },
-          "id": 37,
+          "id": 42,
           "repeatDirection": "h",
           "targets": [
             {
@@ -1448,9 +1622,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 98,
+            "y": 115,
           },
-          "id": 38,
+          "id": 43,
           "repeatDirection": "h",
           "targets": [
             {
@@ -4139,6 +4313,44 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
+          "description": "GPUs whose health verdict asks an operator for a GPU reset, a reboot or service (drain), per node and action (trainmon_gpu_health_action; the Node dashboard's Health row says why).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "none",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 57,
+          },
+          "id": 24,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "sum by (instance, action) (instance_action:trainmon_gpu_health_action:count{" + $._config.selector + ", job=~\"$job\"})",
+              "legendFormat": "{{instance}} {{action}}",
+              "refId": "A",
+            },
+          ],
+          "title": "GPUs needing action",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
           "description": "Symbol and receive errors per second over 5 minutes, per node.",
           "fieldConfig": {
             "defaults": {
@@ -4152,10 +4364,10 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 0,
+            "x": 12,
             "y": 57,
           },
-          "id": 24,
+          "id": 25,
           "repeatDirection": "h",
           "targets": [
             {
@@ -4190,10 +4402,10 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 12,
-            "y": 57,
+            "x": 0,
+            "y": 65,
           },
-          "id": 25,
+          "id": 26,
           "repeatDirection": "h",
           "targets": [
             {

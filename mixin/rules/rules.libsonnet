@@ -453,6 +453,10 @@
             "expr": "sum by (job, instance) (rate(trainmon_infiniband_symbol_error_total{" + $._config.selector + "}[5m]))\n+ sum by (job, instance) (rate(trainmon_infiniband_port_errors_received_total{" + $._config.selector + "}[5m]))",
           },
           {
+            "record": "instance_action:trainmon_gpu_health_action:count",
+            "expr": "count by (job, instance, action) (trainmon_gpu_health_action{" + $._config.selector + ", action=~\"reset_gpu|reboot|drain\"} == 1)",
+          },
+          {
             "record": "instance:trainmon_collector_failures:count",
             "expr": "sum by (job, instance) (1 - trainmon_collector_success{" + $._config.selector + "})",
           },

@@ -11,7 +11,7 @@ from dataclasses import replace
 from .config import RulesConfig
 from .dashboards import FLEET, NODE, TRAINING_JOB, panel_url
 from .model import Alert, Group
-from .recording import NOT_OTHER
+from .recording import NOT_OTHER, RANK_INFO
 
 ON_RANK = "on (instance, job, job_id, rank)"
 # NVML throttle reasons spelled `thermal`, `hw_thermal_slowdown`, `sw_thermal_slowdown`, ...
@@ -602,10 +602,118 @@ def storage_alerts(c: RulesConfig) -> list[Alert]:
     ]
 
 
+def with_rank(c: RulesConfig, series: str) -> str:
+    """`series` per GPU, with `job_id` and `rank` of the training rank on that GPU where there is one."""
+    return f"""
+  ({series})
+* on (instance, uuid) group_left (job_id, rank)
+  {RANK_INFO}
+or
+  (
+    {series}
+  unless on (instance, uuid)
+    {RANK_INFO}
+  )"""
+
+
+RANK = "{{ with $labels.job_id }} Job {{ . }} rank {{ $labels.rank }} runs on it.{{ end }}"
+
+
+def on_this_gpu(c: RulesConfig, metric: str, text: str) -> str:
+    """Template: `text` for each series of `metric` on the alert's GPU, queried when the alert is sent."""
+    query = c.m(metric, 'instance="%s"', 'uuid="%s"')
+    return f"{{{{ range printf `{query}` $labels.instance $labels.uuid | query }}}}{text}{{{{ end }}}}"
+
+
+def gpu_context(c: RulesConfig) -> str:
+    """The verdict's reasons, and the rank and the pod on the GPU."""
+    return (on_this_gpu(c, "trainmon_gpu_health_reason_info", " {{ .Labels.reason }}.") + RANK
+            + on_this_gpu(c, "trainmon_gpu_allocation_info", " Pod {{ .Labels.namespace }}/{{ .Labels.pod }}."))
+
+
+def health_alerts(c: RulesConfig) -> list[Alert]:
+    """The verdict per GPU (trainmon_gpu_health_action): one alert per action worth an operator.
+
+    restart_app is the job owner's business (XID 13, 31, …): no alert.
+    """
+    def needing(action: str) -> str:
+        return c.m("trainmon_gpu_health_action", f'action="{action}"') + " == 1"
+
+    return [
+        Alert(
+            alert="TrainmonGPUNeedsReset",
+            expr=with_rank(c, needing("reset_gpu")),
+            for_="1m",
+            severity="warning",
+            summary="A GPU needs a reset.",
+            dashboard_url=panel_url(c, NODE, "Health verdict per GPU"),
+            description=(
+                "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} needs a GPU reset."
+                + gpu_context(c)
+            ),
+        ),
+        Alert(
+            alert="TrainmonNodeNeedsReboot",
+            expr=f"count by (job, instance) ({needing('reboot')}) > 0",
+            for_="1m",
+            severity="warning",
+            summary="A node needs a reboot.",
+            dashboard_url=panel_url(c, NODE, "Health verdict per GPU"),
+            description="{{ $value }} GPU(s) on {{ $labels.instance }} need the node rebooted (see their "
+                        "trainmon_gpu_health_reason_info).",
+        ),
+        Alert(
+            alert="TrainmonGPUNeedsService",
+            expr=with_rank(c, needing("drain")),
+            severity="critical",
+            summary="A GPU needs service: drain its node.",
+            dashboard_url=panel_url(c, NODE, "Health verdict per GPU"),
+            description=(
+                "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} needs service."
+                + gpu_context(c)
+            ),
+        ),
+    ]
+
+
+def interconnect_alerts(c: RulesConfig) -> list[Alert]:
+    """Per-link NVLink errors and fatal PCIe errors; correctable PCIe errors alert nobody."""
+    nvlink = c.m("trainmon_gpu_nvlink_errors_total")
+    return [
+        Alert(
+            alert="TrainmonNVLinkErrors",
+            # The series appear at their first error (zeros are not served): a new one counts from zero.
+            expr=f"""
+  increase({nvlink}[10m]) > {c.nvlink_errors}
+or
+  ({nvlink} > {c.nvlink_errors} unless {nvlink} offset 10m)""",
+            severity="warning",
+            summary="An NVLink link counts errors.",
+            dashboard_url=panel_url(c, NODE, "NVLink errors per link"),
+            description=(
+                "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} "
+                "counted {{ $value | humanize }} {{ $labels.error }} errors in 10 minutes."
+            ),
+        ),
+        Alert(
+            alert="TrainmonPCIeFatal",
+            expr=rising(c.m("trainmon_pcie_aer_errors_total", 'severity="fatal"'), "15m"),
+            severity="critical",
+            summary="A PCIe device reported a fatal error.",
+            dashboard_url=panel_url(c, NODE, "PCIe AER errors"),
+            description=(
+                "PCIe device {{ $labels.device }} (a GPU, HCA or NVMe controller) on {{ $labels.instance }} "
+                "reported the fatal AER error {{ $labels.error }} in the last 15 minutes."
+            ),
+        ),
+    ]
+
+
 def alert_groups(c: RulesConfig) -> list[Group]:
     groups = {
         "trainmon.exporter": (exporter_alerts(c), "30s"),
         "trainmon.gpu": (gpu_alerts(c), "30s"),
+        "trainmon.health": (health_alerts(c) + interconnect_alerts(c), "30s"),
         "trainmon.training": (training_alerts(c), "30s"),
         "trainmon.rank_counters": (rank_counter_alerts(c), "30s"),
         "trainmon.loss_scale": (loss_scale_alerts(c), "1m"),

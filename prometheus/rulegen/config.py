@@ -68,6 +68,8 @@ class RulesConfig:
     storage_dataloader_ratio: float = 0.10
     # A checkpoint phase this many times its job's median (over a day of 10-minute windows) is slow.
     checkpoint_slow_factor: float = 3.0
+    # NVLink errors (CRC, replay, recovery) per link in 10 minutes; a few CRC errors a day are normal.
+    nvlink_errors: int = 10
 
     def m(self, metric: str, *matchers: str) -> str:
         """`metric{<selector>, *matchers}`."""

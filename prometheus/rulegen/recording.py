@@ -372,6 +372,10 @@ count by (job, {owner}) (
     return Group(name="trainmon.ownership.rules", rules=rules)
 
 
+# The GPU health verdicts an operator acts on (restart_app is the job owner's).
+NEEDS_OPERATOR = 'action=~"reset_gpu|reboot|drain"'
+
+
 def fleet_group(c: RulesConfig) -> Group:
     """Per-node aggregates the Fleet dashboard reads, so it never touches per-GPU or per-port series:
     at 1,000 nodes a panel then reads one series per node, not 8 to 40."""
@@ -395,6 +399,9 @@ def fleet_group(c: RulesConfig) -> Group:
             Record(record="instance:trainmon_infiniband_errors:rate5m",
                    expr=f"sum by (job, instance) (rate({c.m('trainmon_infiniband_symbol_error_total')}[5m]))\n+ "
                         f"sum by (job, instance) (rate({c.m('trainmon_infiniband_port_errors_received_total')}[5m]))"),
+            # GPUs whose verdict needs an operator, per node and action.
+            Record(record="instance_action:trainmon_gpu_health_action:count",
+                   expr=f"count by (job, instance, action) ({c.m('trainmon_gpu_health_action', NEEDS_OPERATOR)} == 1)"),
             Record(record="instance:trainmon_collector_failures:count",
                    expr=f"sum by (job, instance) (1 - {c.m('trainmon_collector_success')})"),
             Record(record="instance:trainmon_ingest_ranks:sum",

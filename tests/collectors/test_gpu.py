@@ -38,6 +38,7 @@ class Node:
         self.scenario = scenario
         self.clock = Clock(1000.0)
         self.library = ScenarioLibrary(lambda: self.scenario)
+        settings.setdefault("kmsg", tmp_path / "kmsg")  # never the host's kernel log
         self.collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path, **settings), NodeResources(),
                                       library=self.library, clock=self.clock)
 
@@ -423,3 +424,116 @@ def test_every_gpu_metric_key_has_one_family_and_the_nvml_tables_use_only_those_
     assert list(FAMILIES) == list(GpuMetric)
     assert {f.metric for f in fields.FIELDS} | set(gpm.GPM_METRICS.values()) <= set(GpuMetric)
     assert all(isinstance(f.metric, GpuMetric) for f in fields.FIELDS)
+
+
+def health(collection: Collection) -> dict[str, tuple[str, set[str]]]:
+    """Per GPU index: the action of trainmon_gpu_health_action and the reasons."""
+    actions = {s.labels["gpu"]: s.labels["action"] for f in collection.families for s in f.samples
+               if s.name == "trainmon_gpu_health_action" and s.value == 1.0}
+    reasons: dict[str, set[str]] = {}
+    for family in collection.families:
+        for sample in family.samples:
+            if sample.name == "trainmon_gpu_health_reason_info":
+                reasons.setdefault(sample.labels["gpu"], set()).add(sample.labels["reason"])
+    return {gpu: (action, reasons.get(gpu, set())) for gpu, action in actions.items()}
+
+
+def test_health_verdict_per_gpu_from_the_nvml_values(node: Node) -> None:
+    """Pending remap and DBE ask for a reset, the driver's recovery action for a reboot, a failed remap for
+    service; a clean GPU needs nothing and has no reason series."""
+    recovery = str(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+    base = node.scenario
+    node.scenario = scenarios.changed(base, 2, fields={**base["gpus"][2]["fields"], recovery: 2})
+    node.scenario = scenarios.changed(node.scenario, 3, fields={**base["gpus"][3]["fields"],
+                                                                str(scenarios.FIELD["remap_failure"]): 1})
+    verdicts = health(node.collect())
+
+    assert ("none", set()) == verdicts["0"]
+    assert ("reset_gpu", {"row remap pending: reset the GPU to apply it",
+                          "uncorrectable ECC errors since the last reset: reset the GPU"}) == verdicts["1"]
+    assert "reboot" == verdicts["2"][0]
+    assert "NVML recovery action NODE_REBOOT: reboot the node" in verdicts["2"][1]
+    assert "drain" == verdicts["3"][0]
+    assert "row remapping failed: service the GPU" in verdicts["3"][1]
+
+
+def test_an_xid_in_the_kernel_log_cleared_by_a_reset_and_escalated_when_it_comes_back(tmp_path: Path) -> None:
+    """XID 119 (catalog: reset the GPU) from the kernel log; GPU 0 lost (reboot), back (the reset done: none);
+    the same XID again: drain."""
+    kmsg = tmp_path / "kmsg"
+    line = "4,{0},{0}000000,-;NVRM: Xid (PCI:0000:18:00): 119, pid=1, name=python3, Timeout waiting for RPC\n"
+    kmsg.write_text(line.format(1))
+    node = Node(scenarios.node(2), tmp_path)
+    try:
+        healthy = node.scenario
+        assert ("reset_gpu", {"XID 119 GSP_RPC_TIMEOUT: reset the GPU"}) == health(node.collect())["0"]
+        node.scenario = scenarios.changed(healthy, 0, errors={"*": 15})
+        assert "reboot" == health(node.collect())["0"][0]
+        node.scenario = healthy
+        assert ("none", set()) == health(node.collect(advance=60))["0"]
+
+        with kmsg.open("a") as log:
+            log.write(line.format(2))
+        wait_until(lambda: health(node.collect())["0"][0] == "drain", timeout=10)
+        assert {"XID 119 GSP_RPC_TIMEOUT again after a GPU reset: service the GPU"} == health(node.collect())["0"][1]
+    finally:
+        node.collector.close()
+
+
+def test_the_xid_catalog_is_served_once_per_code(node: Node) -> None:
+    catalog = {s.labels["xid"]: (s.labels["mnemonic"], s.labels["action"]) for f in node.collect().families
+               for s in f.samples if s.name == "trainmon_xid_catalog_info"}
+
+    assert 172 == len(catalog)
+    assert ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "reboot") == catalog["79"]
+
+
+def nvlink_fields(links: dict[int, tuple[int, int, int, int, int]]) -> dict[str, int]:
+    """Scenario fields of a GPU with these links: link -> (state, crc_flit, crc_data, replay, recovery)."""
+    answered = {str(fields.LINK_COUNT): len(links)}
+    for link, (state, flit, data, replay, recovery) in links.items():
+        answered |= {f"{fields.LINK_STATE}@{link}": state, f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC}@{link}": flit,
+                     str(fields.CRC_DATA_PER_LINK[link]): data,
+                     f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY}@{link}": replay,
+                     f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY}@{link}": recovery}
+    return answered
+
+
+def test_nvlink_per_link_in_the_same_field_values_call(node: Node) -> None:
+    """GPU 0 with two links (one down) serves state and four error counters per link; GPU 1 without NVLink
+    serves none; the cycle makes no NVML call more than without links."""
+    node.collect()
+    node.collect()
+    before = node.library.calls
+    node.collect()
+    calls_without_links = node.library.calls - before
+    base = node.scenario
+    node.scenario = scenarios.changed(base, 0, fields={**base["gpus"][0]["fields"],
+                                                       **nvlink_fields({0: (1, 5, 3, 7, 1), 1: (0, 9, 0, 0, 0)})})
+    node.collector.close()  # links are counted at attach
+    node.collect()
+    before = node.library.calls
+    got = samples(node.collect())
+
+    gpu0 = {"gpu": "0", "uuid": base["gpus"][0]["uuid"]}
+    up = {k[1]: v for k, v in got.items() if k[0] == "trainmon_gpu_nvlink_link_up"}
+    errors = {k[1]: v for k, v in got.items() if k[0] == "trainmon_gpu_nvlink_errors_total"}
+    assert {frozenset({**gpu0, "link": "0"}.items()): 1.0, frozenset({**gpu0, "link": "1"}.items()): 0.0} == up
+    assert {("0", "crc_flit"): 5, ("0", "crc_data"): 3, ("0", "replay"): 7, ("0", "recovery"): 1,
+            ("1", "crc_flit"): 9} == {  # zeros are not served
+        (dict(k)["link"], dict(k)["error"]): v for k, v in errors.items()}
+    assert calls_without_links == node.library.calls - before
+
+
+def test_pcie_aer_counters_of_a_gpu_are_served(node: Node, tmp_path: Path) -> None:
+    base = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0"
+    base.mkdir(parents=True)
+    (base / "vendor").write_text("0x10de\n")
+    (base / "aer_dev_fatal").write_text("CmpltTO 1\nMalfTLP 0\nTOTAL_ERR_FATAL 1\n")
+    (base / "aer_dev_correctable").write_text("RxErr 2\nBadTLP x\nTOTAL_ERR_COR 2\n")
+    collection = node.collect()
+    aer = {(s.labels["severity"], s.labels["error"]): s.value for f in collection.families for s in f.samples
+           if s.name == "trainmon_pcie_aer_errors_total" and s.labels["device"] == "0000:18:00.0"}
+
+    assert {("fatal", "CmpltTO"): 1.0, ("correctable", "RxErr"): 2.0} == aer  # zeros are not served
+    assert "0000:18:00.0/aer_dev_correctable: unreadable line 'BadTLP x'" in collection.skipped

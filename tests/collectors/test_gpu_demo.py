@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.daemon import Daemon
 from tests.helpers.net import wait_until
+from trainmon.collectors.base import NodeResources
+from trainmon.collectors.gpu import GpuCollector
+from trainmon.settings import Settings
 
 # Sample names as exposed (counters with _total, info with _info).
 SPEC_GPU_METRICS = frozenset({
@@ -54,3 +60,17 @@ def test_demo_gpu_processes_are_simulated_processes_not_the_daemon(demo: Daemon)
     names = wait_until(processes, timeout=20)
     assert {f"simulated-rank{i}" for i in range(8)} == set(names.values())  # type: ignore[union-attr,attr-defined]
     assert str(daemon.process.pid) not in names  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(("incident", "gpu", "action"), [("xid-reset", "4", "reset_gpu"), ("gpu-lost", "6", "reboot")])
+def test_demo_incidents_show_the_verdict(incident: str, gpu: str, action: str, tmp_path: Path) -> None:
+    settings = Settings(simulated=True, incident=incident, incident_after=2.0, interval=1.0)  # XID after registration
+    collector = GpuCollector(settings, NodeResources())
+    try:
+        def verdict() -> str | None:
+            return next((s.labels["action"] for f in collector.collect().families for s in f.samples
+                         if s.name == "trainmon_gpu_health_action" and s.labels["gpu"] == gpu), None)
+
+        wait_until(lambda: verdict() == action, timeout=30)
+    finally:
+        collector.close()

@@ -10,10 +10,12 @@ import ctypes.util
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 
 from tests.fake_nvml import scenario as scenarios
@@ -21,6 +23,7 @@ from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
+from trainmon.nvml import fields
 
 INTERVAL = "0.3"
 
@@ -156,3 +159,74 @@ def test_unsupported_values_gpm_and_xid_through_the_fake(tmp_path: Path, fake_nv
     for name in ("power_watts", "energy_joules_total", "sm_utilization_ratio", "sm_active_seconds_total"):
         assert (f"trainmon_gpu_{name}", ids(base, 1)) not in metrics
     assert metrics[("trainmon_gpu_sm_active_seconds_total", ids(base, 0))] > 0
+
+
+def test_kernel_log_history_and_nvml_events_count_each_xid_once(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                                 daemons: list[Daemon]) -> None:
+    """XIDs logged before the daemon started are served from the kernel log; the NVML event for the XID 79
+    the log also has counts once; a GPU of another node is not served; `trainmon check` names the source."""
+    base = scenarios.node(2)
+    now = time.clock_gettime(time.CLOCK_MONOTONIC)
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(
+        f"4,1,{int((now - 3600) * 1e6)},-;NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=python3, Graphics Exception\n"
+        f"4,2,{int((now - 1) * 1e6)},-;NVRM: Xid (PCI:0000:28:00): 79, pid=1, name=python3, fallen off the bus\n"
+        f"4,3,{int(now * 1e6)},-;NVRM: Xid (PCI:0000:c1:00): 48, pid=1, name=python3, DBE\n")
+    daemon, path = start(tmp_path, fake_nvml_dir, base, "--kmsg", str(kmsg))
+    daemons.append(daemon)
+    xid13, xid79 = (("trainmon_gpu_xid_errors_total", ids(base, i) | {("xid", x)}) for i, x in ((0, "13"), (1, "79")))
+    scrape_until(daemon, lambda m: xid13 in m and xid79 in m)
+
+    scenarios.write(path, {**scenarios.changed(base, 0, utilization_gpu=77),
+                           "xid_events": [{"id": 1, "gpu": 1, "xid": 79}]})
+    metrics = scrape_until(daemon, lambda m: m.get(("trainmon_gpu_utilization_ratio", ids(base, 0))) == 0.77)
+    time.sleep(3 * float(INTERVAL))  # cycles after the event was delivered
+    metrics = parse_samples(daemon.metrics_text())
+
+    assert (1.0, 1.0) == (metrics[xid13], metrics[xid79])
+    assert not [k for k in metrics if k[0] == "trainmon_gpu_xid_errors_total" and ("xid", "48") in k[1]]
+    status = daemon.get("/api/v1/status").json()
+    kmsg_status = next(c for c in status["collectors"] if c["name"] == "gpu")["details"]["kmsg"]
+    assert (True, ["0000:c1:00"]) == (kmsg_status["readable"], kmsg_status["other_buses"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
+    env.update(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_SCENARIO=str(path))
+    check = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu", "--kmsg", str(kmsg)],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert f"XIDs: kernel log {kmsg}" in check.stdout
+    unreadable = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu",
+                                 "--kmsg", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
+    assert "XIDs: NVML events only" in unreadable.stdout
+    assert "--kmsg" in unreadable.stdout
+
+
+def test_recovery_action_nvlink_links_and_fabric_through_the_c_fake(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                                    daemons: list[Daemon]) -> None:
+    """GPU 0 answers the recovery-action field, per-link NVLink fields (scope = link) and fabric info; GPU 1
+    answers NOT_SUPPORTED to each: no series for it, no guessed verdict."""
+    base = scenarios.node(2)
+    links = {str(fields.LINK_COUNT): 2, f"{fields.LINK_STATE}@0": 1, f"{fields.LINK_STATE}@1": 0,
+             f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC}@1": 12, f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY}@1": 4,
+             str(pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): 1}
+    scenario = scenarios.changed(base, 0, fields={**base["gpus"][0]["fields"], **links}, fabric_state=3,
+                                 fabric_health_mask=0x5)
+    daemon, _ = start(tmp_path, fake_nvml_dir, scenario, "--kmsg", str(tmp_path / "no-kmsg"))
+    daemons.append(daemon)
+    action0 = ("trainmon_gpu_health_action", ids(scenario, 0) | {("action", "reset_gpu")})
+    metrics = scrape_until(daemon, lambda m: action0 in m)
+
+    assert 1.0 == metrics[("trainmon_gpu_nvlink_link_up", ids(scenario, 0) | {("link", "0")})]
+    assert 0.0 == metrics[("trainmon_gpu_nvlink_link_up", ids(scenario, 0) | {("link", "1")})]
+    link1 = ids(scenario, 0) | {("link", "1")}
+    assert 12.0 == metrics[("trainmon_gpu_nvlink_errors_total", link1 | {("error", "crc_flit")})]
+    assert 4.0 == metrics[("trainmon_gpu_nvlink_errors_total", link1 | {("error", "replay")})]
+    assert (3.0, 5.0) == (metrics[("trainmon_gpu_fabric_state_id", ids(scenario, 0))],
+                          metrics[("trainmon_gpu_fabric_health_mask", ids(scenario, 0))])
+    reason = ("trainmon_gpu_health_reason_info", ids(scenario, 0) | {("reason", "NVML recovery action GPU_RESET: "
+                                                                                "reset the GPU")})
+    assert 1.0 == metrics[reason]
+    new = ("trainmon_gpu_nvlink_link_up", "trainmon_gpu_nvlink_errors_total", "trainmon_gpu_fabric_state_id",
+           "trainmon_gpu_fabric_health_mask")
+    gpu1 = [k for k in metrics if dict(k[1]).get("gpu") == "1"
+            and (k[0] in new or "recovery action" in dict(k[1]).get("reason", ""))]
+    assert [] == gpu1
+    assert 1.0 == metrics[("trainmon_gpu_health_action", ids(scenario, 1) | {("action", "reset_gpu")})]  # its DBE

@@ -134,3 +134,12 @@ def test_a_slow_mount_under_a_communication_bound_job_is_not_blamed() -> None:
     result = diagnose("j", "1h", ranks, [], mounts=[slow_mount()])
 
     assert ["communication"] == [f.cause for f in result.findings]
+
+
+def test_a_gpu_health_verdict_on_the_stragglers_node_is_listed_with_it() -> None:
+    ranks = [rank(0, step_seconds=90.0, comm_wait=60.0), rank(1, NODE_B)]
+    verdict = Hardware("health", NODE_B, "GPU-1")
+    result = diagnose("j", "1h", ranks, [verdict, Hardware("health", NODE_A, "GPU-0")])
+
+    assert (verdict,) == result.findings[0].hardware
+    assert {"signal": "health", "instance": NODE_B, "device": "GPU-1"} == json.loads(json.dumps(result.as_dict()))["findings"][0]["hardware"][0]

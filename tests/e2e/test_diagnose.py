@@ -32,7 +32,9 @@ from tests.torch.jobs import REPO, start_job
 pytestmark = pytest.mark.slow
 
 WINDOW = "15s"  # the steady part of each job: start-up is behind it when diagnose runs
+# The straggler's GPU also throttles and has a row remap pending (its health verdict: reset the GPU).
 THROTTLED = scenarios.changed(scenarios.node(1), 0, clocks_event_reasons=pynvml.nvmlClocksEventReasonHwThermalSlowdown)
+THROTTLED["gpus"][0]["fields"][str(scenarios.FIELD["remap_pending"])] = 1
 GPU_UUID = THROTTLED["gpus"][0]["uuid"]
 # job id: (node, ranks, env of every rank, env of one rank). Causes that need no peer run one rank (CI has 2 cores).
 JOBS: dict[str, tuple[str, int, dict[str, str], dict[int, dict[str, str]]]] = {
@@ -155,6 +157,7 @@ def test_the_straggler_rank_is_named_with_its_node_gpu_and_the_throttling(
     assert (1, "straggler", 1, node_b, GPU_UUID) == (code, first["cause"], first["rank"], first["instance"],
                                                       first["uuid"]), result
     assert {"signal": "throttle", "instance": node_b, "device": GPU_UUID} in first["hardware"]
+    assert {"signal": "health", "instance": node_b, "device": GPU_UUID} in first["hardware"]
     assert "communication" not in causes(result)  # rank 0's wait is the straggler's cost, not the network's
     assert 0 < result["mfu"] < 0.01  # ~0.8 TFLOP/s per rank against an H100's 989
 

@@ -477,7 +477,9 @@ API int nvmlDeviceGetFieldValues(device_t *d, int count, field_value_t *values) 
     clock_gettime(CLOCK_REALTIME, &now);
     for (int i = 0; i < count; i++) {
         field_value_t *v = &values[i];
-        const entry_t *e = gpu_key(t, gpu, "fields.%u", v->fieldId);
+        /* "fields": {"163@2": n} answers field 163 for scope 2 (a per-link field) only */
+        const entry_t *e = gpu_key(t, gpu, "fields.%u@%u", v->fieldId, v->scopeId);
+        if (!e) e = gpu_key(t, gpu, "fields.%u", v->fieldId);
         const entry_t *type = gpu_key(t, gpu, "field_types.%u", v->fieldId);
         v->timestamp = now.tv_sec * 1000000LL + now.tv_nsec / 1000;
         v->latencyUsec = 0;
@@ -488,6 +490,25 @@ API int nvmlDeviceGetFieldValues(device_t *d, int count, field_value_t *values) 
         else if (v->valueType == VALUE_UNSIGNED_INT) v->value.ui = (unsigned)e->u;
         else v->value.ull = e->u;
     }
+    return SUCCESS;
+}
+
+/* nvmlGpuFabricInfo_v2_t; "fabric_state" absent: NOT_SUPPORTED (no NVSwitch fabric) */
+typedef struct {
+    unsigned version; unsigned char clusterUuid[16]; int status; unsigned cliqueId; unsigned state; unsigned healthMask;
+} fabric_info_t;
+
+API int nvmlDeviceGetGpuFabricInfoV(device_t *d, fabric_info_t *info) {
+    DEVICE_CALL(d);
+    const entry_t *state = gpu_key(t, gpu, "fabric_state");
+    if (!state) return NOT_SUPPORTED;
+    const entry_t *mask = gpu_key(t, gpu, "fabric_health_mask");
+    unsigned version = info->version;
+    memset(info, 0, sizeof *info);
+    info->version = version;
+    info->status = SUCCESS;
+    info->state = (unsigned)state->u;
+    info->healthMask = mask ? (unsigned)mask->u : 0;
     return SUCCESS;
 }
 

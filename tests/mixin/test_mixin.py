@@ -44,6 +44,7 @@ CHANGED: dict[str, Any] = {
     "storage_slow_factor": 3.0,
     "storage_dataloader_ratio": 0.2,
     "checkpoint_slow_factor": 4.5,
+    "nvlink_errors": 40,
     "alert_for": {"TrainmonTrainingStalled": "30m", "TrainmonGPUThermalThrottle": "20m"},
     "group_intervals": {"trainmon.gpu": "1m", "trainmon.fleet.rules": "2m"},
 }

@@ -8,6 +8,7 @@ import pynvml
 
 from tests.helpers.clock import Clock
 from trainmon.simulation import node as simulated
+from trainmon.simulation.incidents import Plan
 from trainmon.simulation.node import SimulatedNode
 
 
@@ -53,3 +54,13 @@ def test_the_straggler_gpu_computes_longer() -> None:
     gpus = at(node, clock, 20 * simulated.STEP_S + 0.70 * simulated.STEP_S)
 
     assert gpus[5]["power_usage_mw"] > 1.5 * gpus[0]["power_usage_mw"]
+
+
+def test_the_xid_reset_incident_raises_xid_119_on_gpu_4_once_it_starts() -> None:
+    clock = Clock(0.0)
+    node = SimulatedNode(clock=clock, plan=Plan("xid-reset", 60.0, clock))
+
+    clock.now = 30.0
+    assert 119 not in [e["xid"] for e in node.scenario()["xid_events"]]
+    clock.now = 61.0
+    assert {"id": len(simulated.XIDS), "gpu": 4, "xid": 119} in node.scenario()["xid_events"]

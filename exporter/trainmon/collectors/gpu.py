@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,15 +25,21 @@ from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError
 from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import InventoryGpu
+from trainmon.health.catalog import action_of
+from trainmon.health.kmsg_reader import KmsgReader, KmsgStatus
+from trainmon.health.verdict import HealthTracker, Signals, Verdict, XidSeen, decide
+from trainmon.health.xid_catalog import CATALOG
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
-from trainmon.nvml.errors import NVML_FAILURES, needs_reinit, nvml_error_line
+from trainmon.nvml.errors import NVML_FAILURES, is_lost, is_reset_required, needs_reinit, nvml_error_line
 from trainmon.nvml.metrics import GpuMetric
 from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
-from trainmon.roots import Unavailable, list_directory, read_attribute
+from trainmon.parsers.kmsg import nvml_bus
+from trainmon.roots import Root, Unavailable, list_directory, read_attribute
 from trainmon.settings import Settings
+from trainmon.sysfs.aer import AerReading, aer_devices, read_aer
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,8 @@ class GpuStatus:
     identity: GpuIdentity
     reading: GpuReading | None
     error: str | None = None
+    lost: bool = False  # GPU_IS_LOST, or not enumerated by NVML since re-initialisation
+    reset_required: bool = False
 
 
 def count_pci_gpus(sysfs: Path) -> int | None:
@@ -117,8 +125,9 @@ class GpuCollector:
 
     def __init__(self, settings: Settings, resources: NodeResources, library: object | None = None,
                  expected: Callable[[], int | None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus."""
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus;
+        `wall` is Unix time, which XIDs are stamped with."""
         if settings.simulated and library is None:
             from trainmon.simulation.incidents import Plan
             from trainmon.simulation.node import SimulatedNode
@@ -128,6 +137,8 @@ class GpuCollector:
         self._settings = settings
         self._inventory = resources.gpus
         self._clock = clock
+        self._wall = wall
+        self._health = HealthTracker()
         self._expected = expected or (lambda: count_pci_gpus(settings.sysfs))
         self._session = NvmlSession(library)
         self._backoff = Backoff(initial=settings.interval)  # nvmlInit failing: no library, no driver
@@ -139,6 +150,9 @@ class GpuCollector:
         self._xid_problems: list[str] = []
         self._watcher: XidWatcher | None = None
         self._xids = XidCounts()
+        # The demo's simulated node has no kernel log of its own: its XIDs come from simulated NVML events.
+        self._kmsg = None if settings.simulated else KmsgReader(settings.kmsg, self._xids)
+        self._kmsg_started = False
         self._last_error = ""
         self._reinit_wanted = False
 
@@ -175,7 +189,7 @@ class GpuCollector:
                 continue
             self._attached.append(gpu)
         try:
-            self._watcher = XidWatcher([Watched(g.handle, g.identity.index, g.identity.uuid)
+            self._watcher = XidWatcher([Watched(g.handle, nvml_bus(g.identity.pci_bus_id))
                                         for g in self._attached], self._xids)
             self._xid_problems = list(self._watcher.unsupported)
         except NVML_FAILURES as exc:
@@ -193,6 +207,8 @@ class GpuCollector:
     def close(self) -> None:
         with self._cycle:
             self._close()
+            if self._kmsg is not None:
+                self._kmsg.stop()
 
     # --- one cycle -----------------------------------------------------------------------------------------
 
@@ -206,6 +222,9 @@ class GpuCollector:
             self._cycle.release()
 
     def _collect(self, now: float) -> Collection:
+        if self._kmsg is not None and not self._kmsg_started:
+            self._kmsg_started = True
+            self._kmsg.start()  # reads the ring buffer's history before this first collection
         if not self._session.is_open:
             try:
                 self._open(now)
@@ -222,7 +241,7 @@ class GpuCollector:
     def _read_all(self, now: float) -> list[GpuStatus]:
         attached = {gpu.identity.uuid for gpu in self._attached}
         statuses = [self._read(gpu, now) for gpu in self._attached]
-        statuses += [GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND)
+        statuses += [GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND, lost=True)
                      for uuid, gpu in self._gpus.items() if uuid not in attached]
         return sorted(statuses, key=lambda s: s.identity.index)
 
@@ -251,7 +270,7 @@ class GpuCollector:
             return status
         gpu = self._gpus[status.identity.uuid]
         if gpu not in self._attached:
-            return GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND)
+            return GpuStatus(identity=gpu.identity, reading=None, error=NOT_FOUND, lost=True)
         return self._read(gpu, now)
 
     def _outage_families(self, error: str) -> tuple[Metric, ...]:
@@ -265,7 +284,8 @@ class GpuCollector:
         except NVML_FAILURES as exc:
             if needs_reinit(exc):
                 self._reinit_wanted = True
-            return GpuStatus(identity=gpu.identity, reading=None, error=nvml_error_line(exc))
+            return GpuStatus(identity=gpu.identity, reading=None, error=nvml_error_line(exc),
+                             lost=is_lost(exc), reset_required=is_reset_required(exc))
         return GpuStatus(identity=gpu.identity, reading=reading)
 
     # --- families --------------------------------------------------------------------------------------------
@@ -286,17 +306,41 @@ class GpuCollector:
         read = [(s.identity, s.reading) for s in statuses if s.reading is not None]
         families += _value_families(read)
         families += _process_families(read, per_process=self._settings.gpu_processes)
-        families += _xid_families(self._xids)
+        families += _interconnect_families(read)
+        families += _xid_families(self._xids, self._gpus.values())
+        families.append(_catalog_family())
+        families += _health_families(self._verdicts(statuses))
+        sys = Root(self._settings.sysfs, "sysfs")
+        aer = [reading for address in aer_devices(sys) if (reading := read_aer(sys, address)) is not None]
+        families.append(_aer_family(aer))
+        kmsg = self._kmsg.status() if self._kmsg is not None else None
         skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped]
         skipped += self._unidentified + self._xid_problems
+        skipped += [line for reading in aer for line in reading.skipped]
+        if kmsg is not None and kmsg.error:
+            skipped.append(f"kernel log: {kmsg.error}")
         return Collection(
             families=tuple(families),
-            found=tuple(self._found(statuses)),
+            found=(*self._found(statuses), _xid_source(kmsg)),
             skipped=tuple(skipped),
             details={"simulated": self._settings.simulated, "driver_version": self._session.driver_version,
                      "gpus": [{"index": s.identity.index, "uuid": s.identity.uuid, "name": s.identity.name,
-                               "up": s.reading is not None, "error": s.error} for s in statuses]},
+                               "up": s.reading is not None, "error": s.error} for s in statuses],
+                     "kmsg": _kmsg_details(kmsg, self._xids, self._gpus.values())},
         )
+
+    def _verdicts(self, statuses: Sequence[GpuStatus]) -> list[tuple[GpuIdentity, Verdict]]:
+        xids: dict[str, list[XidSeen]] = {}
+        for entry in self._xids.snapshot():
+            xids.setdefault(entry.key.bus, []).append(XidSeen(entry.key.xid, entry.count, entry.last_seen))
+        now = self._wall()
+        verdicts = []
+        for status in statuses:
+            seen = tuple(xids.get(nvml_bus(status.identity.pci_bus_id), ()))
+            counts_at_reset = self._health.observe(status.identity.uuid, status.reading is not None,
+                                                   {x.xid: x.count for x in seen})
+            verdicts.append((status.identity, decide(_signals(status, seen, counts_at_reset), now)))
+        return verdicts
 
     def _info(self, statuses: Sequence[GpuStatus]) -> Metric:
         family = info("gpu", "GPU identity; join on (gpu, uuid).",
@@ -355,6 +399,28 @@ def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metr
     return families
 
 
+def _interconnect_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
+    up = gauge("gpu_nvlink_link_up", "1 while this NVLink is active (NVML R570+).", (*GPU_LABELS, "link"))
+    errors = counter("gpu_nvlink_errors_total", "NVLink errors on this link: crc_flit, crc_data, replay, "
+                     "recovery (Hopper and older); absent while zero.", (*GPU_LABELS, "link", "error"))
+    for identity, reading in read:
+        for link in reading.links:
+            if link.up is not None:
+                up.add_metric([*_ids(identity), str(link.link)], 1.0 if link.up else 0.0)
+            for error, value in link.errors.items():
+                if value:  # 18 links x 4 errors x 8 GPUs would be 576 series of zeros on a healthy node
+                    errors.add_metric([*_ids(identity), str(link.link), error], value)
+    state = gauge("gpu_fabric_state_id", "NVSwitch fabric state: 1 not started, 2 in progress, 3 completed "
+                  "(nvmlGpuFabricState_t); absent without a fabric.", GPU_LABELS)
+    mask = gauge("gpu_fabric_health_mask", "NVSwitch fabric health bit fields (NVML_GPU_FABRIC_HEALTH_MASK_*: "
+                 "degraded bandwidth, route recovery, route unhealthy, access timeout recovery).", GPU_LABELS)
+    for identity, reading in read:
+        if reading.fabric is not None:
+            state.add_metric(_ids(identity), float(reading.fabric.state))
+            mask.add_metric(_ids(identity), float(reading.fabric.health_mask))
+    return [up, errors, state, mask]
+
+
 def _process_families(read: Sequence[tuple[GpuIdentity, GpuReading]], *, per_process: bool) -> list[Metric]:
     count = gauge("gpu_processes", "Compute processes on the GPU.", GPU_LABELS)
     used = gauge("gpu_process_fb_used_bytes", "Framebuffer used by one process.", (*GPU_LABELS, "pid"))
@@ -383,15 +449,90 @@ def _process_name(pid: int) -> str:
         return ""  # gone, or in another PID namespace
 
 
-def _xid_families(counts: XidCounts) -> list[Metric]:
+def _by_bus(gpus: Iterable[Gpu]) -> dict[str, GpuIdentity]:
+    return {nvml_bus(gpu.identity.pci_bus_id): gpu.identity for gpu in gpus}
+
+
+def _xid_families(counts: XidCounts, gpus: Iterable[Gpu]) -> list[Metric]:
+    """XIDs of this node's GPUs (NVML has seen them since start); other buses' lines are only counted."""
     labels = (*GPU_LABELS, "xid")
-    total = counter("gpu_xid_errors_total", "XID errors reported by the driver since registration.", labels)
+    total = counter("gpu_xid_errors_total", "XID errors, every code, once per event (kernel log since boot, "
+                    "or NVML events where the kernel log is unreadable).", labels)
     last = gauge("gpu_xid_last_timestamp_seconds", "When this XID was last reported (Unix time).", labels)
-    for entry in counts.snapshot():
-        key = [str(entry.key.gpu), entry.key.uuid, str(entry.key.xid)]
+    by_bus = _by_bus(gpus)
+    for entry in sorted(counts.snapshot(), key=lambda e: (e.key.bus, e.key.xid)):
+        identity = by_bus.get(entry.key.bus)
+        if identity is None:
+            continue
+        key = [*_ids(identity), str(entry.key.xid)]
         total.add_metric(key, float(entry.count))
         last.add_metric(key, entry.last_seen)
     return [total, last]
+
+
+def _signals(status: GpuStatus, xids: tuple[XidSeen, ...], counts_at_reset: Mapping[int, int]) -> Signals:
+    reading = status.reading
+    if reading is None:
+        return Signals(xids=xids, counts_at_reset=counts_at_reset, lost=status.lost,
+                       reset_required=status.reset_required)
+    return Signals(
+        xids=xids, counts_at_reset=counts_at_reset, recovery_action=reading.recovery_action,
+        row_remap_pending=reading.values.get(GpuMetric.ROW_REMAP_PENDING, 0.0) > 0,
+        row_remap_failure=reading.values.get(GpuMetric.ROW_REMAP_FAILURE, 0.0) > 0,
+        uncorrected_ecc=reading.labelled.get(GpuMetric.ECC_ERRORS_TOTAL, {}).get("uncorrected", 0.0),
+    )
+
+
+def _health_families(verdicts: Sequence[tuple[GpuIdentity, Verdict]]) -> list[Metric]:
+    action = gauge("gpu_health_action", "1 for the strongest action this GPU needs now: none, restart_app, "
+                   "reset_gpu, reboot or drain (docs/gpu.md).", (*GPU_LABELS, "action"))
+    reason = info("gpu_health_reason", "Why the GPU needs an action, in runbook words; one series per reason.",
+                  (*GPU_LABELS, "reason"))
+    for identity, verdict in verdicts:
+        action.add_metric([*_ids(identity), verdict.action.label], 1.0)
+        for words in verdict.reasons:
+            reason.add_metric(_ids(identity), {"reason": words})
+    return [action, reason]
+
+
+def _aer_family(readings: Sequence[AerReading]) -> Metric:
+    family = counter("pcie_aer_errors_total", "PCIe AER errors the kernel counted on a GPU, HCA or NVMe "
+                     "controller, by severity (correctable, nonfatal, fatal) and error; absent while zero.",
+                     ("device", "severity", "error"))
+    for reading in readings:
+        for severity, errors in reading.counts.items():
+            for error, count in errors.items():
+                if count:  # ~40 error kinds per device, ~30 devices: zeros would be a thousand series per node
+                    family.add_metric([reading.device, severity, error], count)
+    return family
+
+
+def _catalog_family() -> Metric:
+    family = info("xid_catalog", "NVIDIA's Xid catalog: each code's mnemonic and the action its immediate "
+                  "resolution asks for; join on (xid).", ("xid", "mnemonic", "action"))
+    for xid, entry in CATALOG.items():
+        family.add_metric([str(xid)], {"mnemonic": entry.mnemonic, "action": action_of(entry).label})
+    return family
+
+
+def _xid_source(kmsg: KmsgStatus | None) -> str:
+    """The line `trainmon check` prints about where XIDs come from, and why."""
+    if kmsg is None:
+        return "XIDs: simulated NVML events"
+    if kmsg.readable:
+        return (f"XIDs: kernel log {kmsg.path} (history since boot, {kmsg.records} records read) and NVML events, "
+                f"each event counted once")
+    return f"XIDs: NVML events only, since start (kernel log unreadable: {kmsg.error})"
+
+
+def _kmsg_details(kmsg: KmsgStatus | None, counts: XidCounts, gpus: Iterable[Gpu]) -> dict[str, object] | None:
+    if kmsg is None:
+        return None
+    by_bus = _by_bus(gpus)
+    foreign = sorted({e.key.bus for e in counts.snapshot() if e.key.bus not in by_bus})
+    return {"path": kmsg.path, "readable": kmsg.readable, "error": kmsg.error, "records": kmsg.records,
+            "xids": kmsg.xids, "duplicates": kmsg.duplicates, "malformed": kmsg.malformed, "lost": kmsg.lost,
+            "other_buses": foreign, "refused": counts.refused}
 
 
 __all__ = ["FAMILIES", "GpuCollector", "count_pci_gpus"]

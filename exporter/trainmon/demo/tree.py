@@ -21,6 +21,8 @@ from trainmon.sysfs.infiniband import HwCounter, PortCounter
 CONTROLLERS = 8
 NAMESPACES_PER_CONTROLLER = 2  # 16 namespaces: nvme0n1 … nvme7n2
 IB_PORTS = 8  # one 400G rail per GPU: mlx5_0 … mlx5_7, port 1
+# A GPU's PCI device whose link counts a correctable AER error now and then (a trickle, not an alert).
+AER_DEVICE, AER_EVERY_S = "0000:18:00.0", 90.0
 READ_REQUEST_BYTES = 128 * 1024
 WRITE_REQUEST_BYTES = 256 * 1024
 READ_MS, WRITE_MS, SLOW_READ_MS = 0.12, 0.05, 150.0  # per request
@@ -80,8 +82,10 @@ class DemoTree:
         self._ports = [_Port(f"mlx5_{i}", _initial_port_counters(i),
                              {**dict.fromkeys(HwCounter, 0), "lifespan": 12}) for i in range(IB_PORTS)]
         self._scratch.mkdir(parents=True)
+        self._started = self._last
         self._write_identities()
         self._write_diskstats()
+        self._write_aer()
         for port in self._ports:
             self._write_port(port, PortCounter, HwCounter)
         self._filesystems = DemoFileSystems(self.proc, plan, self._put)
@@ -92,6 +96,7 @@ class DemoTree:
         for namespace in self._namespaces:
             self._advance_namespace(namespace, traffic, dt)
         self._write_diskstats()
+        self._write_aer()
         for rank, port in enumerate(self._ports):
             self._advance_port(port, traffic.allreduce_bytes[rank] if rank < len(traffic.allreduce_bytes) else 0)
         self._filesystems.advance(traffic.read_bytes, traffic.written_bytes)
@@ -157,6 +162,14 @@ class DemoTree:
             self._put(base / "hca_type", "MT4129\n")
             self._put(base / "ports" / "1" / "rate", "400 Gb/sec (4X NDR)\n")
             self._put(base / "ports" / "1" / "link_layer", "InfiniBand\n")
+
+    def _write_aer(self) -> None:
+        base = self.sys / "bus" / "pci" / "devices" / AER_DEVICE
+        if not (base / "vendor").exists():
+            self._put(base / "vendor", "0x10de\n")
+            self._put(base / "aer_dev_fatal", "DLP 0\nCmpltTO 0\nTOTAL_ERR_FATAL 0\n")
+        errors = int((self._last - self._started) / AER_EVERY_S) + 1
+        self._put(base / "aer_dev_correctable", f"RxErr {errors}\nBadTLP 0\nTOTAL_ERR_COR {errors}\n")
 
     def _write_diskstats(self) -> None:
         lines = [f" 259 {ns.minor:7d} {ns.name} " + " ".join(str(int(ns.stats[k])) for k in DISKSTATS)

@@ -10,12 +10,12 @@ from trainmon.diagnose.model import Diagnosis, Finding, Hardware, MountSignals, 
 # Which hardware signals bear on which cause (a storage slowdown shows as data wait, a fabric one as
 # communication wait: they are told apart by their own counters and signals).
 CAUSE_SIGNALS = {
-    "straggler": ("throttle", "xid", "ecc", "ib_errors", "nvme_latency"),
-    "communication": ("ib_errors", "xid"),
+    "straggler": ("throttle", "xid", "ecc", "health", "ib_errors", "nvme_latency"),
+    "communication": ("ib_errors", "xid", "health"),
     "data_loading": ("nvme_latency",),
     "storage": ("nvme_latency",),
-    "stall": ("xid", "ecc", "throttle"),
-    "hang": ("xid", "ib_errors"),
+    "stall": ("xid", "ecc", "health", "throttle"),
+    "hang": ("xid", "health", "ib_errors"),
 }
 
 

@@ -122,6 +122,9 @@ class Collector:
             "xid": (f"max by (instance, uuid) (trainmon_gpu_xid_last_timestamp_seconds{{{on}}}) "
                     f"> {self._now - self._window:.3f}", _uuid),
             "ecc": (f"sum by (instance, uuid) (increase(trainmon_gpu_ecc_errors_total{{{on}}}{r})) > 0", _uuid),
+            # A GPU whose verdict asked an operator for a reset, a reboot or service within the window.
+            "health": (f'max by (instance, uuid) (max_over_time(trainmon_gpu_health_action{{{on}, '
+                       f'action=~"reset_gpu|reboot|drain"}}{r})) == 1', _uuid),
             "ib_errors": (" or ".join(f"sum by (instance, device, port) (increase({name}{{{on}}}{r})) > 0"
                                       for name in IB_ERROR_COUNTERS), _port),
             "nvme_latency": (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -53,6 +54,21 @@ class ProcessUse:
     fb_used_bytes: int | None  # None where the driver cannot tell (WDDM, some containers)
 
 
+@dataclass(frozen=True, slots=True)
+class LinkReading:
+    """One NVLink: up where the driver says (R570+), and its error counters where it has them."""
+
+    link: int
+    up: bool | None
+    errors: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    state: int  # nvmlGpuFabricState_t: 0 not supported, 1 not started, 2 in progress, 3 completed
+    health_mask: int  # NVML_GPU_FABRIC_HEALTH_MASK_* bit fields
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuReading:
     """One successful read of one GPU; a value the GPU did not answer is simply not in it."""
@@ -61,6 +77,9 @@ class GpuReading:
     labelled: Mapping[GpuMetric, Mapping[str, float]]  # metric -> label value -> value
     processes: tuple[ProcessUse, ...] | None
     skipped: tuple[str, ...]
+    recovery_action: int | None = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None before R565
+    links: tuple[LinkReading, ...] = ()
+    fabric: Fabric | None = None  # NVSwitch fabric (nvmlDeviceGetGpuFabricInfoV); None where there is none
 
 
 def identify(index: int) -> tuple[Any, GpuIdentity]:
@@ -110,6 +129,9 @@ class Gpu:
         self._static: dict[GpuMetric, dict[str, float]] = {}
         self._counters = {f.field_id: fields.Unwrapped() for f in fields.FIELDS if f.wraps}
         self._sm_active_s: float | None = None  # None until the first GPM window
+        self._links: tuple[fields.LinkField, ...] = ()
+        self._fabric = True  # asked until the driver says NOT_SUPPORTED, then not again until re-attached
+        self._request: list[tuple[int, int]] = list(fields.REQUEST)
 
     def attach(self, handle: Any, identity: GpuIdentity, now: float) -> None:
         """Take a fresh handle after (re-)initialisation and read what does not change until the next.
@@ -127,6 +149,11 @@ class Gpu:
             value = reads.get(metric.value, call)
             if value is not None:
                 self._static[metric]["max"] = value
+        count = reads.get("NVLink count", pynvml.nvmlDeviceGetFieldValues, [(fields.LINK_COUNT, 0)])
+        links = fields.decode(count).get((fields.LINK_COUNT, 0)) if count is not None else None
+        self._links = fields.link_fields(int(links.value)) if links is not None else ()
+        self._request = [*fields.REQUEST, *((f.field_id, f.scope) for f in self._links)]
+        self._fabric = True
         self._gpm = gpm.sampler(handle)
         if self._gpm is not None:
             with contextlib.suppress(pynvml.NVMLError):  # unprimed, the first read takes the sample
@@ -177,13 +204,17 @@ class Gpu:
             value = reads.get(kind.value, call)
             if value is not None:
                 labelled[kind]["current"] = value
-        self._read_fields(reads, values, labelled)
+        answered = self._read_fields(reads, values, labelled)
         self._read_gpm(now, values)
+        recovery = answered.get((fields.RECOVERY_ACTION, 0))
         return GpuReading(
             values=values,
             labelled={name: by_label for name, by_label in labelled.items() if by_label},
             processes=self._read_processes(reads),
             skipped=tuple(reads.skipped),
+            recovery_action=int(recovery.value) if recovery is not None else None,
+            links=self._read_links(answered),
+            fabric=self._read_fabric(reads),
         )
 
     def _read_memory(self, reads: _Reads, values: dict[GpuMetric, float]) -> None:
@@ -200,13 +231,14 @@ class Gpu:
                            GpuMetric.FB_FREE_BYTES: memory.free})
 
     def _read_fields(self, reads: _Reads, values: dict[GpuMetric, float],
-                     labelled: dict[GpuMetric, dict[str, float]]) -> None:
-        answer = reads.get("field values", pynvml.nvmlDeviceGetFieldValues, list(fields.REQUEST))
+                     labelled: dict[GpuMetric, dict[str, float]]) -> dict[tuple[int, int], fields.RawField]:
+        """Fills the field-value metrics; returns every answered field by id."""
+        answer = reads.get("field values", pynvml.nvmlDeviceGetFieldValues, self._request)
         if answer is None:
-            return
+            return {}
         answered = fields.decode(answer)
         for field in fields.FIELDS:
-            raw = answered.get(field.field_id)
+            raw = answered.get((field.field_id, field.scope))
             if raw is None:
                 continue
             value = (self._counters[field.field_id].update(raw) if field.wraps else raw.value) * field.scale
@@ -214,6 +246,32 @@ class Gpu:
                 values[field.metric] = value
             else:
                 labelled[field.metric][field.label] = value
+        return answered
+
+    def _read_fabric(self, reads: _Reads) -> Fabric | None:
+        if not self._fabric:
+            return None
+        info = pynvml.c_nvmlGpuFabricInfoV_t()
+        # pynvml passes its second argument through as is: the C function takes a pointer.
+        if reads.get("fabric info", pynvml.nvmlDeviceGetGpuFabricInfoV, ctypes.byref(info)) is None:
+            self._fabric = False
+            return None
+        return Fabric(int(info.state), int(info.healthMask))
+
+    def _read_links(self, answered: Mapping[tuple[int, int], fields.RawField]) -> tuple[LinkReading, ...]:
+        """Per link, what the batched call answered; a link with no answer at all is left out."""
+        state: dict[int, bool] = {}
+        errors: dict[int, dict[str, float]] = {}
+        for field in self._links:
+            raw = answered.get((field.field_id, field.scope))
+            if raw is None:
+                continue
+            if field.error is None:
+                state[field.link] = raw.value == fields.LINK_ACTIVE
+            else:
+                errors.setdefault(field.link, {})[field.error] = raw.value
+        return tuple(LinkReading(link, state.get(link), errors.get(link, {}))
+                     for link in sorted(state.keys() | errors.keys()))
 
     def _read_gpm(self, now: float, values: dict[GpuMetric, float]) -> None:
         if self._gpm is None:

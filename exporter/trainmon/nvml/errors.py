@@ -31,6 +31,14 @@ def needs_reinit(exc: BaseException) -> bool:
     return isinstance(exc, pynvml.NVMLError) and exc.value in NEEDS_REINIT
 
 
+def is_lost(exc: BaseException) -> bool:
+    return isinstance(exc, pynvml.NVMLError) and exc.value == pynvml.NVML_ERROR_GPU_IS_LOST
+
+
+def is_reset_required(exc: BaseException) -> bool:
+    return isinstance(exc, pynvml.NVMLError) and exc.value == pynvml.NVML_ERROR_RESET_REQUIRED
+
+
 def nvml_error_line(exc: BaseException) -> str:
     """One line: `NVMLError_GpuIsLost: GPU is lost`."""
     return f"{type(exc).__name__}: {exc}"

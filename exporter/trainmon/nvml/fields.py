@@ -59,7 +59,46 @@ FIELDS: tuple[Field, ...] = (
     Field(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY, GpuMetric.THROTTLE_SECONDS_TOTAL, label="reliability", scale=NS),
 )
 
-REQUEST: tuple[tuple[int, int], ...] = tuple((f.field_id, f.scope) for f in FIELDS)
+# The driver's own verdict (nvmlGpuRecoveryAction_t, R565+; NOT_SUPPORTED before): read for the health
+# verdict, not served as a series of its own.
+RECOVERY_ACTION = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+
+REQUEST: tuple[tuple[int, int], ...] = (*((f.field_id, f.scope) for f in FIELDS), (RECOVERY_ACTION, 0))
+
+# NVLink per link, in the same call: scope = the link. Read once at attach: how many links.
+LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
+LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE  # R570+; 1 = active
+LINK_ACTIVE = 1
+# error label -> field id taking scope = link (Hopper and older; NOT_SUPPORTED on Blackwell since R565).
+LINK_ERRORS: dict[str, int] = {
+    "crc_flit": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
+    "replay": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+}
+# CRC data errors exist only as one field per link, for links 0-11 (scope unused).
+CRC_DATA_PER_LINK: tuple[int, ...] = tuple(getattr(pynvml, f"NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{i}")
+                                           for i in range(12))
+
+
+@dataclass(frozen=True, slots=True)
+class LinkField:
+    """One per-link value of the batched request: `error` None for the link state."""
+
+    field_id: int
+    scope: int
+    link: int
+    error: str | None
+
+
+def link_fields(links: int) -> tuple[LinkField, ...]:
+    """What to add to the request for a GPU with `links` NVLinks."""
+    found: list[LinkField] = []
+    for link in range(links):
+        found.append(LinkField(LINK_STATE, link, link, None))
+        found += [LinkField(field_id, link, link, error) for error, field_id in LINK_ERRORS.items()]
+        if link < len(CRC_DATA_PER_LINK):
+            found.append(LinkField(CRC_DATA_PER_LINK[link], 0, link, "crc_data"))
+    return tuple(found)
 
 _WIDTH = {
     pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: 1 << 32,
@@ -93,14 +132,15 @@ _MEMBER = {
 }
 
 
-def decode(values: Any) -> dict[int, RawField]:
-    """Field values by id; a field NVML answered with an error is left out (absent this cycle)."""
-    answered: dict[int, RawField] = {}
+def decode(values: Any) -> dict[tuple[int, int], RawField]:
+    """Field values by (id, scope); a field NVML answered with an error is left out (absent this cycle)."""
+    answered: dict[tuple[int, int], RawField] = {}
     for entry in (_PlainFieldValue * len(values)).from_buffer(values):
         member = _MEMBER.get(entry.valueType)
         if entry.nvmlReturn != pynvml.NVML_SUCCESS or member is None:
             continue
-        answered[entry.fieldId] = RawField(float(getattr(entry.value, member)), _WIDTH.get(entry.valueType, 0))
+        value = float(getattr(entry.value, member))
+        answered[(entry.fieldId, entry.scopeId)] = RawField(value, _WIDTH.get(entry.valueType, 0))
     return answered
 
 

@@ -1,9 +1,10 @@
-"""XID errors from an NVML event set, read by a dedicated thread.
+"""XID errors from an NVML event set, read by a dedicated thread, and the ledger both XID sources share.
 
 The XID event type is registered on its own: if any requested type is unsupported NVML
-registers nothing. Events from before registration are lost. NVML re-initialisation invalidates
-the set, so the owner stops the watcher before `nvmlShutdown` and starts a new one afterwards;
-the counts live in `XidCounts`, which outlives every watcher.
+registers nothing. NVML events from before registration are lost (the kernel-log reader,
+trainmon.health.kmsg_reader, has them). NVML re-initialisation invalidates the set, so the owner
+stops the watcher before `nvmlShutdown` and starts a new one afterwards; the counts live in
+`XidCounts`, which outlives every watcher.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import ctypes
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,12 +24,22 @@ import pynvml
 log = logging.getLogger(__name__)
 
 WAIT_MS = 500  # nvmlEventSetWait timeout: how long `stop()` may wait for the thread
+# The same XID reported by NVML and the kernel log this close together (seconds) is one event.
+SAME_EVENT_SECONDS = 30.0
+RECENT_PER_KEY = 16  # unmatched events kept per (bus, xid) for matching the other source
+MAX_KEYS = 4096  # (bus, xid) pairs kept; a flood of distinct garbage codes cannot grow memory past it
+
+
+class Source:
+    NVML = "nvml"
+    KMSG = "kmsg"
 
 
 @dataclass(frozen=True, slots=True)
 class XidKey:
-    gpu: int
-    uuid: str
+    """An XID code on one PCI device, `bus` as the kernel log names it (`0000:18:00`)."""
+
+    bus: str
     xid: int
 
 
@@ -41,21 +53,40 @@ class XidCount:
 @dataclass(frozen=True, slots=True)
 class Watched:
     handle: Any
-    index: int
-    uuid: str
+    bus: str
 
 
 class XidCounts:
-    """Thread-safe XID totals for the life of the process."""
+    """Thread-safe XID totals for the life of the process, each event once whichever sources saw it.
+
+    An event matches one unmatched event of the other source with the same key within
+    SAME_EVENT_SECONDS; a matched pair counts once.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[XidKey, XidCount] = {}
+        self._recent: dict[XidKey, deque[tuple[float, str]]] = {}
+        self.refused = 0  # events of new keys beyond MAX_KEYS
 
-    def record(self, key: XidKey, at: float) -> None:
+    def record(self, key: XidKey, at: float, source: str = Source.NVML) -> bool:
+        """Count one event at Unix time `at`; False when it was already counted (or refused)."""
         with self._lock:
+            recent = self._recent.get(key)
+            if recent is None:
+                if len(self._recent) >= MAX_KEYS:
+                    self.refused += 1
+                    return False
+                recent = self._recent[key] = deque(maxlen=RECENT_PER_KEY)
+            for seen in recent:
+                if seen[1] != source and abs(seen[0] - at) <= SAME_EVENT_SECONDS:
+                    recent.remove(seen)
+                    return False
+            recent.append((at, source))
             previous = self._counts.get(key)
-            self._counts[key] = XidCount(key, (previous.count if previous else 0) + 1, at)
+            self._counts[key] = XidCount(key, (previous.count if previous else 0) + 1,
+                                         max(at, previous.last_seen) if previous else at)
+            return True
 
     def snapshot(self) -> tuple[XidCount, ...]:
         with self._lock:
@@ -80,7 +111,7 @@ class XidWatcher:
                 pynvml.nvmlDeviceRegisterEvents(device.handle, pynvml.nvmlEventTypeXidCriticalError,
                                                 self._event_set)
             except pynvml.NVMLError as exc:
-                self.unsupported.append(f"gpu {device.index} XID events: {exc}")
+                self.unsupported.append(f"GPU {device.bus} XID events: {exc}")
                 continue
             self._by_handle[_address(device.handle)] = device
         self._thread = threading.Thread(target=self._run, name="trainmon-xid", daemon=True)
@@ -100,7 +131,7 @@ class XidWatcher:
                 continue
             device = self._by_handle.get(_address(data.device))
             if device is not None and data.eventType & pynvml.nvmlEventTypeXidCriticalError:
-                self._counts.record(XidKey(device.index, device.uuid, int(data.eventData)), time.time())
+                self._counts.record(XidKey(device.bus, int(data.eventData)), time.time(), Source.NVML)
 
     def stop(self) -> None:
         """Stop the thread (within one wait timeout) and free the event set; NVML is still up."""

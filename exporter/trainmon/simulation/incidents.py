@@ -21,10 +21,12 @@ INCIDENTS: dict[str, str] = {
     "loss-scale": "TrainmonLossScaleCollapse",
     "hang": "TrainmonCollectiveHang",
     "storage-slow": "TrainmonStorageSlow",
+    "xid-reset": "TrainmonGPUNeedsReset",
 }
 HUNG_RANK = 2  # stops before a collective; its peers wait in theirs
 STRAGGLER_RANK = 5  # healthy: computes 15% slower than its peers, under the 25% the alert wants
 LOST_GPU = 6
+RESET_XID_GPU, RESET_XID = 4, 119  # GSP RPC timeout: NVIDIA's catalog says reset the GPU
 DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down
 SLOW_NAMESPACE = "nvme3n1"
 SLOW_MOUNT = "/lustre"  # the Lustre mount whose servers slow down; the job then waits for its data

@@ -7,7 +7,8 @@ phase (NVLink busy, SMs mostly waiting in NCCL kernels while coarse utilization 
 100%); every few minutes a checkpoint pauses the GPUs. Power drives temperature through a
 thermal lag, energy and traffic counters integrate their rates, and a rank on GPU 5 straggles.
 Each GPU runs one simulated process (a pid of its own, named `simulated-rankN`, started by the demo);
-`--incident gpu-lost` makes GPU 6 fail every call once the healthy period is over.
+`--incident gpu-lost` makes GPU 6 fail every call once the healthy period is over (its verdict: reboot);
+`--incident xid-reset` raises XID 119 on GPU 4 (its verdict: reset the GPU).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import pynvml
 
-from trainmon.simulation.incidents import LOST_GPU, Plan, checkpointing
+from trainmon.simulation.incidents import LOST_GPU, RESET_XID, RESET_XID_GPU, Plan, checkpointing
 from trainmon.simulation.scenario import Scenario, ScenarioLibrary
 
 GPUS = 8
@@ -41,6 +42,27 @@ PCIE_BPS = 3e9  # input batches at the start of each step
 RECOMPUTE_S = 0.2
 # XIDs the demo raises so that the XID series and alerts have something to show: (time, gpu, xid)
 XIDS = ((2.0, 3, 13), (240.0, 6, 31))
+
+
+NVLINKS = 18  # NVLink4 links of an H100 SXM
+# NVSwitch fabric trained, and every health bit field reading "no" (degraded bandwidth, route recovery, …).
+HEALTHY_FABRIC_MASK = sum(
+    getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{name}_FALSE")
+    << getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{name}")
+    for name in ("DEGRADED_BW", "ROUTE_RECOVERY", "ROUTE_UNHEALTHY")
+)
+# A link with a slow trickle of replays (GPU, link): a few a day is normal, under TrainmonNVLinkErrors.
+REPLAYING_LINK, REPLAY_EVERY_S = (2, 7), 120.0
+
+
+def _nvlink_fields(gpu: int, t: float) -> dict[str, int]:
+    """Per-link field values (scope = link): every link active, one link slowly counting replays."""
+    answered = {str(pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT): NVLINKS}
+    for link in range(NVLINKS):
+        answered[f"{pynvml.NVML_FI_DEV_NVLINK_GET_STATE}@{link}"] = 1
+        replays = int(t / REPLAY_EVERY_S) + 1 if (gpu, link) == REPLAYING_LINK else 0
+        answered[f"{pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY}@{link}"] = replays
+    return answered
 
 
 @dataclass(slots=True)
@@ -142,7 +164,8 @@ class SimulatedNode:
         return {
             "driver_version": DRIVER,
             "gpus": [self._gpu(state, t) for state in self._states],
-            "xid_events": [{"id": n, "gpu": gpu, "xid": xid} for n, (at, gpu, xid) in enumerate(XIDS) if t >= at],
+            "xid_events": [{"id": n, "gpu": gpu, "xid": xid} for n, (at, gpu, xid) in enumerate(XIDS) if t >= at]
+            + ([{"id": len(XIDS), "gpu": RESET_XID_GPU, "xid": RESET_XID}] if self._plan.active("xid-reset") else []),
         }
 
     def _gpu(self, state: _GpuState, t: float) -> dict[str, Any]:
@@ -170,6 +193,7 @@ class SimulatedNode:
             "clock_sm_mhz": 1755 if capped else 1980, "clock_memory_mhz": 2619,
             "clocks_event_reasons": reasons, "supported_clocks_event_reasons": 0x1FF,
             "pcie_link_gen": 5, "pcie_link_gen_max": 5, "pcie_link_width": 16, "pcie_link_width_max": 16,
+            "fabric_state": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, "fabric_health_mask": HEALTHY_FABRIC_MASK,
             "fields": {
                 str(pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION): round(state.energy_mj),
                 str(pynvml.NVML_FI_DEV_MEMORY_TEMP): round(state.temperature_c + 6),
@@ -188,6 +212,7 @@ class SimulatedNode:
                 str(pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT): 0,
                 str(pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION): 0,
                 str(pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY): 0,
+                **_nvlink_fields(i, t),
             },
             "processes": [{"pid": self._pids[i], "used_memory": used - 512 * MIB}] if i < len(self._pids) else [],
             "gpm_supported": True,

@@ -18,7 +18,9 @@ Scenario (every per-GPU key is optional; an absent key answers NOT_SUPPORTED)::
                "clocks_event_reasons": 4, "supported_clocks_event_reasons": 511,
                "pcie_link_gen": 5, "pcie_link_gen_max": 5, "pcie_link_width": 16, "pcie_link_width_max": 16,
                "fields": {"83": 123456789, "82": 40},          # nvmlDeviceGetFieldValues, by field id
+                                                               # ("163@2": field 163 with scope 2 only)
                "field_types": {"197": 1},                      # nvmlValueType_t (default: ULL, or double)
+               "fabric_state": 3, "fabric_health_mask": 0,      # nvmlDeviceGetGpuFabricInfoV (absent: none)
                "processes": [{"pid": 4242, "used_memory": 536870912}],
                "gpm_supported": true, "gpm": {"2": 55.5},       # GPM metric id -> percent
                "xid_supported": true,
@@ -299,13 +301,21 @@ class ScenarioLibrary:
     def _nvmlDeviceGetMaxPcieLinkWidth(self, gpu: Mapping[str, Any], index: int, out: Any) -> int:
         return self._scalar(gpu, "pcie_link_width_max", out)
 
+    def _nvmlDeviceGetGpuFabricInfoV(self, gpu: Mapping[str, Any], index: int, info: Any) -> int:
+        if "fabric_state" not in gpu:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        out = _target(info)
+        out.status, out.state = pynvml.NVML_SUCCESS, gpu["fabric_state"]
+        out.healthMask = gpu.get("fabric_health_mask", 0)
+        return pynvml.NVML_SUCCESS
+
     def _nvmlDeviceGetFieldValues(self, gpu: Mapping[str, Any], index: int, count: Any, values: Any) -> int:
         fields, types = gpu.get("fields", {}), gpu.get("field_types", {})
         array = _target(values)
         now_us = int(time.time() * 1e6)
         for i in range(_int(count)):
             entry = array[i]
-            value = fields.get(str(entry.fieldId))
+            value = fields.get(f"{entry.fieldId}@{entry.scopeId}", fields.get(str(entry.fieldId)))
             entry.timestamp = now_us
             if value is None:
                 entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED

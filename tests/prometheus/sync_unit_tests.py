@@ -1,12 +1,14 @@
-"""Write each expected alert's `dashboard_url` in prometheus/tests/*.test.yml from prometheus/alerts.yml.
+"""Bring prometheus/tests/*.test.yml in line with the generated rule files after a regeneration.
 
-Panel ids come from the generated dashboards, so a new panel renumbers the links of the panels after it, and
-promtool compares annotations whole. After regenerating the rules, run
+Two things in them follow the generator, not the test's intent: `group_eval_order` lists every group in file
+order (tests/prometheus/test_rules.py checks it), and each expected alert's `dashboard_url` carries a panel id
+from the generated dashboards, so a new panel renumbers the links of the panels after it (promtool compares
+annotations whole). After regenerating the rules, run
 
-    python -m tests.prometheus.dashboard_urls
+    python -m tests.prometheus.sync_unit_tests
 
-It rewrites only the `dashboard_url:` lines (adding one where an expected alert has none), keeping every other
-line and comment; `git diff` then shows which links moved.
+It rewrites only the `group_eval_order:` and `dashboard_url:` lines (adding a link where an expected alert has
+none), keeping every other line and comment; `git diff` then shows what moved.
 """
 
 from __future__ import annotations
@@ -15,14 +17,20 @@ import re
 
 import yaml
 
-from tests.prometheus.rulefiles import PROMETHEUS
+from tests.prometheus.rulefiles import PROMETHEUS, RULE_FILES
 
 TESTS = PROMETHEUS / "tests"
 LABEL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
 ALERTNAME = re.compile(r"^\s*alertname:\s*(\S+)")
 EXP_LABELS = re.compile(r"^\s*-?\s*exp_labels:\s*(\{.*\})\s*$")
 EXP_ANNOTATIONS = re.compile(r"^(\s*)exp_annotations:\s*$")
+GROUP_EVAL_ORDER = re.compile(r"^group_eval_order:.*$", re.M)
 EXP_ALERTS_INLINE = re.compile(r"^(\s*)exp_alerts:\s*(\[.+\])\s*$")
+
+
+def group_order() -> str:
+    groups = [group["name"] for path in RULE_FILES for group in yaml.safe_load(path.read_text())["groups"]]
+    return f"group_eval_order: [{', '.join(groups)}]"
 
 
 def dashboard_url_templates() -> dict[str, str]:
@@ -82,9 +90,10 @@ def fill(text: str, templates: dict[str, str]) -> str:
 
 def main() -> None:
     templates = dashboard_url_templates()
+    order = group_order()
     for path in sorted(TESTS.glob("*.test.yml")):
         text = path.read_text()
-        filled = fill(text, templates)
+        filled = GROUP_EVAL_ORDER.sub(order, fill(text, templates))
         if filled != text:
             path.write_text(filled)
             print(f"updated {path.relative_to(PROMETHEUS.parent)}")

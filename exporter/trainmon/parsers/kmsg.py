@@ -1,0 +1,131 @@
+"""XIDs in kernel-log records: a pure function of the text, with the I/O in trainmon.health.kmsg_reader.
+
+A `/dev/kmsg` record is `PRIORITY,SEQUENCE,MICROSECONDS,FLAGS;MESSAGE`, followed by ` KEY=VALUE` lines
+(ignored here). A plain `dmesg` line (`[  12.345678] MESSAGE`) or a bare message is read too, with no
+time. The NVIDIA driver (NVRM) logs an XID as `NVRM: Xid (PCI:0000:18:00): 79, pid=…, …`; a GPU that
+has fallen off the bus may say so without the word Xid, in one line or over three records
+(`NVRM: The NVIDIA GPU 0000:18:00.0` / `NVRM: (PCI ID: 10de:2330) installed in this system has` /
+`NVRM: fallen off the bus and is not responding to commands.`): that is XID 79 (NVIDIA's catalog).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+FALLEN_OFF_THE_BUS_XID = 79
+# The driver logs `Xid …: 79` and the words "fallen off the bus" for the same event; within this many
+# seconds of an explicit XID 79 of that GPU the words add nothing.
+SAME_EVENT_SECONDS = 60.0
+MAX_BUSES = 64  # explicit XID 79 times remembered (buses of one node, foreign ones included)
+
+_RECORD = re.compile(r"(\d+),(\d+),(\d+),[^;]*;(.*)")
+_DMESG = re.compile(r"\[\s*(\d+)\.(\d+)\]\s?(.*)")
+# The parentheses may hold more than the bus (`PCI:0000:01:00 GPU-I:05` on a MIG instance).
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\): (\d+),")
+_XID_PREFIX = "NVRM: Xid"
+_OFF_BUS_ONE_LINE = re.compile(r"NVRM: GPU (?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]: "
+                               r"GPU has fallen off the bus")
+_OFF_BUS_FIRST = re.compile(r"NVRM: The NVIDIA GPU (?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]\s*$")
+_OFF_BUS_LAST = "fallen off the bus and is not responding to commands"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One kernel-log message; `seconds` since boot (None for a line without a time)."""
+
+    message: str
+    seconds: float | None = None
+    sequence: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidLine:
+    """An XID the driver logged: `bus` is `0000:18:00` (domain:bus:device, lower case)."""
+
+    bus: str
+    xid: int
+    seconds: float | None
+
+
+def split_record(line: str) -> Record | None:
+    """A record from one line of /dev/kmsg or dmesg text; None for a ` KEY=VALUE` continuation line."""
+    if line.startswith(" "):
+        return None
+    text = line.rstrip("\n")
+    match = _RECORD.match(text)
+    if match:
+        return Record(match.group(4), int(match.group(3)) / 1e6, int(match.group(2)))
+    match = _DMESG.match(text)
+    if match:
+        return Record(match.group(3), float(f"{match.group(1)}.{match.group(2)}"))
+    return Record(text)
+
+
+def bus_id(domain: str | None, bus_device: str) -> str:
+    """The `DDDD:BB:DD` form NVML's PCI bus id starts with (`00000000:18:00.0` → `0000:18:00`)."""
+    return f"{(domain or '0000').rstrip(':').lower()[-4:]}:{bus_device.lower()}"
+
+
+def nvml_bus(pci_bus_id: str) -> str:
+    """NVML's `00000000:18:00.0` as the kernel log names it: `0000:18:00`."""
+    domain, _, rest = pci_bus_id.lower().partition(":")
+    return f"{domain[-4:]}:{rest.rsplit('.', 1)[0]}"
+
+
+class XidParser:
+    """Turns records into XIDs; keeps only the first line of a pending multi-record "fallen off" message.
+
+    `malformed` counts NVRM Xid lines it could not read (truncated or garbled): skipped, never fatal.
+    """
+
+    __slots__ = ("_explicit_off_bus", "_fallen", "malformed")
+
+    def __init__(self) -> None:
+        self._fallen: tuple[str, float | None] | None = None
+        self._explicit_off_bus: dict[str, float | None] = {}
+        self.malformed = 0
+
+    def feed(self, record: Record) -> XidLine | None:
+        message = record.message
+        if "NVRM" not in message:
+            return None
+        match = _XID.search(message)
+        if match:
+            xid = XidLine(bus_id(match.group(1), match.group(2)), int(match.group(3)), record.seconds)
+            if xid.xid == FALLEN_OFF_THE_BUS_XID:
+                if len(self._explicit_off_bus) >= MAX_BUSES:
+                    self._explicit_off_bus.clear()
+                self._explicit_off_bus[xid.bus] = xid.seconds
+            return xid
+        if _XID_PREFIX in message:
+            self.malformed += 1
+            return None
+        match = _OFF_BUS_ONE_LINE.search(message)
+        if match:
+            return self._implied(bus_id(match.group(1), match.group(2)), record.seconds)
+        match = _OFF_BUS_FIRST.search(message)
+        if match:
+            self._fallen = (bus_id(match.group(1), match.group(2)), record.seconds)
+            return None
+        if _OFF_BUS_LAST in message and self._fallen is not None:
+            bus, seconds = self._fallen
+            self._fallen = None
+            return self._implied(bus, seconds)
+        return None
+
+    def _implied(self, bus: str, seconds: float | None) -> XidLine | None:
+        """XID 79 from the words alone, unless the driver also logged it as an XID just before."""
+        if bus in self._explicit_off_bus:
+            explicit = self._explicit_off_bus[bus]
+            if explicit is None or seconds is None or abs(seconds - explicit) <= SAME_EVENT_SECONDS:
+                return None
+        return XidLine(bus, FALLEN_OFF_THE_BUS_XID, seconds)
+
+
+def parse_text(text: str) -> tuple[list[XidLine], int]:
+    """Every XID in a kernel-log text, and how many NVRM Xid lines could not be read."""
+    parser = XidParser()
+    found = [xid for line in text.splitlines() if (record := split_record(line)) is not None
+             if (xid := parser.feed(record)) is not None]
+    return found, parser.malformed

@@ -1,0 +1,71 @@
+"""The kernel-log XID parser on NVRM lines in the real formats (tests/fixtures/kmsg/NOTICE)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainmon.parsers.kmsg import Record, XidLine, XidParser, nvml_bus, parse_text, split_record
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "kmsg"
+
+
+def test_every_xid_of_the_kmsg_records_with_its_bus_and_time() -> None:
+    found, malformed = parse_text((FIXTURES / "nvrm.kmsg").read_text())
+
+    assert [
+        XidLine("0000:18:00", 13, 61.0), XidLine("0000:18:00", 13, 61.0001), XidLine("0000:28:00", 31, 62.0),
+        XidLine("0000:c1:00", 48, 63.0), XidLine("0000:38:00", 94, 64.0), XidLine("0000:48:00", 79, 70.0),
+        XidLine("0000:28:00", 79, 90.0),
+    ] == found
+    assert 2 == malformed  # the truncated and the garbled Xid line
+
+
+def test_dmesg_text_mig_instances_and_lines_without_a_time() -> None:
+    found, malformed = parse_text((FIXTURES / "nvrm.dmesg").read_text())
+
+    assert [
+        XidLine("0000:18:00", 13, 61.0), XidLine("0000:38:00", 94, 64.0), XidLine("0000:18:00", 43, 120.5),
+        XidLine("0000:28:00", 119, None),
+    ] == found
+    assert 0 == malformed
+
+
+def test_fallen_off_the_bus_in_words_alone_is_xid_79_once() -> None:
+    """The one-line form counts when no explicit XID 79 of that GPU came just before; an explicit one long
+    before is another event."""
+    parser = XidParser()
+    words = "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus."
+
+    assert XidLine("0000:29:00", 79, 5.0) == parser.feed(Record(words, 5.0))
+    assert XidLine("0000:29:00", 79, 10.0) == parser.feed(Record("NVRM: Xid (PCI:0000:29:00): 79, GPU has fallen "
+                                                                 "off the bus.", 10.0))
+    assert parser.feed(Record(words, 10.1)) is None
+    assert XidLine("0000:29:00", 79, 500.0) == parser.feed(Record(words, 500.0))
+
+
+def test_a_multi_record_message_needs_its_last_record() -> None:
+    parser = XidParser()
+    assert parser.feed(Record("NVRM: The NVIDIA GPU 0000:18:00.0", 1.0)) is None
+    assert parser.feed(Record("NVRM: (PCI ID: 10de:2330) installed in this system has", 1.0)) is None
+    assert parser.feed(Record("NVRM: some other driver line", 1.0)) is None
+    assert XidLine("0000:18:00", 79, 1.0) == parser.feed(Record("NVRM: fallen off the bus and is not responding "
+                                                                "to commands.", 1.1))
+    assert parser.feed(Record("NVRM: fallen off the bus and is not responding to commands.", 2.0)) is None
+
+
+@pytest.mark.parametrize(("line", "record"), [
+    ("4,1002,61000000,-;NVRM: x", Record("NVRM: x", 61.0, 1002)),
+    ("4,1002,61000000,c,more;NVRM: x\n", Record("NVRM: x", 61.0, 1002)),
+    ("[   61.500000] NVRM: x", Record("NVRM: x", 61.5)),
+    ("NVRM: x", Record("NVRM: x")),
+    (" DEVICE=+pci:0000:18:00.0", None),
+])
+def test_split_record(line: str, record: Record | None) -> None:
+    assert record == split_record(line)
+
+
+@pytest.mark.parametrize(("nvml", "kernel"), [("00000000:18:00.0", "0000:18:00"), ("00000001:C1:00.0", "0001:c1:00")])
+def test_nvml_bus_ids_in_kernel_log_form(nvml: str, kernel: str) -> None:
+    assert kernel == nvml_bus(nvml)
