@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed import c10d_logger
+from prometheus.generator.config import RulesConfig
+from torch.distributed import _coalescing_manager, c10d_logger
 
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
@@ -142,3 +145,35 @@ def test_wrappers_take_each_functions_own_parameters_and_forward_them_as_given(g
     assert {(c.op, c.calls, c.bytes) for c in report.collectives} == {
         ("all_reduce", 3, 8 + 8 + 16), ("broadcast", 1, 16), ("all_gather", 2, 8 + 16)}
     assert recorder.errors == 0 and [(s.issued, s.completed) for s in report.group_seqs] == [(6, 6)]
+
+
+def test_a_healthy_job_with_overlapped_grad_sync_never_reads_as_hung(gloo: None) -> None:
+    """Megatron with `overlap_grad_reduce`: buckets all-reduced in async coalescing managers, waited through
+    `cm.wait()`, and a param all-gather whose manager is dropped unwaited. 40 steps played as 10 minutes
+    (15 s a step): the hook's reported oldest in-flight collective never ages past the hang rule's
+    threshold, and every call is counted."""
+    steps, step_seconds = 40, 15.0
+    limit = RulesConfig().collective_hang_seconds
+    mon = TrainingMonitor(job_id="unit", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    grads, shard = [torch.ones(64), torch.ones(32)], torch.ones(16)
+    started: list[float] = []
+    ages: list[float] = []  # simulated age of each report's oldest in-flight collective, per group
+    for step in range(steps):
+        started.append(time.time())
+        mon.step_begin()
+        with _coalescing_manager(async_ops=True) as cm:
+            for grad in grads:
+                dist.all_reduce(grad, async_op=True)
+        cm.wait()
+        with _coalescing_manager(async_ops=True):  # nobody waits on this one
+            dist.all_gather_single(torch.empty(16), shard, async_op=True)
+        mon.step_end()
+        report = mon.report()
+        ages += [(step - bisect.bisect_right(started, f.since) + 2) * step_seconds for f in report.inflight]
+    final = mon.report()
+    mon.close()
+
+    assert steps * step_seconds == 600
+    assert max(ages, default=0.0) <= 2 * step_seconds < limit, ages
+    assert {("all_reduce", 2 * steps), ("all_gather", steps)} <= {(c.op, c.calls) for c in final.collectives}
+    assert [(2 * steps, 2 * steps)] == [(g.issued, g.completed) for g in final.group_seqs]
