@@ -273,6 +273,7 @@ class CollectiveRecorder:
         self._patches: list[tuple[dict[str, Any], str, Any, Any]] = []
         self._work_methods: list[tuple[str, Any]] = []
         self._waits: tuple[Any, Any] = (None, None)  # Work.wait: (torch's, ours)
+        self._ddp_init: Callable[..., None] | None = None  # torch's DistributedDataParallel.__init__ while ours is set
         state.resolve = self._resolve
 
     # -- patching -------------------------------------------------------------------------------
@@ -280,6 +281,7 @@ class CollectiveRecorder:
     def install(self) -> int:
         """Wrap the collectives wherever the original functions are bound; return how many names."""
         self._patch_work()  # before the wrappers, which need our `Work.wait`
+        self._patch_ddp()
         wrappers = {id(fn): (fn, self._wrap(fn, signature)) for fn, signature in collective_functions().values()}
         destroy = getattr(dist.destroy_process_group, "__trainmon_original__", dist.destroy_process_group)
         wrappers[id(destroy)] = (destroy, self._settle_before(destroy))
@@ -310,6 +312,30 @@ class CollectiveRecorder:
         for name, original in self._work_methods:
             setattr(dist.Work, name, original)
         self._work_methods.clear()
+        ddp = torch.nn.parallel.DistributedDataParallel
+        if self._ddp_init is not None and getattr(ddp.__init__, "__trainmon_original__", None) is self._ddp_init:
+            ddp.__init__ = self._ddp_init  # type: ignore[method-assign,assignment]
+        self._ddp_init = None
+
+    def _patch_ddp(self) -> None:
+        """Every `DistributedDataParallel` built while we are installed gets our comm hook, however it was
+        built (HF `Trainer`, Accelerate, Lightning, a user's wrapper): without a hook its reducer
+        all-reduces in C++, where no wrapper sees it."""
+        ddp = torch.nn.parallel.DistributedDataParallel
+        original = ddp.__init__
+        watch = self.watch_ddp
+
+        @functools.wraps(original)
+        def __init__(model: Any, *args: Any, **kwargs: Any) -> None:
+            original(model, *args, **kwargs)
+            try:
+                watch(model)
+            except Exception:
+                self.errors += 1
+
+        __init__.__trainmon_original__ = original  # type: ignore[attr-defined]  # a marker on a function object
+        ddp.__init__ = __init__  # type: ignore[method-assign,assignment]
+        self._ddp_init = original
 
     def _patch_work(self) -> None:
         """`Work.wait`/`is_completed` complete our pending works; other works pass straight through.
@@ -547,7 +573,8 @@ class CollectiveRecorder:
     # -- DDP ------------------------------------------------------------------------------------
 
     def watch_ddp(self, model: torch.nn.parallel.DistributedDataParallel) -> bool:
-        """Time DDP's gradient all-reduce through its comm hook; False when a hook is already set.
+        """Time DDP's gradient all-reduce through its comm hook; False when a hook is already set (ours,
+        set when the model was built, or the user's).
 
         A hook the user registers later replaces the inner hook in our slot, so it is timed too.
         """
