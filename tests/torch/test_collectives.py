@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from prometheus.generator.config import RulesConfig
 from torch.distributed import _coalescing_manager, c10d_logger
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
@@ -177,3 +178,29 @@ def test_a_healthy_job_with_overlapped_grad_sync_never_reads_as_hung(gloo: None)
     assert max(ages, default=0.0) <= 2 * step_seconds < limit, ages
     assert {("all_reduce", 2 * steps), ("all_gather", steps)} <= {(c.op, c.calls) for c in final.collectives}
     assert [(2 * steps, 2 * steps)] == [(g.issued, g.completed) for g in final.group_seqs]
+
+
+def test_a_ddp_built_while_a_monitor_is_live_gets_the_comm_hook(gloo: None) -> None:
+    """However it is built (a framework's wrapper): its gradient all-reduce is counted, a hook the user
+    registers later runs inside ours, and a DDP built after the monitor closed is torch's own."""
+    torch_init = torch.nn.parallel.DistributedDataParallel.__init__
+    mon = TrainingMonitor(job_id="unit", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+    user_hook_calls: list[int] = []
+
+    # No annotations: DDP compares them with its real classes, and this module's are strings.
+    def user_hook(state, bucket):  # type: ignore[no-untyped-def]
+        user_hook_calls.append(1)
+        return default_hooks.allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, user_hook)
+    for _ in range(2):
+        model(torch.ones(3, 4)).sum().backward()
+    report = mon.report()
+    mon.close()
+    after = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+
+    assert {("all_reduce", 2, 2 * (4 * 2 + 2) * 4)} == {(c.op, c.calls, c.bytes) for c in report.collectives}
+    assert [1, 1] == user_hook_calls
+    assert torch_init is torch.nn.parallel.DistributedDataParallel.__init__
+    assert not after._comm_hooks
