@@ -185,22 +185,23 @@ def test_a_ddp_built_while_a_monitor_is_live_gets_the_comm_hook(gloo: None) -> N
     registers later runs inside ours, and a DDP built after the monitor closed is torch's own."""
     torch_init = torch.nn.parallel.DistributedDataParallel.__init__
     mon = TrainingMonitor(job_id="unit", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+    plain, hooked = (torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2)) for _ in range(2))
     user_hook_calls: list[int] = []
 
     # No annotations: DDP compares them with its real classes, and this module's are strings.
     def user_hook(state, bucket):  # type: ignore[no-untyped-def]
         user_hook_calls.append(1)
-        return default_hooks.allreduce_hook(state, bucket)
+        return default_hooks.allreduce_hook(state, bucket)  # its all_reduce is counted once, as the bucket
 
-    model.register_comm_hook(None, user_hook)
-    for _ in range(2):
-        model(torch.ones(3, 4)).sum().backward()
+    hooked.register_comm_hook(None, user_hook)
+    for model in (plain, hooked):
+        for _ in range(2):
+            model(torch.ones(3, 4)).sum().backward()
     report = mon.report()
     mon.close()
     after = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
 
-    assert {("all_reduce", 2, 2 * (4 * 2 + 2) * 4)} == {(c.op, c.calls, c.bytes) for c in report.collectives}
+    assert {("all_reduce", 4, 4 * (4 * 2 + 2) * 4)} == {(c.op, c.calls, c.bytes) for c in report.collectives}
     assert [1, 1] == user_hook_calls
     assert torch_init is torch.nn.parallel.DistributedDataParallel.__init__
     assert not after._comm_hooks
