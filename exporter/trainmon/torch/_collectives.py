@@ -20,7 +20,12 @@ the collective into `RankState.open` (in flight from here), with the group as to
   completes and times it.
   No `Future.then`: it costs 40-50 µs. A coalesced call that returns a `Future` is polled by `done()`;
 * CUDA tensors: an event pair on the current stream (before the call, and after it or after
-  `wait()`); the collective completes when the end event has passed, polled, never synchronised.
+  `wait()`); the collective completes when the end event has passed, polled, never synchronised;
+* inside torch's `_coalescing_manager` (wrapped too) a call only queues its op: the wrapper notes
+  its op and payload, and the manager's launch at its exit is one collective with all their bytes
+  (`_coalescing`), completed as a blocking call or through the real `Work` left in `cm.works`.
+
+Every `DistributedDataParallel` built while the recorder is installed gets the comm hook (`_patch_ddp`).
 
 The wrapper calls past torch's own `_exception_logger` frame, a `*args/**kwargs` wrapper around each
 collective that only logs exceptions to torch's c10d logger (one Python call each, about 1 µs
