@@ -234,7 +234,7 @@ def run(mode: str, steps: int, out: Path) -> None:
         for _ in range(steps):
             with mon.step():
                 step()
-    settled(mon)
+        settled(mon)  # inside: a work nobody waits on has run (and the profiler saw it) once it is settled
     after = mon.report()
     calls, nbytes = totals(after)
     events = [e for e in prof.events() if e.name.startswith("gloo:")]

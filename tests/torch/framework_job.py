@@ -11,7 +11,7 @@ megatron-core's own `DistributedDataParallel` and `finalize_model_grads`, its st
 OUT_DIR/<MODE>-<rank>.json: what the profiler saw over the training window (`c10d::*` ops by name,
 `gloo:*` events by name with their input bytes and seconds) and what the hook reported over the same
 window (per op calls, bytes, seconds; comm_wait; steps; in flight), and for Megatron the time the
-training thread spent in Megatron's grad-sync waits (its bucket groups' `finish_grad_sync`).
+training thread spent in Megatron's grad-sync waits (`time_waits`).
 
 Megatron on CPU: megatron-core 0.16.1 allocates its grad buffer on `torch.cuda.current_device()`
 (`param_and_grad_buffer.py`), which asserts without CUDA; this job alone points it at the CPU. Its
@@ -21,11 +21,13 @@ optimizers put their scalars on `device='cuda'` outright, so the step is done by
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,24 +143,18 @@ def accelerate(steps: int, out: Path) -> dict[str, Any]:
 def megatron(mode: str, steps: int, out: Path) -> dict[str, Any]:
     torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment,return-value]  # see above
     from megatron.core import parallel_state
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
-    from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBucketGroup
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+        param_and_grad_buffer,
+    )
     from megatron.core.transformer import TransformerConfig
 
     from trainmon.torch.adapters.megatron import monitored_train_step
 
-    exposed = [0.0]  # the training thread's time in Megatron's grad-sync waits: the truth for comm_wait
-    finish = _ParamAndGradBucketGroup.finish_grad_sync
-
-    def timed_finish(group: Any, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return finish(group, *args, **kwargs)
-        finally:
-            exposed[0] += time.perf_counter() - t0
-
-    _ParamAndGradBucketGroup.finish_grad_sync = timed_finish
     mon = monitor(mode, out)
+    exposed = time_waits(param_and_grad_buffer)
     parallel_state.initialize_model_parallel(1, 1)
     config = TransformerConfig(num_layers=1, hidden_size=16, num_attention_heads=1, use_cpu_initialization=True)
     ddp_config = DistributedDataParallelConfig(overlap_grad_reduce="-overlap" in mode,
@@ -180,10 +176,8 @@ def megatron(mode: str, steps: int, out: Path) -> dict[str, Any]:
         with torch.no_grad():
             for p, g in zip(model.parameters(), grads, strict=True):
                 p -= 0.01 * g
-        if ddp_config.use_distributed_optimizer:  # blocking all-gather of the updated params: exposed too
-            t0 = time.perf_counter()
+        if ddp_config.use_distributed_optimizer:  # a blocking all-gather of the updated params
             model.start_param_sync()
-            exposed[0] += time.perf_counter() - t0
         return {"lm loss": loss.detach()}, 0, False, False, 0, float(torch.linalg.vector_norm(
             torch.stack([g.norm() for g in grads]))), None
 
@@ -200,6 +194,42 @@ def megatron(mode: str, steps: int, out: Path) -> dict[str, Any]:
     result = window(mon, train)
     result["exposed"] = exposed[0]
     return result
+
+
+def time_waits(module: Any) -> list[float]:
+    """The truth for comm_wait: the training thread's time in the launch-and-wait at the exit of each
+    blocking `_coalescing_manager` `module` opens and in an async one's `cm.wait()`, timed around the
+    calls (an async manager's exit only launches)."""
+    exposed = [0.0]
+    manager = module._coalescing_manager  # the hook's wrapper: what Megatron calls
+    parameters = inspect.signature(manager)
+
+    def timed(call: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return call()
+        finally:
+            exposed[0] += time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def timed_manager(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        context = manager(*args, **kwargs)
+        cm = context.__enter__()
+        wait = cm.wait
+        cm.wait = lambda: timed(wait)
+        try:
+            yield cm
+        except BaseException as error:
+            if not context.__exit__(type(error), error, error.__traceback__):
+                raise
+        else:
+            if parameters.bind(*args, **kwargs).arguments.get("async_ops", False):
+                context.__exit__(None, None, None)
+            else:
+                timed(lambda: context.__exit__(None, None, None))
+
+    module._coalescing_manager = timed_manager
+    return exposed
 
 
 def main(mode: str, steps: int, out: Path) -> None:

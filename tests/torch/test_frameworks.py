@@ -2,8 +2,8 @@
 
 Each mode of `tests.torch.framework_job` is one 2-rank gloo job (see there). The hook's calls and bytes
 of the gradient op equal what the profiler saw; its comm_wait is the training thread's time in the
-framework's grad-sync waits (Megatron's `finish_grad_sync` and blocking param all-gather, timed
-around the calls); nothing is left in flight.
+framework's grad-sync waits (the launch-and-wait at a blocking Megatron coalescing manager's exit, an
+async one's `cm.wait()`, timed around the calls); nothing is left in flight.
 """
 
 from __future__ import annotations
