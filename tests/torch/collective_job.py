@@ -107,6 +107,18 @@ def bound() -> Callable[[], None]:
     return step
 
 
+def coalesced_all_reduces(grads: list[torch.Tensor]) -> None:
+    """Megatron's grad-sync all-reduce both ways: a blocking coalescing manager, and an async one waited
+    through `cm.wait()`."""
+    with _coalescing_manager():
+        for g in grads:
+            dist.all_reduce(g)
+    with _coalescing_manager(async_ops=True) as cm:
+        for g in grads:
+            dist.all_reduce(g, async_op=True)
+    cm.wait()
+
+
 def coalesced(rank: int, world: int) -> Callable[[], None]:
     """Megatron's grad sync: `_coalescing_manager`, blocking and async (waited through `cm.wait()`, and
     one dropped without a wait), with each op torch coalesces."""
@@ -114,13 +126,7 @@ def coalesced(rank: int, world: int) -> Callable[[], None]:
     shards = [torch.empty(64 // world), torch.empty(32 // world)]
 
     def step() -> None:
-        with _coalescing_manager():
-            for g in grads:
-                dist.all_reduce(g)
-        with _coalescing_manager(async_ops=True) as cm:
-            for g in grads:
-                dist.all_reduce(g, async_op=True)
-        cm.wait()
+        coalesced_all_reduces(grads)
         with _coalescing_manager(async_ops=True) as cm:
             for g, shard in zip(grads, shards, strict=True):
                 dist.reduce_scatter_tensor(shard, g, async_op=True)

@@ -91,17 +91,13 @@ def test_a_coalescing_manager_on_cuda_completes_through_its_events(nccl: None) -
     collective each, complete once the GPU passes their end events; nothing stays in flight."""
     from torch.distributed import _coalescing_manager
 
+    from tests.torch.collective_job import coalesced_all_reduces
+
     mon = TrainingMonitor(job_id="gpu", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
     grads = [torch.ones(1024, device="cuda"), torch.ones(256, device="cuda")]
     for _ in range(3):
         mon.step_begin()
-        with _coalescing_manager():
-            for grad in grads:
-                dist.all_reduce(grad)
-        with _coalescing_manager(async_ops=True) as cm:
-            for grad in grads:
-                dist.all_reduce(grad, async_op=True)
-        cm.wait()
+        coalesced_all_reduces(grads)
         with _coalescing_manager(async_ops=True):
             dist.all_reduce(grads[0], async_op=True)
         mon.step_end()
