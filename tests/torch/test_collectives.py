@@ -163,9 +163,9 @@ def test_a_healthy_job_with_overlapped_grad_sync_never_reads_as_hung(gloo: None,
     grads, shard = [torch.ones(64), torch.ones(32)], torch.ones(16)
     started: list[float] = []
     issued: list[int] = []
-    oldest: list[int | None] = []  # simulated age of each report's oldest in-flight collective
+    oldest: list[int | None] = []  # simulated age of each report's oldest in-flight collective, in whole steps
     for step in range(steps):
-        started.append(time.time())
+        started.append(time.perf_counter())
         mon.step_begin()
         with _coalescing_manager(async_ops=True) as cm:
             for grad in grads:
@@ -174,17 +174,20 @@ def test_a_healthy_job_with_overlapped_grad_sync_never_reads_as_hung(gloo: None,
         with _coalescing_manager(async_ops=True):  # nobody waits on this one
             dist.all_gather_single(torch.empty(16), shard, async_op=True)
         mon.step_end()
-        report = mon.report()
+        report, now = mon.report(), time.perf_counter()
         issued.append(sum(g.issued for g in report.group_seqs))
-        ages = [(step - bisect.bisect_right(started, f.since) + 2) * step_seconds for f in report.inflight]
+        # Each one's issue time on our clock: its age as the report states it (both ends Unix time, read
+        # in the same report) back from now.
+        ages = [(step - bisect.bisect_right(started, now - (report.sent_at - f.since)) + 2) * step_seconds
+                for f in report.inflight]
         oldest.append(max(ages, default=None))
     final = mon.report()
     mon.close()
     alerts = hang_alerts_on(tmp_path, issued, oldest, step_seconds)
 
     assert steps * step_seconds == 600
+    assert max((a for a in oldest if a is not None), default=0) <= 2 * step_seconds, (oldest, final)
     assert "SUCCESS" in alerts, alerts
-    assert max((a for a in oldest if a is not None), default=0) <= 2 * step_seconds, oldest
     assert {("all_reduce", 2 * steps), ("all_gather", steps)} <= {(c.op, c.calls) for c in final.collectives}
     assert [(2 * steps, 2 * steps)] == [(g.issued, g.completed) for g in final.group_seqs]
 
