@@ -142,4 +142,5 @@ def test_a_gpu_health_verdict_on_the_stragglers_node_is_listed_with_it() -> None
     result = diagnose("j", "1h", ranks, [verdict, Hardware("health", NODE_A, "GPU-0")])
 
     assert (verdict,) == result.findings[0].hardware
-    assert {"signal": "health", "instance": NODE_B, "device": "GPU-1"} == json.loads(json.dumps(result.as_dict()))["findings"][0]["hardware"][0]
+    findings = json.loads(json.dumps(result.as_dict()))["findings"]
+    assert {"signal": "health", "instance": NODE_B, "device": "GPU-1"} == findings[0]["hardware"][0]

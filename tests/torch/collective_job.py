@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.distributed import all_gather_into_tensor as bound_all_gather
 from torch.distributed import all_reduce as bound_all_reduce
 from torch.distributed import reduce_scatter_tensor as bound_reduce_scatter
+from torch.distributed.distributed_c10d import _coalescing_manager
 from torch.profiler import ProfilerActivity, profile
 
 from trainmon.torch import TrainingMonitor
@@ -106,6 +107,37 @@ def bound() -> Callable[[], None]:
     return step
 
 
+def coalesced_all_reduces(grads: list[torch.Tensor]) -> None:
+    """Megatron's grad-sync all-reduce both ways: a blocking coalescing manager, and an async one waited
+    through `cm.wait()`."""
+    with _coalescing_manager():
+        for g in grads:
+            dist.all_reduce(g)
+    with _coalescing_manager(async_ops=True) as cm:
+        for g in grads:
+            dist.all_reduce(g, async_op=True)
+    cm.wait()
+
+
+def coalesced(rank: int, world: int) -> Callable[[], None]:
+    """Megatron's grad sync: `_coalescing_manager`, blocking and async (waited through `cm.wait()`, and
+    one dropped without a wait), with each op torch coalesces."""
+    grads = [torch.ones(64), torch.ones(32)]
+    shards = [torch.empty(64 // world), torch.empty(32 // world)]
+
+    def step() -> None:
+        coalesced_all_reduces(grads)
+        with _coalescing_manager(async_ops=True) as cm:
+            for g, shard in zip(grads, shards, strict=True):
+                dist.reduce_scatter_tensor(shard, g, async_op=True)
+        cm.wait()
+        with _coalescing_manager(async_ops=True):  # dropped: nobody waits
+            for g, shard in zip(grads, shards, strict=True):
+                dist.all_gather_into_tensor(g, shard, async_op=True)
+
+    return step
+
+
 def training(module: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
              ) -> Callable[[], None]:
     """Steps of `module` (called through `forward`, its compiled form, when given)."""
@@ -126,6 +158,8 @@ def workload(mode: str, mon: TrainingMonitor, rank: int, world: int) -> Callable
         return direct(rank, world)
     if mode == "bound":
         return bound()
+    if mode == "coalesced":
+        return coalesced(rank, world)
     if mode in ("ddp", "compiled"):
         ddp = torch.nn.parallel.DistributedDataParallel(model())
         mon.watch(model=ddp)
@@ -173,8 +207,24 @@ def timing(steps: int, out: Path) -> None:
         dist.all_reduce(t)
         outer += time.perf_counter() - t0
     report = mon.report()
-    (out / f"timing-{rank}.json").write_text(json.dumps(
-        {"outer": outer, "hook": sum(c.seconds for c in report.collectives), "comm_wait": report.comm_wait}))
+    result: dict[str, object] = {"outer": outer, "hook": sum(c.seconds for c in report.collectives),
+                                 "comm_wait": report.comm_wait}
+    for async_ops in (False, True):  # Megatron's grad sync, waited at once: all of it exposed
+        outer = 0.0
+        for _ in range(steps):
+            if rank:
+                time.sleep(0.1)
+            t0 = time.perf_counter()
+            with _coalescing_manager(async_ops=async_ops) as cm:
+                dist.all_reduce(t, async_op=async_ops)
+                dist.all_reduce(t[:256], async_op=async_ops)
+            cm.wait()
+            outer += time.perf_counter() - t0
+        before, report = report, mon.report()
+        result[f"coalesced-{async_ops}"] = {
+            "outer": outer, "comm_wait": report.comm_wait - before.comm_wait,
+            "hook": sum(c.seconds for c in report.collectives) - sum(c.seconds for c in before.collectives)}
+    (out / f"timing-{rank}.json").write_text(json.dumps(result))
     mon.close()
 
 
@@ -184,11 +234,14 @@ def run(mode: str, steps: int, out: Path) -> None:
     step = workload(mode, mon, rank, world)
     for _ in range(2):  # warm-up outside the window: compilation, FSDP's lazy init, DDP's bucket rebuild
         step()  # (which broadcasts from C++, where no Python wrapper sees it)
-    before = totals(mon.report())
+    settled(mon)
+    first = mon.report()
+    before, before_seqs = totals(first), first.group_seqs
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(steps):
             with mon.step():
                 step()
+        settled(mon)  # inside: a work nobody waits on has run (and the profiler saw it) once it is settled
     after = mon.report()
     calls, nbytes = totals(after)
     events = [e for e in prof.events() if e.name.startswith("gloo:")]
@@ -203,9 +256,18 @@ def run(mode: str, steps: int, out: Path) -> None:
         "ops": {f"{c.op}/{c.group}": c.calls for c in after.collectives},
         "groups": [[g.group, g.issued, g.completed] for g in after.group_seqs],
         "inflight": len(after.inflight),
+        "completed": sum(g.completed for g in after.group_seqs) - sum(g.completed for g in before_seqs),
     }
     (out / f"{mode}-{rank}.json").write_text(json.dumps(result))
     mon.close()
+
+
+def settled(mon: TrainingMonitor) -> None:
+    """Report until nothing is in flight: a collective whose work nobody waits on is settled by the
+    reports once it is done (within a few; 2 s is plenty)."""
+    deadline = time.monotonic() + 2
+    while mon.report().inflight and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _numel(shape: list[int]) -> int:

@@ -36,9 +36,10 @@ def start_job(
                     LOCAL_RANK=str(rank), TRAINMON_REPORT_INTERVAL="0.1", OMP_NUM_THREADS="1")
         full.update(env)
         full.update((rank_env or {}).get(rank, {}))
-        log = open(out / f"rank-{rank}.log", "wb")  # noqa: SIM115 - closed when the process is reaped
-        procs.append(subprocess.Popen([sys.executable, "-m", module, *([mode] if mode else []), str(steps), str(out)],
-                                      cwd=REPO, env=full, stdout=log, stderr=subprocess.STDOUT))
+        with open(out / f"rank-{rank}.log", "wb") as log:  # the child keeps its own copy of the descriptor
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", module, *([mode] if mode else []), str(steps), str(out)],
+                cwd=REPO, env=full, stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
+import subprocess
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,13 +13,20 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+import yaml
 from torch.distributed import c10d_logger
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.distributed_c10d import _coalescing_manager
 
+from tests.helpers.tools import require_tool
+from tests.prometheus.rulefiles import PROMETHEUS
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
 from trainmon.torch import TrainingMonitor
 from trainmon.torch._collectives import CollectiveRecorder, _signature, op_of, wrapper_source
 from trainmon.torch._state import Identity, RankState
+
+RULE_TESTS_DIR = PROMETHEUS / "tests"
 
 
 @pytest.fixture
@@ -142,3 +152,102 @@ def test_wrappers_take_each_functions_own_parameters_and_forward_them_as_given(g
     assert {(c.op, c.calls, c.bytes) for c in report.collectives} == {
         ("all_reduce", 3, 8 + 8 + 16), ("broadcast", 1, 16), ("all_gather", 2, 8 + 16)}
     assert recorder.errors == 0 and [(s.issued, s.completed) for s in report.group_seqs] == [(6, 6)]
+
+
+def test_a_healthy_job_with_overlapped_grad_sync_never_reads_as_hung(gloo: None, tmp_path: Path) -> None:
+    """Megatron with `overlap_grad_reduce`: buckets all-reduced in async coalescing managers, waited through
+    `cm.wait()`, and a param all-gather whose manager is dropped unwaited. 40 steps played as 10 minutes
+    (one report per step, 15 s apart): the hook's reported series, given to promtool for both ranks of a
+    2-rank job, never fire `TrainmonCollectiveHang`, and every call is counted."""
+    steps, step_seconds = 40, 15
+    mon = TrainingMonitor(job_id="unit", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    grads, shard = [torch.ones(64), torch.ones(32)], torch.ones(16)
+    started: list[float] = []
+    issued: list[int] = []
+    oldest: list[int | None] = []  # simulated age of each report's oldest in-flight collective, in whole steps
+    for step in range(steps):
+        started.append(time.perf_counter())
+        mon.step_begin()
+        with _coalescing_manager(async_ops=True) as cm:
+            for grad in grads:
+                dist.all_reduce(grad, async_op=True)
+        cm.wait()
+        with _coalescing_manager(async_ops=True):  # nobody waits on this one
+            dist.all_gather_single(torch.empty(16), shard, async_op=True)
+        mon.step_end()
+        report, now = mon.report(), time.perf_counter()
+        assert report.sent_at is not None
+        issued.append(sum(g.issued for g in report.group_seqs))
+        # Each one's issue time on our clock: its age as the report states it (both ends Unix time, read
+        # in the same report) back from now.
+        ages = [(step - bisect.bisect_right(started, now - (report.sent_at - f.since)) + 2) * step_seconds
+                for f in report.inflight]
+        oldest.append(max(ages, default=None))
+    final = mon.report()
+    mon.close()
+    alerts = hang_alerts_on(tmp_path, issued, oldest, step_seconds)
+
+    assert steps * step_seconds == 600
+    assert max((a for a in oldest if a is not None), default=0) <= 2 * step_seconds, (oldest, final)
+    assert "SUCCESS" in alerts, alerts
+    assert {("all_reduce", 2 * steps), ("all_gather", steps)} <= {(c.op, c.calls) for c in final.collectives}
+    assert [(2 * steps, 2 * steps)] == [(g.issued, g.completed) for g in final.group_seqs]
+
+
+def hang_alerts_on(tmp_path: Path, issued: list[int], oldest: list[int | None], interval: int) -> str:
+    """promtool's verdict on "no `TrainmonCollectiveHang` at the end" for a 2-rank job whose ranks both
+    report these values, one sample each `interval` seconds."""
+    base = yaml.safe_load((RULE_TESTS_DIR / "collectives.test.yml").read_text())
+    series = []
+    for rank in (0, 1):
+        labels = f'job="trainmon",job_id="sim",instance="n1:9842",rank="{rank}"'
+        info = (f'{labels},local_rank="{rank}",world_size="2",uuid="GPU-{rank}",backend="gloo",framework="megatron",'
+                f'loss_scaler="none",pid="{100 + rank}"')
+        series += [
+            {"series": f"trainmon_train_rank_info{{{info}}}", "values": " ".join("1" for _ in issued)},
+            {"series": f'trainmon_nccl_group_size{{{labels},group="default_pg"}}',
+             "values": " ".join("2" for _ in issued)},
+            {"series": f'trainmon_nccl_issued_total{{{labels},group="default_pg"}}',
+             "values": " ".join(map(str, issued))},
+            {"series": f'trainmon_nccl_inflight_oldest_seconds{{{labels},group="default_pg",op="all_reduce"}}',
+             "values": " ".join("_" if age is None else str(age) for age in oldest)},
+        ]
+    quiet_at_the_end = {"eval_time": f"{interval * (len(issued) - 1)}s", "alertname": "TrainmonCollectiveHang",
+                        "exp_alerts": []}
+    test = {
+        "rule_files": [str(RULE_TESTS_DIR.parent / "rules.yml"), str(RULE_TESTS_DIR.parent / "alerts.yml")],
+        "evaluation_interval": f"{interval}s", "group_eval_order": base["group_eval_order"],
+        "tests": [{"interval": f"{interval}s", "input_series": series, "alert_rule_test": [quiet_at_the_end]}],
+    }
+    path = tmp_path / "hang.test.yml"
+    path.write_text(yaml.safe_dump(test))
+    result = subprocess.run([require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    return result.stdout + result.stderr
+
+
+def test_a_ddp_built_while_a_monitor_is_live_gets_the_comm_hook(gloo: None) -> None:
+    """However it is built (a framework's wrapper): its gradient all-reduce is counted, a hook the user
+    registers later runs inside ours, and a DDP built after the monitor closed is torch's own."""
+    torch_init = torch.nn.parallel.DistributedDataParallel.__init__
+    mon = TrainingMonitor(job_id="unit", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    plain, hooked = (torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2)) for _ in range(2))
+    user_hook_calls: list[int] = []
+
+    # No annotations: DDP compares them with its real classes, and this module's are strings.
+    def user_hook(state, bucket):  # type: ignore[no-untyped-def]
+        user_hook_calls.append(1)
+        return default_hooks.allreduce_hook(state, bucket)  # its all_reduce is counted once, as the bucket
+
+    hooked.register_comm_hook(None, user_hook)
+    for model in (plain, hooked):
+        for _ in range(2):
+            model(torch.ones(3, 4)).sum().backward()
+    report = mon.report()
+    mon.close()
+    after = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+
+    assert {("all_reduce", 4, 4 * (4 * 2 + 2) * 4)} == {(c.op, c.calls, c.bytes) for c in report.collectives}
+    assert [1, 1] == user_hook_calls
+    assert torch_init is torch.nn.parallel.DistributedDataParallel.__init__
+    assert not after._comm_hooks

@@ -84,3 +84,29 @@ def test_grad_scaler_on_cuda_counts_skips_exactly(nccl: None) -> None:
     assert (2, 2.0**14, "torch_amp", "ddp") == (report.skipped_steps, report.loss_scale, report.loss_scaler,
                                                  report.framework)
     assert report.collectives and report.collectives[0].seconds > 0
+
+
+def test_a_coalescing_manager_on_cuda_completes_through_its_events(nccl: None) -> None:
+    """Megatron's grad sync on NCCL: blocking and async managers (one waited, one dropped) are one
+    collective each, complete once the GPU passes their end events; nothing stays in flight."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    from tests.torch.collective_job import coalesced_all_reduces
+
+    mon = TrainingMonitor(job_id="gpu", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    grads = [torch.ones(1024, device="cuda"), torch.ones(256, device="cuda")]
+    for _ in range(3):
+        mon.step_begin()
+        coalesced_all_reduces(grads)
+        with _coalescing_manager(async_ops=True):
+            dist.all_reduce(grads[0], async_op=True)
+        mon.step_end()
+    torch.cuda.synchronize()
+    mon.report()  # resolves the last end events
+    report = mon.report()
+    mon.close()
+
+    assert [("all_reduce", 15, 3 * (2 * (1024 + 256) + 1024) * 4)] == [
+        (c.op, c.calls, c.bytes) for c in report.collectives]
+    assert [(9, 9)] == [(g.issued, g.completed) for g in report.group_seqs]
+    assert not report.inflight

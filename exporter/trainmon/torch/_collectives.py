@@ -20,7 +20,12 @@ the collective into `RankState.open` (in flight from here), with the group as to
   completes and times it.
   No `Future.then`: it costs 40-50 µs. A coalesced call that returns a `Future` is polled by `done()`;
 * CUDA tensors: an event pair on the current stream (before the call, and after it or after
-  `wait()`); the collective completes when the end event has passed, polled, never synchronised.
+  `wait()`); the collective completes when the end event has passed, polled, never synchronised;
+* inside torch's `_coalescing_manager` (wrapped too) a call only queues its op: the wrapper notes
+  its op and payload, and the manager's launch at its exit is one collective with all their bytes
+  (`_coalescing`), completed as a blocking call or through the real `Work` left in `cm.works`.
+
+Every `DistributedDataParallel` built while the recorder is installed gets the comm hook (`_patch_ddp`).
 
 The wrapper calls past torch's own `_exception_logger` frame, a `*args/**kwargs` wrapper around each
 collective that only logs exceptions to torch's c10d logger (one Python call each, about 1 µs
@@ -32,13 +37,14 @@ on a 2-core VM); a call that raises is logged through that decorator, with its a
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
 import inspect
 import linecache
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -48,13 +54,24 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from trainmon.torch._state import BLOCKED, ISSUED_AT, MAX_UNSETTLED, SECONDS, GroupSeqs, OpenCollective, RankState
+from trainmon.torch._state import (
+    BLOCKED,
+    ISSUED_AT,
+    MAX_UNSETTLED,
+    SECONDS,
+    CoalescedCalls,
+    GroupSeqs,
+    OpenCollective,
+    RankState,
+)
 from trainmon.torch._timing import DeviceSpans
 
 if TYPE_CHECKING:  # torch.distributed imports it without re-exporting it
     from torch._C._distributed_c10d import GradBucket
 
 MAX_PENDING_WORKS = 1024
+# What torch returns from an async call inside a coalescing manager: a placeholder that never completes.
+ILLEGAL_WORK: type | None = getattr(distributed_c10d, "_IllegalWork", None)
 MAX_CACHED_GROUPS = 256
 # The argument whose tensors count as a collective's bytes: the first of these in its signature.
 PAYLOAD_NAMES = ("tensor", "input", "input_tensor", "input_tensor_list", "input_list", "tensors")
@@ -145,6 +162,8 @@ def _log_as_torch(name: str, error: Exception, args: tuple[Any, ...], kwargs: di
 WRAPPER_TEMPLATE = """
 def {name}({parameters}):
     if recorder.suppressed:
+        if recorder.coalesced is not None:  # inside a coalescing manager: launched at its exit
+            recorder.coalesced.append(({op!r}, {payload}))
         return fn({arguments})
     try:
         payload = {payload}
@@ -252,12 +271,14 @@ class CollectiveRecorder:
         self.state = state
         self.spans = spans
         self.suppressed = False  # set while our DDP hook runs its inner hook, so nothing counts twice
+        self.coalesced: list[tuple[str, object]] | None = None  # (op, payload) of calls in a coalescing manager
         self.errors = 0
         self._groups: dict[int, tuple[GroupSeqs | None, Any]] = {}  # id(group) -> (its numbers, group kept alive)
         self._pending: dict[int, Pending] = {}  # async works not yet seen complete, by id; popping one claims it
         self._patches: list[tuple[dict[str, Any], str, Any, Any]] = []
         self._work_methods: list[tuple[str, Any]] = []
         self._waits: tuple[Any, Any] = (None, None)  # Work.wait: (torch's, ours)
+        self._ddp_init: Callable[..., None] | None = None  # torch's DistributedDataParallel.__init__ while ours is set
         state.resolve = self._resolve
 
     # -- patching -------------------------------------------------------------------------------
@@ -265,9 +286,14 @@ class CollectiveRecorder:
     def install(self) -> int:
         """Wrap the collectives wherever the original functions are bound; return how many names."""
         self._patch_work()  # before the wrappers, which need our `Work.wait`
+        self._patch_ddp()
         wrappers = {id(fn): (fn, self._wrap(fn, signature)) for fn, signature in collective_functions().values()}
         destroy = getattr(dist.destroy_process_group, "__trainmon_original__", dist.destroy_process_group)
         wrappers[id(destroy)] = (destroy, self._settle_before(destroy))
+        manager = getattr(distributed_c10d, "_coalescing_manager", None)
+        if manager is not None:
+            manager = getattr(manager, "__trainmon_original__", manager)
+            wrappers[id(manager)] = (manager, self._coalescing(manager))
         for module in list(sys.modules.values()):
             try:  # sys.modules may hold objects whose attribute access runs code
                 namespace = vars(module)
@@ -291,6 +317,30 @@ class CollectiveRecorder:
         for name, original in self._work_methods:
             setattr(dist.Work, name, original)
         self._work_methods.clear()
+        ddp = torch.nn.parallel.DistributedDataParallel
+        if self._ddp_init is not None and getattr(ddp.__init__, "__trainmon_original__", None) is self._ddp_init:
+            ddp.__init__ = self._ddp_init  # type: ignore[method-assign,assignment]
+        self._ddp_init = None
+
+    def _patch_ddp(self) -> None:
+        """Every `DistributedDataParallel` built while we are installed gets our comm hook, however it was
+        built (HF `Trainer`, Accelerate, Lightning, a user's wrapper): without a hook its reducer
+        all-reduces in C++, where no wrapper sees it."""
+        ddp = torch.nn.parallel.DistributedDataParallel
+        original = ddp.__init__
+        watch = self.watch_ddp
+
+        @functools.wraps(original)
+        def __init__(model: Any, *args: Any, **kwargs: Any) -> None:
+            original(model, *args, **kwargs)
+            try:
+                watch(model)
+            except Exception:
+                self.errors += 1
+
+        __init__.__trainmon_original__ = original  # type: ignore[attr-defined]  # a marker on a function object
+        ddp.__init__ = __init__  # type: ignore[method-assign,assignment]
+        self._ddp_init = original
 
     def _patch_work(self) -> None:
         """`Work.wait`/`is_completed` complete our pending works; other works pass straight through.
@@ -420,6 +470,66 @@ class CollectiveRecorder:
         trainmon_destroy_process_group.__trainmon_original__ = fn  # type: ignore[attr-defined]
         return trainmon_destroy_process_group
 
+    def _coalescing(self, manager: Callable[..., Any]) -> Callable[..., Any]:
+        """`_coalescing_manager` (Megatron's grad sync, `batch_isend_irecv` on NCCL): the calls inside only
+        queue their ops, torch launches them as one at the exit. They are one collective, issued there, with
+        each call's bytes under its op: a blocking manager completes when its exit returns, an async one
+        when the real `Work` it leaves in `cm.works` does (`cm.wait()`, or seen done), never through the
+        placeholder works the calls returned."""
+        parameters = inspect.signature(manager)
+
+        @functools.wraps(manager)
+        @contextlib.contextmanager
+        def trainmon_coalescing_manager(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            if self.suppressed:  # inside our DDP hook, or nested
+                with manager(*args, **kwargs) as cm:
+                    yield cm
+                return
+            calls: list[tuple[str, object]] = []
+            with manager(*args, **kwargs) as cm:
+                self.suppressed, self.coalesced = True, calls
+                try:
+                    yield cm
+                finally:
+                    self.suppressed, self.coalesced = False, None
+                launched = self._launch_coalesced(parameters.bind(*args, **kwargs).arguments, calls)
+            if launched is not None:  # the manager has launched (and, blocking, waited)
+                self._coalesced_launched(cm, *launched)
+
+        trainmon_coalescing_manager.__trainmon_original__ = manager  # type: ignore[attr-defined]
+        return trainmon_coalescing_manager
+
+    def _launch_coalesced(self, arguments: dict[str, Any], calls: list[tuple[str, object]],
+                          ) -> tuple[OpenCollective, torch.cuda.Event | None, bool] | None:
+        """Issue the coalesced collective of `calls` (None when there are none) as the manager launches it."""
+        if not calls:
+            return None
+        try:
+            by_op: dict[str, list[int]] = {}
+            for op, payload in calls:
+                counts = by_op.setdefault(op, [0, 0])
+                counts[0] += 1
+                counts[1] += _nbytes(payload)
+            parts: CoalescedCalls = tuple((op, n, nbytes) for op, (n, nbytes) in by_op.items())
+            cuda = self.spans is not None and any(_is_cuda(payload) for _, payload in calls)
+            event = self.spans.mark() if cuda and self.spans is not None else None
+            entry = self.state.issue(arguments.get("group"), calls[0][0], perf_counter(), sum(n for _, _, n in parts))
+            entry.append(parts)
+            return entry, event, bool(arguments.get("async_ops", False))
+        except Exception:
+            self.errors += 1
+            return None
+
+    def _coalesced_launched(self, cm: Any, entry: OpenCollective, event: torch.cuda.Event | None,
+                            async_ops: bool) -> None:
+        works = getattr(cm, "works", None)
+        if async_ops and works:
+            self._pending[id(works[-1])] = (works[-1], entry, event)
+            if dist.Work.wait is not self._waits[1]:
+                self._intercept_waits(True)
+        else:  # blocking (the exit waited) or nothing to wait for
+            self._finished(None, entry, event)
+
     def _finish(self, entry: Pending, now: float, blocked_since: float | None, waited: bool) -> None:
         """Complete a claimed async collective: CPU timed at once, CUDA through its event pair after `wait()`."""
         _, collective, event = entry
@@ -451,6 +561,9 @@ class CollectiveRecorder:
         for key, entry in self._pending.copy().items():  # a C copy that runs no Python: safe against other threads
             try:
                 work = entry[0]
+                if type(work) is ILLEGAL_WORK:  # from a coalescing manager we did not wrap: it never completes
+                    self._forget(key)
+                    continue
                 future = isinstance(work, torch._C.Future)
                 done = work.done() if future else dist.Work.is_completed(work)  # a Work completes itself
             except Exception:  # a work that cannot say: stop tracking it rather than call it in flight forever
@@ -465,7 +578,8 @@ class CollectiveRecorder:
     # -- DDP ------------------------------------------------------------------------------------
 
     def watch_ddp(self, model: torch.nn.parallel.DistributedDataParallel) -> bool:
-        """Time DDP's gradient all-reduce through its comm hook; False when a hook is already set.
+        """Time DDP's gradient all-reduce through its comm hook; False when a hook is already set (ours,
+        set when the model was built, or the user's).
 
         A hook the user registers later replaces the inner hook in our slot, so it is timed too.
         """

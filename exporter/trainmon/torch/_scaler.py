@@ -115,10 +115,20 @@ def watch_grad_scaler(scaler: Any, state: RankState, copies: HostCopies, patches
     return True
 
 
+def has_grad_scaler(optimizer: Any) -> bool:
+    """Whether a Megatron optimizer scales its loss: its own `grad_scaler`, or for the `ChainedOptimizer`
+    megatron-core's `get_megatron_optimizer` returns, one of its `chained_optimizers` (whose
+    `get_loss_scale()` the chain returns)."""
+    chained = getattr(optimizer, "chained_optimizers", None)
+    if chained is not None:
+        return any(has_grad_scaler(inner) for inner in chained)
+    return getattr(optimizer, "grad_scaler", None) is not None
+
+
 def watch_megatron(optimizer: Any, state: RankState, copies: HostCopies, patches: Patches, errors: list[int]) -> str:
     """Megatron-style: `step()` returns `(update_successful, grad_norm, ...)`; `get_loss_scale()` is
     a tensor. Returns the `loss_scaler` label: `megatron` with a grad scaler, `none` (bf16) without."""
-    has_scaler = getattr(optimizer, "grad_scaler", None) is not None
+    has_scaler = has_grad_scaler(optimizer)
 
     def scale(values: list[float]) -> None:
         state.loss_scale = values[0]

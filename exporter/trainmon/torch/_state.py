@@ -41,9 +41,11 @@ MAX_PHASES = 16  # distinct phase names per rank; the rest are added up under OT
 MAX_UNSETTLED = 4096  # entries queued before the issuing thread settles them itself
 
 # An open collective, a list for the hot path's sake (the cheapest object to make and fill):
-# [group key, op, bytes, perf_counter at issue, seconds (None while in flight), blocked seconds].
+# [group key, op, bytes, perf_counter at issue, seconds (None while in flight), blocked seconds], and for
+# a coalesced operation (one sequence number for many calls) a seventh item: its calls, `CoalescedCalls`.
 OpenCollective = list[Any]
-KEY, OP, BYTES, ISSUED_AT, SECONDS, BLOCKED = range(6)
+KEY, OP, BYTES, ISSUED_AT, SECONDS, BLOCKED, CALLS = range(7)
+CoalescedCalls = tuple[tuple[str, int, int], ...]  # (op, calls, bytes) per op inside one coalesced operation
 # perf_counter time + this = Unix time. Taken once per process: re-read per report, a preemption between
 # the two clock reads would move an in-flight collective's `since` from one report to the next.
 WALL_MINUS_PERF_COUNTER = time.time() - perf_counter()
@@ -231,12 +233,25 @@ class RankState:
             if seqs is None:
                 continue
             seqs.completed += 1
-            totals = seqs.totals.get(entry[OP]) or self._entry(seqs, entry[OP])
-            totals[0] += seconds
-            totals[1] += 1
-            totals[2] += entry[BYTES]
+            if len(entry) > CALLS:
+                self._add_coalesced(seqs, entry[CALLS], seconds, entry[BYTES])
+            else:
+                totals = seqs.totals.get(entry[OP]) or self._entry(seqs, entry[OP])
+                totals[0] += seconds
+                totals[1] += 1
+                totals[2] += entry[BYTES]
             self.comm_wait += entry[BLOCKED]
         self._in_flight = in_flight
+
+    def _add_coalesced(self, seqs: GroupSeqs, calls: CoalescedCalls, seconds: float, nbytes: int) -> None:
+        """One coalesced operation: each op its calls and bytes, and its share of the time by bytes
+        (by calls where nothing has bytes)."""
+        count = sum(n for _, n, _ in calls)
+        for op, n, op_bytes in calls:
+            totals = seqs.totals.get(op) or self._entry(seqs, op)
+            totals[0] += seconds * (op_bytes / nbytes if nbytes else n / count)
+            totals[1] += n
+            totals[2] += op_bytes
 
     def _entry(self, seqs: GroupSeqs, op: str) -> list[float]:
         seqs.totals[op] = self.collective_totals.setdefault((op, seqs.label), [0.0, 0, 0])
