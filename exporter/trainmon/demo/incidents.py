@@ -20,9 +20,11 @@ INCIDENTS: dict[str, str] = {
     "nvme-slow": "TrainmonNVMeLatencyHigh",
     "loss-scale": "TrainmonLossScaleCollapse",
     "hang": "TrainmonCollectiveHang",
+    "loss-spike": "TrainmonLossSpike",
+    "slow-gpu": "TrainmonSlowRank",
 }
 HUNG_RANK = 2  # stops before a collective; its peers wait in theirs
-STRAGGLER_RANK = 5  # healthy: computes 15% slower than its peers, under the 25% the alert wants
+STRAGGLER_RANK = 5  # healthy: computes 2% slower than its peers, under the 3% TrainmonSlowRank wants
 LOST_GPU = 6
 DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down
 SLOW_NAMESPACE = "nvme3n1"
