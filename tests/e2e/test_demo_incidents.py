@@ -40,7 +40,7 @@ SHORTENED = {"stall", "hang"}  # their alerts go pending only after minutes: che
 # collector overrunning its 1 s cycle on a loaded machine. Every `for:` is minutes longer than this.
 MAX_PENDING_SECONDS = 90
 # What each incident's alert carries, so that it is seen on the right rank or device.
-LABELS = {"straggler": {"rank": "5"}, "gpu-lost": {"gpu": "6"}, "ib-down": {"device": "mlx5_3"},
+LABELS = {"straggler": {"rank": "5"}, "slow-gpu": {"rank": "5"}, "gpu-lost": {"gpu": "6"}, "ib-down": {"device": "mlx5_3"},
           "nvme-slow": {"device": "nvme3n1"}}
 
 

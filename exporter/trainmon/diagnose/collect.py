@@ -92,13 +92,14 @@ class Collector:
         return out
 
     def _spike_steps(self, sel: str) -> dict[tuple[str, int], tuple[float, float]]:
-        """Each rank's step counter at the first and the last evaluation (30 s apart) whose last minute saw a spike
-        counter rise: the spikes' steps, to within a minute of steps."""
+        """Each rank's step counter at the first and the last evaluation (every 15 s, or a tenth of a short window)
+        whose last minute saw a spike counter rise: the spikes' steps, to within a minute of steps."""
         rose = (f"increase(trainmon_train_grad_norm_spikes_total{sel}[1m]) > 0 "
                 f"or increase(trainmon_train_loss_spikes_total{sel}[1m]) > 0")
         at_spike = f"(max by ({BY_RANK}) (trainmon_train_steps_total{sel}) and on ({BY_RANK}) ({rose}))"
-        first = self._by_rank(f"min_over_time({at_spike}[{self._window}s:30s])")
-        last = self._by_rank(f"max_over_time({at_spike}[{self._window}s:30s])")
+        every = max(1, min(15, self._window // 10))
+        first = self._by_rank(f"min_over_time({at_spike}[{self._window}s:{every}s])")
+        last = self._by_rank(f"max_over_time({at_spike}[{self._window}s:{every}s])")
         return {key: (first[key], last.get(key, first[key])) for key in first}
 
     def _peaks(self, instances: set[str]) -> dict[tuple[str, str], float]:
@@ -128,8 +129,10 @@ class Collector:
             "xid": (f"max by (instance, uuid) (trainmon_gpu_xid_last_timestamp_seconds{{{on}}}) "
                     f"> {self._now - self._window:.3f}", _uuid),
             "ecc": (f"sum by (instance, uuid) (increase(trainmon_gpu_ecc_errors_total{{{on}}}{r})) > 0", _uuid),
-            "ib_errors": (f'sum by (instance, device, port) (increase({{__name__=~"trainmon_infiniband_'
-                          f'(symbol_error|link_downed|port_errors_received)_total", {on}}}{r})) > 0', _port),
+            # One increase per counter: `increase` over several names would drop them and clash.
+            "ib_errors": (" or ".join(
+                f"sum by (instance, device, port) (increase(trainmon_infiniband_{counter}_total{{{on}}}{r})) > 0"
+                for counter in ("symbol_error", "link_downed", "port_errors_received")), _port),
             "nvme_latency": (
                 f"(sum by (instance, device) (increase(trainmon_nvme_read_time_seconds_total{{{on}}}{r})"
                 f" + increase(trainmon_nvme_write_time_seconds_total{{{on}}}{r})))"
