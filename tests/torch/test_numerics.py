@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from trainmon.torch._numerics import RollingWindow, SpikeCounter, SpikeRules
+from trainmon.torch._numerics import SpikeCounter, SpikeRules
 from trainmon.torch._state import Identity, RankState
 
 IDENTITY = Identity(job_id="j", rank=0, pid=1, start_time=0.0)
@@ -18,18 +18,19 @@ BLOOM_GRAD_NORMS = (0.24, 0.95, 2.4, 16.0, 145.0, 960.0)
 BLOOM_LOSSES = (2.2, 2.2, 2.3, 2.6, 3.4, 5.1)
 
 
-def test_the_window_mean_and_median_equal_the_last_values_recomputed_from_scratch() -> None:
+def test_the_rolling_mean_and_median_equal_the_last_values_recomputed_from_scratch() -> None:
     rng = random.Random(7)
-    window = RollingWindow(100)
+    rules = SpikeRules(window=100)
+    mean, median = SpikeCounter(2.0, rules, median=False), SpikeCounter(10.0, rules, median=True)
     values: list[float] = []
     for _ in range(1000):
         value = rng.lognormvariate(0.0, 1.0)
-        window.add(value)
+        mean.observe(value)
+        median.observe(value)
         values.append(value)
         last = values[-100:]
-        assert window.median() == statistics.median(last)
-        assert window.mean() == pytest.approx(statistics.fmean(last), rel=1e-12)
-    assert len(window) == 100
+        assert median.reference() == statistics.median(last)
+        assert mean.reference() == pytest.approx(statistics.fmean(last), rel=1e-12)
 
 
 def healthy_state(rng: random.Random, steps: int = 150) -> RankState:
