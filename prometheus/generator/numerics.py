@@ -27,6 +27,12 @@ MEDIAN = "job_id:trainmon_train_compute_seconds_per_step:median"
 DEVIATION = "rank:trainmon_train_compute_seconds_per_step:deviation"
 MAD = "job_id:trainmon_train_compute_seconds_per_step:mad"
 ZSCORE = "rank:trainmon_train_compute_seconds_per_step:zscore"
+# (alert, the hook's counter, what spiked, the hook's rule)
+SPIKE_ALERTS = (
+    ("TrainmonGradNormSpike", "trainmon_train_grad_norm_spikes_total", "gradient norm",
+     "over 10x the median of its last 100 steps"),
+    ("TrainmonLossSpike", "trainmon_train_loss_spikes_total", "loss", "over 2x the mean of its last 100 steps"),
+)
 
 
 def _in_phase(c: RulesConfig, on: str) -> str:
@@ -73,26 +79,18 @@ def slow_rank_records(c: RulesConfig) -> list[Record]:
 
 def numerics_alerts(c: RulesConfig) -> list[Alert]:
     first_step = c.m("trainmon_train_first_step_timestamp_seconds")
-    spike_description = (
-        "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted "
-        "{what} spikes in the last 10 minutes ({rule}). Run `trainmon diagnose` on the node: a "
-        "spike on one rank only suggests silent data corruption on its GPU."
-    )
     return [
-        Alert(
-            alert="TrainmonGradNormSpike",
-            expr=f"increase({c.m('trainmon_train_grad_norm_spikes_total')}[10m]) > 0",
+        *(Alert(
+            alert=alert,
+            expr=f"increase({c.m(counter)}[10m]) > 0",
             severity="warning",
-            summary="A training rank's gradient norm spiked.",
-            description=spike_description.format(what="grad-norm", rule="over 10x the median of its last 100 steps"),
-        ),
-        Alert(
-            alert="TrainmonLossSpike",
-            expr=f"increase({c.m('trainmon_train_loss_spikes_total')}[10m]) > 0",
-            severity="warning",
-            summary="A training rank's loss spiked.",
-            description=spike_description.format(what="loss", rule="over 2x the mean of its last 100 steps"),
-        ),
+            summary=f"A training rank's {what} spiked.",
+            description=(
+                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted "
+                f"{what} spikes in the last 10 minutes ({rule}). Run `trainmon diagnose` on the node: a "
+                "spike on one rank only suggests silent data corruption on its GPU."
+            ),
+        ) for alert, counter, what, rule in SPIKE_ALERTS),
         Alert(
             alert="TrainmonLossDiverging",
             expr=f"""

@@ -319,12 +319,14 @@ def slower_after_restart() -> dict[str, object]:
     """The job restarts under the same id at 90 minutes (Slurm requeue) and runs 20% slower."""
     restart = 90
     before = Job("requeued", 0, restart)
-    after = Job("requeued", restart + 3, 200, compute=lambda rank, minute: COMPUTE * 1.25)
+    resumed = restart + 3  # from the last checkpoint: the loss goes on where it was, no second warm-up
+    after = Job("requeued", resumed, 200, compute=lambda rank, minute: COMPUTE * 1.25,
+                loss=lambda age: 2.1 + 0.3 * math.exp(-(age + resumed) / 120))
     return case("a 20% throughput drop after a restart under the same job id", [before, after], 200, [
         *silent([restart + 20], ("TrainmonThroughputDrift",)),
         firing(restart + 45, "TrainmonThroughputDrift",
                [expected("TrainmonThroughputDrift", job_id="requeued")]),
-        *silent([restart + 45], ("TrainmonSlowRank",)),
+        *silent(every(5, 200, restart), ("TrainmonSlowRank", "TrainmonLossDiverging")),
     ])
 
 
