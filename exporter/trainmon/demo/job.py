@@ -40,8 +40,9 @@ JOB_ID = "demo-llama-8b"  # with an incident, `demo-llama-8b-<incident>`: two de
 SMOKE_TEST_SUFFIX = "-smoke-test"
 RANKS = 8
 STRAGGLER = STRAGGLER_RANK  # this rank computes a little slower; the others wait for it inside collectives
-# The straggler's compute time against its peers': 2% is noise, 5% BLOOM-176B's slow GPU, 50% a straggler.
-SLOWDOWN = {"healthy": 1.02, "slow-gpu": 1.05, "straggler": 1.5}
+# The straggler's compute time against its peers': 2% is noise, 5% BLOOM-176B's slow GPU, 75% a straggler (its
+# score crosses TrainmonStragglerRank's 0.75 once the incident fills 60% of the 5-minute rate window).
+SLOWDOWN = {"healthy": 1.02, "slow-gpu": 1.05, "straggler": 1.75}
 # BLOOM-176B's first spike, step by step, against the healthy run's grad norm (about 1) and loss.
 SPIKE_GRAD_NORMS = (1.0, 4.0, 9.0, 67.0, 604.0, 4000.0)
 SPIKE_LOSS_FACTORS = (1.0, 1.0, 1.05, 1.2, 1.55, 2.3)
