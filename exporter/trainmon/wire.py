@@ -19,6 +19,7 @@ needs no history. A `bye` carries the same fields as a report and says the proce
      "groups": [["default_pg", issued, completed], ...], "inflight": [["default_pg", "all_reduce", since], ...],
      "group_sizes": {"default_pg": 8}, "phase_seconds": {"checkpoint": 12.0}, "hook_errors": {"send_drops": 3},
      "loss_scale": 65536.0, "skipped_steps": 1, "loss": 2.31, "grad_norm": 0.9, "nonfinite_losses": 0,
+     "loss_max": 2.4, "grad_norm_max": 1.1, "loss_spikes": 0, "grad_norm_spikes": 0,
      "nccl_env": {"NCCL_ALGO": "Ring"}, "parallel": {"tp": 2, "dp": 4},
      "cuda": {"alloc_retries": 0, "ooms": 0}, "job_gauges": {"rl_reward_mean": 0.62}}
 
@@ -148,6 +149,10 @@ class Report:
     loss: float | None = None
     grad_norm: float | None = None
     nonfinite_losses: int = 0
+    loss_max: float | None = None
+    grad_norm_max: float | None = None
+    loss_spikes: int = 0
+    grad_norm_spikes: int = 0
     nccl_env: Mapping[str, str] = field(default_factory=dict)
     parallel: Mapping[str, int] = field(default_factory=dict)
     cuda_alloc_retries: int | None = None
@@ -435,6 +440,10 @@ FIELDS: tuple[Field, ...] = (
     Field("loss", "loss", Number(lo=-MAX_AMOUNT, nan_ok=True)),
     Field("grad_norm", "grad_norm", Number(lo=-MAX_AMOUNT, nan_ok=True)),
     Field("nonfinite_losses", "nonfinite_losses", COUNT, cumulative=True),
+    Field("loss_max", "loss_max", Number(lo=-MAX_AMOUNT)),
+    Field("grad_norm_max", "grad_norm_max", Number(lo=-MAX_AMOUNT)),
+    Field("loss_spikes", "loss_spikes", COUNT, cumulative=True),
+    Field("grad_norm_spikes", "grad_norm_spikes", COUNT, cumulative=True),
     Field("nccl_env", "nccl_env", Map(Text(prefixes=("NCCL_", "TORCH_NCCL_")), LABEL, MAX_ENV)),
     Field("parallel", "parallel", Map(Text(choices=PARALLEL_KEYS), ID, len(PARALLEL_KEYS))),
     Field("cuda.alloc_retries", "cuda_alloc_retries", COUNT, cumulative=True),

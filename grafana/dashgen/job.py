@@ -210,12 +210,37 @@ def _communication(b: Board) -> Board:
 def _precision(b: Board) -> Board:
     rank_matchers = b.config.matchers(RANK_LEVEL)
     return b.row(
-        "Loss and precision",
+        "Numerics: loss, gradients and precision",
         graph(
             "Loss",
             "Last loss each rank reported.",
             "none",
             Query(f"trainmon_train_loss{{{rank_matchers}}}", RANK),
+            width=8,
+        ),
+        graph(
+            "Loss max per rank",
+            "The largest loss of each rank's steps in the last 30 s (the hook keeps the maximum between reports, "
+            "so a spike between scrapes still shows).",
+            "none",
+            Query(f"trainmon_train_loss_max{{{rank_matchers}}}", RANK),
+            width=8,
+        ),
+        graph(
+            "Grad-norm max per rank",
+            "The largest gradient norm of each rank's steps in the last 30 s. BLOOM-176B's first spike went "
+            "0.24 -> 960 in five steps.",
+            "none",
+            Query(f"trainmon_train_grad_norm_max{{{rank_matchers}}}", RANK),
+            width=8,
+        ),
+        graph(
+            "Loss and grad-norm spikes",
+            "Steps the hook counted as spikes, per interval: a grad norm over 10x the median of the rank's last 100 "
+            "steps, a loss over 2x their mean. Every rank at once: the run; one rank alone: its GPU.",
+            "none",
+            Query(f"increase(trainmon_train_grad_norm_spikes_total{{{rank_matchers}}}{RATE})", RANK + " grad norm"),
+            Query(f"increase(trainmon_train_loss_spikes_total{{{rank_matchers}}}{RATE})", RANK + " loss"),
             width=8,
         ),
         graph(
@@ -347,6 +372,14 @@ def _efficiency(b: Board) -> Board:
             "alert fires below 0.75 while the other ranks wait.",
             "none",
             Query(f"rank:trainmon_train_straggler_score:relative{{{rank_matchers}}}", RANK),
+        ),
+        rows_heatmap(
+            "Compute time per step by rank",
+            "Step time less exposed communication and data wait, per rank (5-minute mean). In a synchronous job "
+            "every rank steps at the slowest one's pace: a slow GPU is the one row that stands out "
+            "(TrainmonSlowRank: a robust z-score over 3.5 and 3% above the median rank).",
+            "s",
+            Query(f"rank:trainmon_train_compute_seconds_per_step:mean5m{{{rank_matchers}}}", RANK),
         ),
         graph(
             "Individual straggler score",

@@ -284,7 +284,7 @@
               "summary": "A training rank's GPU is idle.",
               "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) of rank {{ $labels.rank }}, job {{ $labels.job_id }} on {{ $labels.instance }} has been idle for 15 minutes (activity {{ $value | humanizePercentage }}).",
               "runbook_url": $._config.runbook + "#trainmongpuidleduringtraining",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=46&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -298,7 +298,7 @@
               "summary": "A training job spends too much of each step waiting for communication.",
               "description": "Job {{ $labels.job_id }} waits on communication for {{ $value | humanizePercentage }} of its step time (threshold " + std.format('%d%%', std.round($._config.comm_bound_ratio * 100)) + ").",
               "runbook_url": $._config.runbook + "#trainmoncommunicationbound",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=28&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=29&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -386,7 +386,7 @@
               "summary": "A training rank is short of GPU memory.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }}: the CUDA caching allocator retried allocations or ran out of memory in the last 10 minutes.",
               "runbook_url": $._config.runbook + "#trainmongpumemorypressure",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=46&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=50&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -399,7 +399,7 @@
               "summary": "A training rank reported a NaN or infinite loss.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a non-finite loss in the last 10 minutes.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=37&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -419,7 +419,81 @@
               "summary": "A rank's mixed-precision loss scale collapsed.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} runs at loss scale {{ $value }}: gradients keep overflowing and steps are being skipped.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=40&var-job_id={{ $labels.job_id }}",
+            },
+          },
+        ],
+      },
+      {
+        "name": "trainmon.numerics",
+        "interval": std.get($._config.group_intervals, "trainmon.numerics", "30s"),
+        "rules": [
+          {
+            "alert": "TrainmonGradNormSpike",
+            "expr": "increase(trainmon_train_grad_norm_spikes_total{" + $._config.selector + "}[10m]) > 0",
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "A training rank's gradient norm spiked.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted gradient norm spikes in the last 10 minutes (over 10x the median of its last 100 steps). Run `trainmon diagnose` on the node: a spike on one rank only suggests silent data corruption on its GPU.",
+              "runbook_url": $._config.runbook + "#trainmongradnormspike",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonLossSpike",
+            "expr": "increase(trainmon_train_loss_spikes_total{" + $._config.selector + "}[10m]) > 0",
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "A training rank's loss spiked.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted loss spikes in the last 10 minutes (over 2x the mean of its last 100 steps). Run `trainmon diagnose` on the node: a spike on one rank only suggests silent data corruption on its GPU.",
+              "runbook_url": $._config.runbook + "#trainmonlossspike",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonLossDiverging",
+            "expr": "(\n    job_id:trainmon_train_loss:avg30m > " + std.format('%g', $._config.loss_diverging_ratio) + " * (job_id:trainmon_train_loss:avg30m offset 30m)\n  or\n    job_id:trainmon_train_loss_spikes:max_increase30m > " + std.toString($._config.loss_spike_patience) + "\n)\nand on (job, job_id)\n  time() - min without (instance, rank) (trainmon_train_first_step_timestamp_seconds{" + $._config.selector + "}) > " + std.toString($._config.warmup_seconds) + "\nunless on (job, job_id) trainmon_train_phase{" + $._config.selector + "} == 1",
+            "for": std.get($._config.alert_for, "TrainmonLossDiverging", "5m"),
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "A training job's loss is rising.",
+              "description": "Job {{ $labels.job_id }}: its mean loss of the last 30 minutes is over " + std.format('%g', $._config.loss_diverging_ratio) + "x the 30 minutes before, or one rank counted more than " + std.toString($._config.loss_spike_patience) + " loss spikes in 30 minutes.",
+              "runbook_url": $._config.runbook + "#trainmonlossdiverging",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=36&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonThroughputDrift",
+            "expr": "job_id:trainmon_train_steps_per_training_second:rate5m < (1 - " + std.format('%g', $._config.throughput_drift_ratio) + ") * job_id:trainmon_train_steps_per_training_second:best1h",
+            "for": std.get($._config.alert_for, "TrainmonThroughputDrift", "30m"),
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "A training job runs slower than its own best hour.",
+              "description": "Job {{ $labels.job_id }} runs at least " + std.format('%d%%', std.round($._config.throughput_drift_ratio * 100)) + " under its best hourly mean of the last " + $._config.throughput_drift_lookback + " (steps per second of training time, phases excluded), for 30 minutes or the alert's configured `for:`. Look for TrainmonSlowRank and run `trainmon diagnose`.",
+              "runbook_url": $._config.runbook + "#trainmonthroughputdrift",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=8&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonSlowRank",
+            "expr": "(\n    rank:trainmon_train_compute_seconds_per_step:zscore > " + std.format('%g', $._config.slow_rank_zscore) + "\n  and on (instance, job, job_id, rank)\n    rank:trainmon_train_compute_seconds_per_step:mean5m / (1 + " + std.format('%g', $._config.slow_rank_excess_ratio) + ") > on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median\n  unless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  rank:trainmon_train_rank_info:max",
+            "for": std.get($._config.alert_for, "TrainmonSlowRank", "15m"),
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "One rank computes slower than its peers.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) takes longer to compute a step than its peers (robust z-score over " + std.format('%g', $._config.slow_rank_zscore) + " and over " + std.format('%d%%', std.round($._config.slow_rank_excess_ratio * 100)) + " above the median rank). Run `trainmon diagnose` on the node.",
+              "runbook_url": $._config.runbook + "#trainmonslowrank",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=26&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -439,7 +513,7 @@
               "summary": "A collective has been in flight for too long: the job is hung.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) has issued {{ $value }} fewer collectives on group {{ $labels.group }} than its peers, who have waited in one for over " + std.toString($._config.collective_hang_seconds) + "s: it holds the job. Dump its stack (py-spy dump) and the NCCL flight recorder.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=33&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -453,7 +527,7 @@
               "summary": "A collective has been in flight for too long: the job is hung.",
               "description": "{{ $value }} member(s) of group {{ $labels.group }} of job {{ $labels.job_id }} report nothing on it while the others have waited in a collective for over " + std.toString($._config.collective_hang_seconds) + "s: a rank is gone (crashed or killed, or its node or trainmon daemon is down). Check TrainmonRankLost and TrainmonExporterDown for the job's nodes; the NCCL flight recorder names the missing rank.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=33&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -467,7 +541,7 @@
               "summary": "A collective has been in flight for too long: the job is hung.",
               "description": "All {{ $value }} ranks of group {{ $labels.group }} of job {{ $labels.job_id }} have waited in the same collective for over " + std.toString($._config.collective_hang_seconds) + "s and none lags: suspect the network or NCCL (check the fabric alerts and the NCCL flight recorder).",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=33&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -481,7 +555,7 @@
               "summary": "A collective has been in flight for too long: the job is hung.",
               "description": "{{ $value }} rank(s) of job {{ $labels.job_id }} have waited over " + std.toString($._config.collective_hang_seconds) + "s in a collective on process groups folded into `other` (each rank tracks its first 8 groups by name), so trainmon cannot compare their members: dump the NCCL flight recorder and py-spy of the waiting ranks to find the one that never joined.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=33&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -577,7 +651,7 @@
               "summary": "A training job's checkpoint takes much longer than its usual one.",
               "description": "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over " + std.format('%g', $._config.checkpoint_slow_factor) + "x its median checkpoint; its nodes write {{ with printf \"job_id:trainmon_fs_written_bytes:rate5m{job_id='%s'}\" $labels.job_id | query }}{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} to their network file systems.",
               "runbook_url": $._config.runbook + "#trainmoncheckpointwriteslow",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=40&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=44&var-job_id={{ $labels.job_id }}",
             },
           },
         ],

@@ -2630,6 +2630,67 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
+          "description": "Step time less exposed communication and data wait, per rank (5-minute mean). In a synchronous job every rank steps at the slowest one's pace: a slow GPU is the one row that stands out (TrainmonSlowRank: a robust z-score over 3.5 and 3% above the median rank).",
+          "fieldConfig": {
+            "defaults": {
+              "unit": "s",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 24,
+            "x": 0,
+            "y": 51,
+          },
+          "id": 26,
+          "options": {
+            "calculate": false,
+            "cellGap": 1,
+            "color": {
+              "exponent": 0.5,
+              "fill": "dark-orange",
+              "reverse": false,
+              "scheme": "Oranges",
+              "steps": 64,
+            },
+            "exemplars": {
+              "color": "rgba(255,0,255,0.7)",
+            },
+            "filterValues": {
+              "le": 1e-09,
+            },
+            "legend": {
+              "show": true,
+            },
+            "selectionMode": "x",
+            "showValue": "auto",
+            "tooltip": {
+              "mode": "single",
+            },
+            "yAxis": {},
+          },
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "rank:trainmon_train_compute_seconds_per_step:mean5m{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}",
+              "legendFormat": "rank {{rank}}",
+              "refId": "A",
+            },
+          ],
+          "title": "Compute time per step by rank",
+          "transparent": false,
+          "type": "heatmap",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
           "description": "Each rank's best compute time per step over the last hour over its recent one: a rank that slowed down against itself (thermal throttling, a noisy neighbour) reads below 1.",
           "fieldConfig": {
             "defaults": {
@@ -2644,9 +2705,9 @@
             "h": 8,
             "w": 24,
             "x": 0,
-            "y": 51,
+            "y": 59,
           },
-          "id": 26,
+          "id": 27,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2669,9 +2730,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 59,
+            "y": 67,
           },
-          "id": 27,
+          "id": 28,
           "panels": [],
           "title": "Communication",
           "type": "row",
@@ -2697,9 +2758,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 60,
+            "y": 68,
           },
-          "id": 28,
+          "id": 29,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2735,9 +2796,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 60,
+            "y": 68,
           },
-          "id": 29,
+          "id": 30,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2782,9 +2843,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 68,
+            "y": 76,
           },
-          "id": 30,
+          "id": 31,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2820,9 +2881,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 68,
+            "y": 76,
           },
-          "id": 31,
+          "id": 32,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2876,9 +2937,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 76,
+            "y": 84,
           },
-          "id": 32,
+          "id": 33,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2914,9 +2975,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 76,
+            "y": 84,
           },
-          "id": 33,
+          "id": 34,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2939,11 +3000,11 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 84,
+            "y": 92,
           },
-          "id": 34,
+          "id": 35,
           "panels": [],
-          "title": "Loss and precision",
+          "title": "Numerics: loss, gradients and precision",
           "type": "row",
         },
         {
@@ -2965,9 +3026,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 85,
+            "y": 93,
           },
-          "id": 35,
+          "id": 36,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2981,6 +3042,129 @@
             },
           ],
           "title": "Loss",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "The largest loss of each rank's steps in the last 30 s (the hook keeps the maximum between reports, so a spike between scrapes still shows).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "none",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 8,
+            "x": 8,
+            "y": 93,
+          },
+          "id": 37,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "trainmon_train_loss_max{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}",
+              "legendFormat": "rank {{rank}}",
+              "refId": "A",
+            },
+          ],
+          "title": "Loss max per rank",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "The largest gradient norm of each rank's steps in the last 30 s. BLOOM-176B's first spike went 0.24 -> 960 in five steps.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "none",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 8,
+            "x": 16,
+            "y": 93,
+          },
+          "id": 38,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "trainmon_train_grad_norm_max{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}",
+              "legendFormat": "rank {{rank}}",
+              "refId": "A",
+            },
+          ],
+          "title": "Grad-norm max per rank",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "Steps the hook counted as spikes, per interval: a grad norm over 10x the median of the rank's last 100 steps, a loss over 2x their mean. Every rank at once: the run; one rank alone: its GPU.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "none",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 8,
+            "x": 0,
+            "y": 101,
+          },
+          "id": 39,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "increase(trainmon_train_grad_norm_spikes_total{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}[$__rate_interval])",
+              "legendFormat": "rank {{rank}} grad norm",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "increase(trainmon_train_loss_spikes_total{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}[$__rate_interval])",
+              "legendFormat": "rank {{rank}} loss",
+              "refId": "B",
+            },
+          ],
+          "title": "Loss and grad-norm spikes",
           "transparent": false,
           "type": "timeseries",
         },
@@ -3003,9 +3187,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 85,
+            "y": 101,
           },
-          "id": 36,
+          "id": 40,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3041,9 +3225,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 85,
+            "y": 101,
           },
-          "id": 37,
+          "id": 41,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3075,9 +3259,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 93,
+            "y": 109,
           },
-          "id": 38,
+          "id": 42,
           "panels": [],
           "title": "Data path",
           "type": "row",
@@ -3118,9 +3302,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 94,
+            "y": 110,
           },
-          "id": 39,
+          "id": 43,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3182,9 +3366,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 94,
+            "y": 110,
           },
-          "id": 40,
+          "id": 44,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3216,9 +3400,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 102,
+            "y": 118,
           },
-          "id": 41,
+          "id": 45,
           "panels": [],
           "title": "The job's GPUs",
           "type": "row",
@@ -3244,9 +3428,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 103,
+            "y": 119,
           },
-          "id": 42,
+          "id": 46,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3284,9 +3468,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 103,
+            "y": 119,
           },
-          "id": 43,
+          "id": 47,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3322,9 +3506,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 111,
+            "y": 127,
           },
-          "id": 44,
+          "id": 48,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3360,9 +3544,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 111,
+            "y": 127,
           },
-          "id": 45,
+          "id": 49,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3398,9 +3582,9 @@
             "h": 8,
             "w": 24,
             "x": 0,
-            "y": 119,
+            "y": 135,
           },
-          "id": 46,
+          "id": 50,
           "repeatDirection": "h",
           "targets": [
             {

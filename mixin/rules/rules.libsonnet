@@ -414,6 +414,52 @@
             "record": "rank:trainmon_train_straggler_score:individual",
             "expr": "min_over_time(rank:trainmon_train_compute_seconds_per_step:mean5m[" + $._config.straggler_individual_window + "]) / rank:trainmon_train_compute_seconds_per_step:mean5m",
           },
+          {
+            "record": "job_id:trainmon_train_compute_seconds_per_step:median",
+            "expr": "quantile without (instance, rank) (0.5, rank:trainmon_train_compute_seconds_per_step:mean5m)",
+          },
+          {
+            "record": "rank:trainmon_train_compute_seconds_per_step:deviation",
+            "expr": "abs(rank:trainmon_train_compute_seconds_per_step:mean5m - on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median)",
+          },
+          {
+            "record": "job_id:trainmon_train_compute_seconds_per_step:mad",
+            "expr": "quantile without (instance, rank) (0.5, rank:trainmon_train_compute_seconds_per_step:deviation)",
+          },
+          {
+            "record": "rank:trainmon_train_compute_seconds_per_step:zscore",
+            "expr": "0.6745 * (rank:trainmon_train_compute_seconds_per_step:mean5m - on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median)\n/ on (job, job_id) group_left ()\n  (job_id:trainmon_train_compute_seconds_per_step:mad > " + std.format('%g', $._config.slow_rank_mad_floor_ratio) + " * job_id:trainmon_train_compute_seconds_per_step:median or " + std.format('%g', $._config.slow_rank_mad_floor_ratio) + " * job_id:trainmon_train_compute_seconds_per_step:median)",
+          },
+        ],
+      },
+      {
+        "name": "trainmon.numerics.rules",
+        "interval": std.get($._config.group_intervals, "trainmon.numerics.rules", "30s"),
+        "rules": [
+          {
+            "record": "job_id:trainmon_train_loss:avg",
+            "expr": "avg without (instance, rank) ((trainmon_train_loss{" + $._config.selector + "} > -Inf < +Inf) unless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1)",
+          },
+          {
+            "record": "job_id:trainmon_train_loss:avg30m",
+            "expr": "avg_over_time(job_id:trainmon_train_loss:avg[30m])",
+          },
+          {
+            "record": "job_id:trainmon_train_loss_spikes:max_increase30m",
+            "expr": "max without (instance, rank) (increase(trainmon_train_loss_spikes_total{" + $._config.selector + "}[30m]))",
+          },
+          {
+            "record": "job_id:trainmon_train_steps_per_training_second:rate5m",
+            "expr": "sum without (instance, rank) (rank:trainmon_train_step_duration_seconds_count:rate5m)\n/\n  (\n      sum without (instance, rank) (rank:trainmon_train_step_duration_seconds_sum:rate5m)\n    + sum without (instance, rank) (rank:trainmon_train_dataloader_wait_seconds:rate5m)\n  )",
+          },
+          {
+            "record": "job_id:trainmon_train_steps_per_training_second:avg1h",
+            "expr": "avg_over_time(job_id:trainmon_train_steps_per_training_second:rate5m[1h]) and on (job, job_id) (job_id:trainmon_train_steps_per_training_second:rate5m offset 55m)",
+          },
+          {
+            "record": "job_id:trainmon_train_steps_per_training_second:best1h",
+            "expr": "max_over_time(job_id:trainmon_train_steps_per_training_second:avg1h[" + $._config.throughput_drift_lookback + "])",
+          },
         ],
       },
       {

@@ -43,6 +43,25 @@ class RulesConfig:
     throughput_floor_ratio: float = 0.75
     baseline_window: str = "1h"
     baseline_offset: str = "15m"
+    # Loss divergence: the job's mean loss of the last 30 minutes above this x the 30 minutes before
+    # (a loss rising 20% over an hour crosses 1.05 within about 40 minutes; a healthy job's loss falls)...
+    loss_diverging_ratio: float = 1.05
+    # ...or one rank with more than this many loss spikes in 30 minutes (llm-foundry's KillLossSpike patience).
+    loss_spike_patience: int = 4
+    # Neither is judged in a job's first minutes: warm-up loss falls fast and swings.
+    warmup_seconds: int = 1200
+    # Throughput drift: the job's steps per second of training time (phases excluded) this far below its
+    # best hourly mean for the alert's `for:` (30m; `alert_for` changes it). Llama 3 reports 1-2% diurnal
+    # variation: 3% clears it.
+    throughput_drift_ratio: float = 0.03
+    throughput_drift_lookback: str = "24h"
+    # Slow rank: a robust z-score (Iglewicz-Hoaglin modified z, 0.6745 x distance / MAD) of a rank's compute
+    # time per step over its job's ranks above this...
+    slow_rank_zscore: float = 3.5
+    # ...and at least this much above the job's median rank (a 5% slow GPU cost BLOOM 5% throughput).
+    slow_rank_excess_ratio: float = 0.03
+    # The MAD is floored at this share of the median, so very uniform ranks do not make noise an outlier.
+    slow_rank_mad_floor_ratio: float = 0.005
     # SM activity below this on a training rank's GPU is idle (NCCL spin kernels stay near 0 here).
     idle_sm_ratio: float = 0.05
     # Where SM activity is absent (pre-Hopper without GPM): power below this share of the limit.

@@ -10,6 +10,7 @@ what is measured is the Python the hook runs around each call, which is what the
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import tempfile
@@ -55,8 +56,17 @@ def workloads(mon: TrainingMonitor) -> dict[str, Callable[[bool], None]]:
             mon.step_begin()
             mon.step_end(samples=8, tokens=128)
 
+    values = itertools.cycle([2.2 + 0.01 * i for i in range(7)])
+
+    def step_with_values(on: bool) -> None:
+        loss = next(values)
+        if on:
+            mon.step_begin()
+            mon.step_end(samples=8, tokens=128, loss=loss, grad_norm=loss / 8)
+
     return {
         "step boundary (begin+end)": step,
+        "step with loss+grad_norm": step_with_values,
         "all_reduce (blocking)": lambda _: dist.all_reduce(tensor),
         "broadcast (blocking)": lambda _: dist.broadcast(tensor, src=0),
         "all_reduce (async + wait)": lambda _: dist.all_reduce(tensor, async_op=True).wait(),

@@ -94,3 +94,25 @@ def test_in_a_hang_one_rank_stops_issuing_while_its_peers_wait_in_a_collective(t
     assert {rank: first[rank].inflight[0].since for rank in peers} == {rank: later[rank].inflight[0].since
                                                                       for rank in peers}
     assert {r.steps for r in later.values()} == {r.steps for r in first.values()}
+
+
+def test_the_loss_spike_incident_plays_blooms_spike_on_every_rank(tmp_path: Path) -> None:
+    """After the 20 steps the hook's statistics need: 3 grad-norm spikes, then 1 loss spike, on each rank."""
+    settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
+    ingest = build_ingest(settings)
+    collector = TrainingCollector(settings, NodeResources(ingest=ingest))
+    collector.collect()
+    job = start_simulated_job(settings, plan=Plan("loss-spike", after=22 * TICK_SECONDS))
+
+    def spikes() -> dict[int, tuple[int, int]]:
+        collector.collect()  # the collection drains the ingest socket
+        return {s.report.rank: (s.report.grad_norm_spikes, s.report.loss_spikes) for s in ingest.table.view().ranks}
+
+    try:
+        wait_until(lambda: len(spikes()) == RANKS and all(g >= 3 and n >= 1 for g, n in spikes().values()), timeout=90)
+        seen = spikes()
+    finally:
+        job.stop()
+        ingest.close()
+
+    assert set(seen.values()) == {(3, 1)}

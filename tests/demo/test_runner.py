@@ -7,7 +7,9 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,15 +74,21 @@ def test_demo_serves_every_readme_family(tmp_path: Path, daemons: list[Daemon]) 
     assert [] == sorted(f for f in expected if not has_series(f, seen))
 
 
+@pytest.fixture
+def temp() -> Iterator[Path]:
+    """A short TMPDIR: the demo's kubelet socket lives below it, and a Unix socket path is at most 107 bytes
+    (pytest's tmp_path under xdist is longer)."""
+    with tempfile.TemporaryDirectory(prefix="tm-") as directory:
+        yield Path(directory)
+
+
 def demo_env(temp: Path) -> dict[str, str]:
     """The demo's runtime directory under `temp`: no XDG_RUNTIME_DIR, TMPDIR there."""
     return {"TMPDIR": str(temp), "XDG_RUNTIME_DIR": ""}
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_demo_removes_its_directory_and_processes_on_a_stop_signal(tmp_path: Path, sig: int) -> None:
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+def test_demo_removes_its_directory_and_processes_on_a_stop_signal(tmp_path: Path, temp: Path, sig: int) -> None:
     daemon = start_daemon(tmp_path, ["--gpu-processes"], command="demo", env=demo_env(temp))
     try:
         [directory] = list(temp.glob("trainmon-demo-*/*"))
@@ -108,10 +116,8 @@ def test_compose_passes_an_incident_to_the_demo(tmp_path: Path) -> None:
     assert "--incident='fire': unknown incident" in result.stderr
 
 
-def test_the_tree_of_a_demo_killed_with_sigkill_is_swept_by_the_next_start(tmp_path: Path) -> None:
+def test_the_tree_of_a_demo_killed_with_sigkill_is_swept_by_the_next_start(tmp_path: Path, temp: Path) -> None:
     """Issue 31: every SIGKILL left its tree (595 entries, a socket) in the temporary directory."""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
     killed = start_daemon(tmp_path, [], command="demo", env=demo_env(temp))
     killed.stop(signal.SIGKILL)
     [left] = list(temp.glob("trainmon-demo-*/*"))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from trainmon.diagnose.analysis import Thresholds, diagnose
 from trainmon.diagnose.model import Hardware, MountSignals, Rank
+from trainmon.diagnose.report import render
 
 NODE_A, NODE_B = "a:9842", "b:9842"
 
@@ -144,3 +146,63 @@ def test_a_gpu_health_verdict_on_the_stragglers_node_is_listed_with_it() -> None
     assert (verdict,) == result.findings[0].hardware
     findings = json.loads(json.dumps(result.as_dict()))["findings"]
     assert {"signal": "health", "instance": NODE_B, "device": "GPU-1"} == findings[0]["hardware"][0]
+
+
+def job_of(n: int, **per_rank: Mapping[str, object]) -> list[Rank]:
+    """`n` ranks on nodes of 8, each 100 steps of 0.9 s compute; `per_rank["3"]` changes rank 3."""
+    return [rank(r, f"n{r // 8}:9842", **per_rank.get(str(r), {})) for r in range(n)]
+
+
+def test_one_gpu_5_percent_slow_of_64_is_a_slow_rank_with_its_own_gpus_hardware() -> None:
+    """BLOOM-176B: rank 37 computes 0.945 s, the others 0.9 s (and wait 0.045 s for it)."""
+    ranks = job_of(64, **{str(r): {"step_seconds": 94.5, "comm_wait": 4.5} for r in range(64) if r != 37})
+    ranks[37] = rank(37, "n4:9842", step_seconds=94.5)
+    hardware = [Hardware("power_cap", "n4:9842", "GPU-37"), Hardware("throttle", "n4:9842", "GPU-36"),
+                Hardware("pcie_link", "n4:9842", "GPU-37")]
+
+    result = diagnose("bloom", "1h", ranks, hardware)
+
+    (slow,) = [f for f in result.findings if f.cause == "slow_rank"]
+    assert (37, "n4:9842", "GPU-37") == (slow.rank, slow.instance, slow.uuid)
+    assert (Hardware("power_cap", "n4:9842", "GPU-37"), Hardware("pcie_link", "n4:9842", "GPU-37")) == slow.hardware
+    assert "5.0% over the median" in slow.detail
+    assert "straggler" not in [f.cause for f in result.findings]
+
+
+def test_ranks_that_differ_by_noise_have_no_slow_rank() -> None:
+    ranks = job_of(64, **{str(r): {"step_seconds": 90.0 + (r % 5) * 0.05} for r in range(64)})
+
+    assert [] == [f for f in diagnose("j", "1h", ranks, []).findings if f.cause == "slow_rank"]
+
+
+def test_a_spike_on_every_rank_without_hardware_signals_is_instability_with_its_ranks_and_steps() -> None:
+    spiked = {"grad_norm_spikes": 3.0, "loss_spikes": 1.0, "spike_steps": (1200.0, 1260.0)}
+    ranks = job_of(4, **{str(r): spiked for r in range(4)})
+
+    result = diagnose("j", "1h", ranks, [Hardware("ib_errors", "n0:9842", "mlx5_0/1")])
+
+    (finding,) = result.findings
+    assert {"cause": "instability", "share": 0.0, "ranks": [0, 1, 2, 3], "step_window": [1200, 1260],
+            "hardware": [], "suggestion": finding.suggestion} == finding.as_dict()
+    assert "no hardware signal" in finding.detail
+
+
+def test_a_spike_with_a_gpu_signal_on_the_jobs_nodes_says_to_check_the_hardware_first() -> None:
+    ranks = job_of(4, **{str(r): {"grad_norm_spikes": 1.0} for r in range(4)})
+
+    (finding,) = diagnose("j", "1h", ranks, [Hardware("xid", "n0:9842", "GPU-2")]).findings
+
+    assert (finding.cause, finding.hardware) == ("instability", (Hardware("xid", "n0:9842", "GPU-2"),))
+    assert "check them first" in finding.detail
+
+
+def test_a_spike_on_one_rank_only_suspects_silent_data_corruption_on_its_gpu() -> None:
+    ranks = job_of(8, **{"5": {"grad_norm_spikes": 2.0, "spike_steps": (300.0, 310.0)}})
+
+    result = diagnose("j", "1h", ranks, [])
+
+    (finding,) = result.findings
+    assert (finding.cause, finding.rank, finding.uuid) == ("silent_data_corruption", 5, "GPU-5")
+    assert "suspect silent data corruption on GPU GPU-5" in finding.detail
+    assert "dcgmi diag -r 3" in finding.suggestion
+    assert "dcgmi diag -r 3" in render(result)

@@ -7,6 +7,8 @@ Before every step each rank reads OUT_DIR/phase:
   comm       the ranks take turns computing longer, so each waits for the other in half of its steps
   straggler  rank 1 computes longer in every step while rank 0 waits for it
   stall      rank 1 stops inside a step; rank 0 blocks in its all-reduce
+  spike      every rank passes a grad norm 1000x and a loss 100x the real ones (the values the hook judges)
+  slow       the last rank computes 50% longer in every step (a slow GPU among its peers)
   stop       leave the loop and exit cleanly
 The job id, ingest socket and GPU uuid come from TRAINMON_* variables, as in a real job.
 """
@@ -45,6 +47,8 @@ def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
 
 def compute_seconds(phase: str, rank: int, step: int) -> float:
     slow = (phase == "comm" and step % 2 == rank) or (phase == "straggler" and rank == 1)
+    if phase == "slow" and rank == dist.get_world_size() - 1:
+        return COMPUTE_S * 1.5
     return SLOW_COMPUTE_S if slow else COMPUTE_S
 
 
@@ -57,6 +61,7 @@ def main(out: Path) -> None:
     scaler = torch.amp.GradScaler("cpu")
     mon = TrainingMonitor(flops_per_token=1e9)  # feeds the MFU panels
     mon.watch(model=model, optimizer=opt, scaler=scaler)
+    probe_x, probe_y = torch.randn(64, 16, generator=torch.Generator().manual_seed(7)), torch.ones(64, 1)
     for step, (x, y) in enumerate(mon.dataloader(batches())):
         phase = read_phase(out)
         if phase == "stop":
@@ -71,9 +76,17 @@ def main(out: Path) -> None:
             for p in model.parameters():
                 dist.all_reduce(p.grad)
                 p.grad /= dist.get_world_size()  # type: ignore[operator,assignment]
+            grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()
+                                                              if p.grad is not None]))
             scaler.step(opt)
             scaler.update()
-            timed.loss = loss.detach()
+            planted = phase == "spike"
+            # The loss of one 8-sample random batch swings past 2x its mean by chance (a real job averages
+            # millions of tokens): the job reports the loss on a fixed batch, which moves smoothly.
+            with torch.no_grad():
+                probe_loss = torch.nn.functional.mse_loss(model(probe_x), probe_y)
+            timed.loss = probe_loss * (100 if planted else 1)
+            timed.grad_norm = grad_norm * (1000 if planted else 1)
     mon.close()
     dist.destroy_process_group()
 

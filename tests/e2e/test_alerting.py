@@ -35,7 +35,10 @@ INTERVAL = "1s"  # scrape, rule evaluation and daemon collection
 HEALTHY_SECONDS = 35  # longer than every shortened `for`
 # Panels the fake node cannot feed: CPU ranks have no CUDA caching allocator; its healthy GPUs count no
 # NVLink or PCIe AER error, and those series appear only at a first error (the demo has both).
-NO_DATA_ON_CPU = {"Allocator retries and OOMs", "NVLink errors per link", "PCIe AER errors"}
+# No source on these CPU nodes: CUDA allocator, NVLink, AER, network file systems (no mounts, no checkpoints).
+NO_DATA_ON_CPU = {"Allocator retries and OOMs", "NVLink errors per link", "PCIe AER errors", "File-system throughput",
+                  "File-system operations", "File-system RPC latency", "File-system RPC timeouts and in flight",
+                  "Checkpoint writes and file-system latency"}
 APPLICATION_XID = 13  # planted: fills the XID panels, must not page
 
 

@@ -41,7 +41,8 @@ SHORTENED = {"stall", "hang"}  # their alerts go pending only after minutes: che
 # collector overrunning its 1 s cycle on a loaded machine. Every `for:` is minutes longer than this.
 MAX_PENDING_SECONDS = 90
 # What each incident's alert carries, so that it is seen on the right rank or device.
-LABELS = {"straggler": {"rank": "5"}, "gpu-lost": {"gpu": "6"}, "ib-down": {"device": "mlx5_3"},
+LABELS = {"straggler": {"rank": "5"}, "slow-gpu": {"rank": "5"},
+          "gpu-lost": {"gpu": "6"}, "ib-down": {"device": "mlx5_3"},
           "nvme-slow": {"device": "nvme3n1"}, "storage-slow": {"mount": "/lustre"},
           "xid-reset": {"gpu": "4", "action": "reset_gpu"}}
 
@@ -57,6 +58,7 @@ def active(prom: Prometheus, demo: tuple[str, str], incident: str, state: str | 
                for a in alerts_of(prom, *demo))
 
 
+@pytest.mark.timeout(900)  # one demo per incident (15) and Prometheus on 2 cores: longer than a slow test's 300 s
 def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:

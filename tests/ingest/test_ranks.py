@@ -11,7 +11,15 @@ import pytest
 from tests.helpers.clock import Clock
 from trainmon import wire
 from trainmon.collectors.training import rank_series
-from trainmon.ingest.ranks import UNVERIFIED_EXIT_JOBS, VERIFIED_EXIT_JOBS, Procfs, RankTable, TableView
+from trainmon.ingest.ranks import (
+    MAX_PEAKS,
+    PEAK_HOLD,
+    UNVERIFIED_EXIT_JOBS,
+    VERIFIED_EXIT_JOBS,
+    Procfs,
+    RankTable,
+    TableView,
+)
 
 
 def make_table(*, max_ranks: int = 8, ttl: float = 60, clock: Clock | None = None, **kwargs: object) -> RankTable:
@@ -309,3 +317,42 @@ def test_whatever_fails_while_applying_is_a_rejection_not_an_escape() -> None:
 
     view = table.view()
     assert ({("job", 0): 11}, {"malformed": 1}) == (steps(view), view.rejected)
+
+
+def test_a_spike_maximum_is_held_for_two_scrape_intervals_then_forgotten() -> None:
+    """The hook's maxima cover one report interval; a scrape 15 s later still sees the spike."""
+    clock = Clock()
+    table = make_table(clock=clock)
+    send(table, seq=1, loss_max=2.2, grad_norm_max=0.3)
+    clock.now += 1
+    send(table, seq=2, loss_max=5.1, grad_norm_max=960.0)
+    for seq in range(3, 3 + 20):
+        clock.now += 1
+        send(table, seq=seq, loss_max=2.3, grad_norm_max=None)
+    (slot,) = table.view().ranks
+    assert (slot.report.loss_max, slot.report.grad_norm_max) == (5.1, 960.0)
+    clock.now += PEAK_HOLD
+    send(table, seq=30, loss_max=2.4, grad_norm_max=0.4)
+    (slot,) = table.view().ranks
+    assert (slot.report.loss_max, slot.report.grad_norm_max) == (2.4, 0.4)
+
+
+def test_a_fast_reporter_keeps_a_bounded_number_of_peaks_and_loses_none() -> None:
+    clock = Clock()
+    table = make_table(clock=clock)
+    send(table, seq=1, loss_max=50.0)
+    for seq in range(2, 2000):
+        clock.now += 0.01
+        send(table, seq=seq, loss_max=1.0)
+    (slot,) = table.view().ranks
+    assert len(slot.peaks) <= MAX_PEAKS
+    assert slot.report.loss_max == 50.0
+
+
+def test_a_restart_does_not_inherit_the_previous_processes_maxima() -> None:
+    clock = Clock()
+    table = make_table(clock=clock)
+    send(table, loss_max=50.0)
+    send(table, pid=200, start_time=BASE.start_time + 100, seq=1, loss_max=2.0)
+    (slot,) = table.view().ranks
+    assert slot.report.loss_max == 2.0

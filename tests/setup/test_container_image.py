@@ -102,5 +102,5 @@ def test_trainmon_check_in_the_image_reports_every_collector(container: str) -> 
 
     assert 1 == result.returncode, result.stdout + result.stderr
     assert "FAILING" == states.pop("gpu"), result.stdout
-    assert {"failing:"} | {"nvme", "infiniband", "training"} == set(states), result.stdout
+    assert {"failing:"} | {"nvme", "infiniband", "fs", "training"} == set(states), result.stdout
     assert "failing: gpu" == result.stdout.strip().splitlines()[-1]

@@ -71,6 +71,14 @@ SCALARS = (
     Scalar("train_skipped_steps_total", "Steps skipped for inf/NaN gradients.", counter, lambda r: r.skipped_steps),
     Scalar("train_loss", "Last reported loss.", gauge, lambda r: r.loss),
     Scalar("train_grad_norm", "Last reported gradient norm.", gauge, lambda r: r.grad_norm),
+    Scalar("train_loss_max", "Largest finite loss of the steps reported in the last 30 s (the hook's maximum since "
+           "its previous report, held by the daemon so that no scrape misses a spike).", gauge, lambda r: r.loss_max),
+    Scalar("train_grad_norm_max", "Largest finite gradient norm of the steps reported in the last 30 s (held like "
+           "trainmon_train_loss_max).", gauge, lambda r: r.grad_norm_max),
+    Scalar("train_loss_spikes_total", "Steps whose loss exceeded the hook's factor (2) x the mean of the previous "
+           "100 finite losses.", counter, lambda r: r.loss_spikes),
+    Scalar("train_grad_norm_spikes_total", "Steps whose gradient norm exceeded the hook's factor (10) x the median "
+           "of the previous 100 finite ones.", counter, lambda r: r.grad_norm_spikes),
     Scalar("train_nonfinite_loss_total", "Steps whose reported loss was NaN or inf.", counter,
            lambda r: r.nonfinite_losses),
     Scalar("train_cuda_alloc_retries_total", "CUDA caching-allocator retries (torch.cuda.memory_stats).", counter,

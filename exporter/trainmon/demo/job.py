@@ -39,8 +39,13 @@ from trainmon.torch._state import Identity, RankState
 JOB_ID = "demo-llama-8b"  # with an incident, `demo-llama-8b-<incident>`: two demos never mix in Prometheus
 SMOKE_TEST_SUFFIX = "-smoke-test"
 RANKS = 8
-STRAGGLER = STRAGGLER_RANK  # this rank computes 15% slower; the others wait for it inside collectives
-SLOWDOWN = {"healthy": 1.15, "straggler": 1.5}  # the straggler's compute time against its peers'
+STRAGGLER = STRAGGLER_RANK  # this rank computes a little slower; the others wait for it inside collectives
+# The straggler's compute time against its peers': 2% is noise, 5% BLOOM-176B's slow GPU, 75% a straggler (its
+# score crosses TrainmonStragglerRank's 0.75 once the incident fills 60% of the 5-minute rate window).
+SLOWDOWN = {"healthy": 1.02, "slow-gpu": 1.05, "straggler": 1.75}
+# BLOOM-176B's first spike, step by step, against the healthy run's grad norm (about 1) and loss.
+SPIKE_GRAD_NORMS = (1.0, 4.0, 9.0, 67.0, 604.0, 4000.0)
+SPIKE_LOSS_FACTORS = (1.0, 1.0, 1.05, 1.2, 1.55, 2.3)
 TICK_SECONDS = 1.0
 CHECKPOINT_BPS = 2_000_000_000  # written while the checkpoint phase lasts
 SAMPLES_PER_STEP = 5  # per rank: a global batch of 40 sequences
@@ -89,6 +94,7 @@ class SimulatedJob:
         self._traffic = traffic
         self._connect = connect
         self._hang_issued = False
+        self._spike_step = 0  # steps into the planted loss spike
         self.job_id = JOB_ID if self._plan.incident is None else f"{JOB_ID}-{self._plan.incident}"
         self.ranks = [SimulatedRank(self._identity(self.job_id, rank, uuids[rank % len(uuids)]), connect())
                       for rank in range(RANKS)]
@@ -147,6 +153,8 @@ class SimulatedJob:
                 if not in_phase and not stalled:
                     allreduce[sim.identity.rank] = self._advance(sim, skip)
                 sim.reporter.send_now()
+            if self._plan.active("loss-spike") and not in_phase and not stalled:
+                self._spike_step += 1  # every rank took the same step of the spike
             if self._traffic is not None:
                 stepped = not in_phase and not stalled
                 self._traffic(Traffic(read_bytes=len(self.ranks) * READ_BYTES_PER_STEP if stepped else 0,
@@ -163,9 +171,10 @@ class SimulatedJob:
     def _advance(self, sim: SimulatedRank, skip: bool) -> int:
         """One step of `sim`; returns the bytes its all-reduces put on its InfiniBand rail."""
         state, rank, rnd = sim.state, sim.identity.rank, self._random
-        slowdown = SLOWDOWN["straggler" if self._plan.active("straggler") else "healthy"]
-        compute = 0.62 * (slowdown if rank == STRAGGLER else 1.0) * rnd.uniform(0.97, 1.03)
-        slowest = 0.62 * slowdown * 1.03
+        slowdown = SLOWDOWN[next((i for i in ("straggler", "slow-gpu") if self._plan.active(i)), "healthy")]
+        # Identical GPUs vary little step to step: the straggler's 2% shows over a step or two.
+        compute = 0.62 * (slowdown if rank == STRAGGLER else 1.0) * rnd.uniform(0.995, 1.005)
+        slowest = 0.62 * slowdown * 1.005
         wait_for_peers = max(0.0, slowest - compute)  # the straggler's peers wait inside the all-reduce
         congested = 5.0 if self._plan.active("comm-bound") else 1.0  # a degraded fabric: slow all-reduces
         transfer = 0.18 * congested * rnd.uniform(0.95, 1.05)
@@ -189,8 +198,10 @@ class SimulatedJob:
         tokens = SAMPLES_PER_STEP * SEQUENCE_TOKENS
         state.finish_step(samples=SAMPLES_PER_STEP, tokens=tokens)
         state.add_flops(tokens * FLOPS_PER_TOKEN)
-        state.set_loss(1.6 + 2.4 * math.exp(-state.steps / 1500) + rnd.gauss(0, 0.03))
-        state.grad_norm = abs(rnd.gauss(1.0, 0.15))
+        spike = self._spike_step if self._plan.active("loss-spike") else len(SPIKE_GRAD_NORMS)
+        loss = 1.6 + 2.4 * math.exp(-state.steps / 1500) + rnd.gauss(0, 0.03)
+        state.set_loss(loss * (SPIKE_LOSS_FACTORS[spike] if spike < len(SPIKE_LOSS_FACTORS) else 1.0))
+        state.set_grad_norm(SPIKE_GRAD_NORMS[spike] if spike < len(SPIKE_GRAD_NORMS) else abs(rnd.gauss(1.0, 0.15)))
         return 2 * (len(self.ranks) - 1) * gradient_bytes // len(self.ranks)  # a ring all-reduce's share
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,7 +17,13 @@ CAUSE_SIGNALS = {
     "storage": ("nvme_latency",),
     "stall": ("xid", "ecc", "health", "throttle"),
     "hang": ("xid", "health", "ib_errors"),
+    # A rank's own GPU: what slows one GPU down, or corrupts its numbers.
+    "slow_rank": ("throttle", "power_cap", "clocks", "pcie_link", "xid", "ecc"),
+    "instability": ("throttle", "power_cap", "clocks", "pcie_link", "xid", "ecc"),
 }
+SDC_CHECK = "dcgmi diag -r 3"
+# Found however little time they cost so far: each is a reason to act now.
+ALWAYS_REPORTED = frozenset({"stall", "hang", "slow_rank", "instability", "silent_data_corruption"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,6 +33,9 @@ class Thresholds:
     stall_seconds: float = 900.0  # as TrainmonTrainingStalled
     hang_seconds: float = 300.0  # as TrainmonCollectiveHang
     storage_factor: float = 2.0  # as TrainmonStorageSlow: a mount's signal against its own window before
+    slow_rank_zscore: float = 3.5  # as TrainmonSlowRank (prometheus/rulegen/config.py)
+    slow_rank_excess: float = 0.03
+    slow_rank_mad_floor: float = 0.005
 
 
 def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[Hardware],
@@ -37,7 +47,9 @@ def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[
     signals = _Signals(hardware, ranks)
     stragglers = _stragglers(ranks, total, thresholds, signals)
     findings = [*stragglers, *_phases(ranks, total), *_stalls(ranks, total, thresholds, signals),
-                *_hangs(ranks, total, thresholds, signals)]
+                *_hangs(ranks, total, thresholds, signals),
+                *_slow_ranks(ranks, total, thresholds, signals, {f.rank for f in stragglers}),
+                *_spikes(ranks, signals)]
     explained = sum(f.share for f in stragglers)  # peers waiting for a straggler is its cost, not the network's
     comm = sum(r.comm_wait for r in ranks) / total
     findings.append(Finding(cause="communication", share=max(comm - explained, 0.0),
@@ -47,7 +59,7 @@ def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[
     data = sum(r.data_wait for r in ranks) / total
     findings.append(_data_wait(data, [m for m in mounts if m.instance in {r.instance for r in ranks}],
                                thresholds, signals))
-    kept = [f for f in findings if f.share >= thresholds.min_share or f.cause in {"stall", "hang"}]
+    kept = [f for f in findings if f.share >= thresholds.min_share or f.cause in ALWAYS_REPORTED]
     mfu, mfu_detail = _mfu(ranks)
     return Diagnosis(job_id=job_id, since=since, findings=tuple(sorted(kept, key=lambda f: -f.share)), mfu=mfu,
                      goodput=sum(r.compute for r in ranks) / total, ranks=len(ranks), rank_seconds=total,
@@ -88,6 +100,9 @@ class _Signals:
     def on_node(self, cause: str, instance: str) -> tuple[Hardware, ...]:
         return tuple(h for h in self._hardware if h.instance == instance and h.signal in CAUSE_SIGNALS[cause])
 
+    def on_gpu(self, cause: str, instance: str, uuid: str) -> tuple[Hardware, ...]:
+        return tuple(h for h in self.on_node(cause, instance) if h.device == uuid)
+
     def on_job(self, cause: str) -> tuple[Hardware, ...]:
         return tuple(h for h in self._hardware if h.instance in self._instances and h.signal in CAUSE_SIGNALS[cause])
 
@@ -97,7 +112,7 @@ def _stragglers(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Si
     stepping = [r for r in ranks if r.steps > 0]
     if len(stepping) < 2:
         return []
-    per_step = {r.rank: r.compute / r.steps for r in stepping}
+    per_step = _compute_per_step(stepping)
     fastest = min(per_step.values())
     findings = []
     for r in stepping:
@@ -112,6 +127,65 @@ def _stragglers(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Si
                    f"{fastest * 1000:.0f} ms (score {score:.2f}); the other ranks wait for it",
             hardware=signals.on_node("straggler", r.instance)))
     return findings
+
+
+def _compute_per_step(ranks: Sequence[Rank]) -> dict[int, float]:
+    return {r.rank: r.compute / r.steps for r in ranks if r.steps > 0}
+
+
+def _slow_ranks(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Signals,
+                stragglers: set[int | None]) -> list[Finding]:
+    """Ranks whose compute per step is an outlier among the job's (a robust z-score, as TrainmonSlowRank), too
+    little slower to be a straggler: BLOOM-176B's one slow GPU cost 5%. The hardware is that GPU's own."""
+    per_step = _compute_per_step(ranks)
+    if len(per_step) < 3:
+        return []
+    median = statistics.median(per_step.values())
+    mad = max(statistics.median(abs(v - median) for v in per_step.values()), t.slow_rank_mad_floor * median)
+    findings = []
+    for r in ranks:
+        slow = per_step.get(r.rank)
+        if slow is None or r.rank in stragglers or mad <= 0:
+            continue
+        z = 0.6745 * (slow - median) / mad
+        if z <= t.slow_rank_zscore or slow <= (1 + t.slow_rank_excess) * median:
+            continue
+        cost = sum(max(slow - per_step[o.rank], 0.0) * o.steps for o in ranks if o.rank in per_step and o is not r)
+        findings.append(Finding(
+            cause="slow_rank", share=cost / total, rank=r.rank, instance=r.instance, uuid=r.uuid or None,
+            detail=f"rank {r.rank} computes {slow * 1000:.0f} ms per step, {slow / median - 1:.1%} over the median "
+                   f"rank's {median * 1000:.0f} ms (robust z-score {z:.1f}); the job steps at its pace",
+            hardware=signals.on_gpu("slow_rank", r.instance, r.uuid)))
+    return findings
+
+
+def _spikes(ranks: Sequence[Rank], signals: _Signals) -> list[Finding]:
+    """Grad-norm or loss spikes: on most ranks at once the run is unstable; on one rank only, its GPU is suspect."""
+    spiking = [r for r in ranks if r.grad_norm_spikes > 0 or r.loss_spikes > 0]
+    if not spiking:
+        return []
+    windows = [r.spike_steps for r in spiking if r.spike_steps is not None]
+    window = (int(min(w[0] for w in windows)), int(max(w[1] for w in windows))) if windows else None
+    counts = (f"{sum(r.grad_norm_spikes for r in spiking):.0f} grad-norm and {sum(r.loss_spikes for r in spiking):.0f} "
+              f"loss spikes")
+    steps = f" around steps {window[0]}-{window[1]}" if window else ""
+    if len(spiking) == 1 and len(ranks) > 2:
+        (r,) = spiking
+        return [Finding(
+            cause="silent_data_corruption", share=0.0, rank=r.rank, instance=r.instance, uuid=r.uuid or None,
+            ranks=(r.rank,), step_window=window,
+            detail=f"suspect silent data corruption on GPU {r.uuid or '?'} ({r.instance}): only rank {r.rank} "
+                   f"counted {counts}{steps} while its {len(ranks) - 1} peers stayed normal",
+            suggestion=f"drain the node and run `{SDC_CHECK}` on GPU {r.uuid or '?'}",
+            hardware=signals.on_gpu("instability", r.instance, r.uuid))]
+    hardware = signals.on_job("instability")
+    lined_up = "; hardware signals on the job's nodes line up: check them first" if hardware else \
+        "; no hardware signal on the job's nodes"
+    return [Finding(
+        cause="instability", share=0.0, ranks=tuple(r.rank for r in spiking), step_window=window,
+        detail=f"{len(spiking)} of {len(ranks)} ranks counted {counts}{steps}{lined_up}",
+        suggestion="lower the learning rate or skip the batches of the window; roll back if the loss does not recover",
+        hardware=hardware)]
 
 
 def _phases(ranks: Sequence[Rank], total: float) -> list[Finding]:

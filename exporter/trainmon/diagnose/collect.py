@@ -19,7 +19,12 @@ RANK_COUNTERS = {
     "comm_wait": "trainmon_train_comm_wait_seconds_total",
     "data_wait": "trainmon_train_dataloader_wait_seconds_total",
     "model_flops": "trainmon_train_model_flops_total",
+    "grad_norm_spikes": "trainmon_train_grad_norm_spikes_total",
+    "loss_spikes": "trainmon_train_loss_spikes_total",
 }
+# Throttle reasons: a slowdown (thermal, hardware) or the power cap.
+SLOWDOWN = 'reason=~".*slowdown"'
+POWER_CAP = 'reason=~"sw_power_cap|hw_power_brake_slowdown"'
 
 
 def quote(value: str) -> str:
@@ -72,6 +77,7 @@ class Collector:
         in_phase = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_phase{sel})")
         last_step = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_last_step_timestamp_seconds{sel})")
         inflight = self._by_rank(f"max by ({BY_RANK}) (trainmon_nccl_inflight_oldest_seconds{sel})")
+        spike_steps = self._spike_steps(sel)
         peaks = self._peaks({instance for instance, _ in seen})
         out = []
         for key, uuid in sorted(seen.items()):
@@ -84,8 +90,20 @@ class Collector:
                 phases=phases.get(key, {}), model_flops=counters["model_flops"].get(key),
                 peak_flops=peaks.get((key[0], uuid)), live=key in live, in_phase=key in in_phase,
                 since_last_step=self._now - last_step[key] if key in last_step else None,
-                inflight=inflight.get(key, 0.0)))
+                inflight=inflight.get(key, 0.0), grad_norm_spikes=counters["grad_norm_spikes"].get(key, 0.0),
+                loss_spikes=counters["loss_spikes"].get(key, 0.0), spike_steps=spike_steps.get(key)))
         return out
+
+    def _spike_steps(self, sel: str) -> dict[tuple[str, int], tuple[float, float]]:
+        """Each rank's step counter at the first and the last evaluation (every 15 s, or a tenth of a short window)
+        whose last minute saw a spike counter rise: the spikes' steps, to within a minute of steps."""
+        rose = (f"increase(trainmon_train_grad_norm_spikes_total{sel}[1m]) > 0 "
+                f"or increase(trainmon_train_loss_spikes_total{sel}[1m]) > 0")
+        at_spike = f"(max by ({BY_RANK}) (trainmon_train_steps_total{sel}) and on ({BY_RANK}) ({rose}))"
+        every = max(1, min(15, self._window // 10))
+        first = self._by_rank(f"min_over_time({at_spike}[{self._window}s:{every}s])")
+        last = self._by_rank(f"max_over_time({at_spike}[{self._window}s:{every}s])")
+        return {key: (first[key], last.get(key, first[key])) for key in first}
 
     def _peaks(self, instances: set[str]) -> dict[tuple[str, str], float]:
         query = f"max by (instance, uuid) (trainmon_gpu_peak_flops{{instance=~{any_of(instances)}, " \
@@ -117,8 +135,18 @@ class Collector:
         r = self._range
         queries: dict[str, tuple[str, Callable[[Sample], str]]] = {
             "throttle": (f'max by (instance, uuid) (max_over_time(trainmon_gpu_clocks_event_active{{{on}, '
-                         f'reason=~".*slowdown"}}{r})) == 1 or sum by (instance, uuid) (increase('
+                         f'{SLOWDOWN}}}{r})) == 1 or sum by (instance, uuid) (increase('
                          f'trainmon_gpu_throttle_seconds_total{{{on}, reason=~".*thermal.*"}}{r})) > 0', _uuid),
+            "power_cap": (f"max by (instance, uuid) (max_over_time(trainmon_gpu_clocks_event_active{{{on}, "
+                          f"{POWER_CAP}}}{r})) == 1", _uuid),
+            # An SM clock 5% under the best GPU of its node: the node's peers are the reference.
+            "clocks": (f'max by (instance, uuid) (avg_over_time(trainmon_gpu_clock_hertz{{{on}, clock="sm"}}{r})) '
+                       f'< on (instance) group_left 0.95 * max by (instance) (avg_over_time('
+                       f'trainmon_gpu_clock_hertz{{{on}, clock="sm"}}{r}))', _uuid),
+            # A link trained below what it can do (a reseat or a riser), either figure.
+            "pcie_link": (" or ".join(
+                f'min_over_time(trainmon_gpu_pcie_link_{figure}{{kind="current", {on}}}{r}) < on (instance, gpu, uuid) '
+                f'trainmon_gpu_pcie_link_{figure}{{kind="max", {on}}}' for figure in ("width", "generation")), _uuid),
             "xid": (f"max by (instance, uuid) (trainmon_gpu_xid_last_timestamp_seconds{{{on}}}) "
                     f"> {self._now - self._window:.3f}", _uuid),
             "ecc": (f"sum by (instance, uuid) (increase(trainmon_gpu_ecc_errors_total{{{on}}}{r})) > 0", _uuid),

@@ -6,11 +6,16 @@ from dataclasses import dataclass, field
 
 from trainmon import DOCS_BASE
 
+# Causes reported with the hardware signals that line up, whatever their share.
+WITH_HARDWARE = frozenset({"straggler", "communication", "data_loading", "slow_rank", "instability",
+                           "silent_data_corruption", "storage"})
 RUNBOOK = f"{DOCS_BASE}/runbook.md"
 RUNBOOK_ANCHORS = {
     "communication": "trainmoncommunicationbound", "data_loading": "trainmondataloaderbound",
     "phase": "time-in-phases", "stall": "trainmontrainingstalled", "straggler": "trainmonstragglerrank",
     "hang": "trainmoncollectivehang", "storage": "trainmonstorageslow", "mfu": "mfu", "goodput": "goodput",
+    "slow_rank": "trainmonslowrank", "instability": "trainmonlossspike",
+    "silent_data_corruption": "trainmongradnormspike",
 }
 
 
@@ -47,6 +52,9 @@ class Rank:
     in_phase: bool = False
     since_last_step: float | None = None  # seconds since its last step finished (None: no step yet)
     inflight: float = 0.0  # age of its oldest in-flight collective
+    grad_norm_spikes: float = 0.0  # spikes the hook counted in the window (SPEC §5)
+    loss_spikes: float = 0.0
+    spike_steps: tuple[float, float] | None = None  # its step counter at the first and last scrape that saw one
 
     @property
     def compute(self) -> float:
@@ -103,6 +111,9 @@ class Finding:
     mount: str | None = None
     hardware: tuple[Hardware, ...] = ()
     signals: dict[str, float] = field(default_factory=dict)  # storage: what moved on the mount
+    ranks: tuple[int, ...] = ()  # the ranks a job-wide cause was seen on
+    step_window: tuple[int, int] | None = None
+    suggestion: str = ""
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"cause": self.cause, "share": round(self.share, 4)}
@@ -110,7 +121,13 @@ class Finding:
             value = getattr(self, key)
             if value is not None and value != "":
                 out[key] = value
-        if self.cause in {"straggler", "communication", "data_loading", "storage"}:
+        if self.ranks:
+            out["ranks"] = list(self.ranks)
+        if self.step_window is not None:
+            out["step_window"] = list(self.step_window)
+        if self.suggestion:
+            out["suggestion"] = self.suggestion
+        if self.cause in WITH_HARDWARE:
             out["hardware"] = [h.as_dict() for h in self.hardware]
         if self.signals:
             out["signals"] = {name: round(value, 6) for name, value in self.signals.items()}

@@ -21,6 +21,8 @@ def render(d: Diagnosis) -> str:
         where = _where(f)
         lines.append(f"{i}. {f.cause} costs {f.share:.0%} of the job's time" + (f": {where}" if where else ""))
         lines.append(f"   {f.detail}")
+        if f.suggestion:
+            lines.append(f"   next: {f.suggestion}")
         for h in f.hardware:
             lines.append(f"   hardware on {h.instance}: {h.signal} {h.device}")
         lines.append(f"   runbook: {runbook_url(f.cause)}")

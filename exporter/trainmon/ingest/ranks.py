@@ -29,11 +29,12 @@ reset. Late datagrams of an older incarnation, duplicates and reordered ones are
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -57,6 +58,11 @@ STATUS_BYTES = 16 << 10  # /proc/<pid>/status is ~1.5 KB; more than this is not 
 VERIFIED_EXIT_JOBS = 1024
 UNVERIFIED_EXIT_JOBS = 256
 MAX_SEQ_STEP = 1 << 24  # seq advances one per report: a larger leap within one process is a forgery
+# The hook's loss/grad-norm maxima cover one report interval (1 s by default); the table serves the largest
+# of the last PEAK_HOLD seconds, two default scrape intervals, so a spike between scrapes is still seen.
+PEAK_HOLD = 30.0
+Peak = tuple[float, float | None, float | None]  # received_at, loss_max, grad_norm_max
+MAX_PEAKS = 64  # a faster reporter's oldest two peaks are folded into one: held a little longer, never lost
 
 
 def parse_nspid(status: str) -> tuple[int, ...]:
@@ -96,6 +102,7 @@ class RankSlot:
     verified: bool  # `process` came from the kernel
     series: int  # what the collector serves for this rank
     owner_uid: int | None = None  # the sender's uid where the kernel gave no pid (another pid namespace)
+    peaks: tuple[Peak, ...] = ()  # this incarnation's maxima of the last PEAK_HOLD seconds, oldest first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,7 +253,9 @@ class RankTable:
                 raise MessageRejected("series_budget", f"{self._series} + {series} series")
             self._messages += 1
             owner_uid = sender_uid if sender_pid == 0 else None  # no pid proof: the uid is the owner
-            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid)
+            same = old is not None and old.report.incarnation == report.incarnation
+            report, peaks = held_peaks(report, old.peaks if old is not None and same else (), now)
+            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid, peaks)
             self._series += series - held
             self._job_gone_at.pop(report.job_id, None)
 
@@ -310,6 +319,24 @@ class ExitHistory:
     def counts(self) -> dict[tuple[str, str], int]:
         return {(job, reason): n for table in (self._verified, self._unverified) for job, reasons in table.items()
                 for reason, n in reasons.items()}
+
+
+def held_peaks(report: Report, peaks: tuple[Peak, ...], now: float) -> tuple[Report, tuple[Peak, ...]]:
+    """`report` with its maxima raised to the largest of `peaks` still within PEAK_HOLD, and the peaks kept."""
+    kept = (*(p for p in peaks if now - p[0] < PEAK_HOLD), (now, report.loss_max, report.grad_norm_max))
+    if len(kept) > MAX_PEAKS:
+        first, second = kept[0], kept[1]
+        kept = ((second[0], _largest((first[1], second[1])), _largest((first[2], second[2]))), *kept[2:])
+    loss_max = _largest(p[1] for p in kept)
+    grad_norm_max = _largest(p[2] for p in kept)
+    if (loss_max, grad_norm_max) != (report.loss_max, report.grad_norm_max):
+        report = dataclasses.replace(report, loss_max=loss_max, grad_norm_max=grad_norm_max)
+    return report, kept
+
+
+def _largest(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
 
 
 def _sender_process(msg: Mapping[str, object], sender_pid: int | None) -> SenderProcess | None:

@@ -22,9 +22,11 @@ INCIDENTS: dict[str, str] = {
     "hang": "TrainmonCollectiveHang",
     "storage-slow": "TrainmonStorageSlow",
     "xid-reset": "TrainmonGPUNeedsReset",
+    "loss-spike": "TrainmonLossSpike",
+    "slow-gpu": "TrainmonSlowRank",
 }
 HUNG_RANK = 2  # stops before a collective; its peers wait in theirs
-STRAGGLER_RANK = 5  # healthy: computes 15% slower than its peers, under the 25% the alert wants
+STRAGGLER_RANK = 5  # healthy: computes 2% slower than its peers, under the 3% TrainmonSlowRank wants
 LOST_GPU = 6
 RESET_XID_GPU, RESET_XID = 4, 119  # GSP RPC timeout: NVIDIA's catalog says reset the GPU
 DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down

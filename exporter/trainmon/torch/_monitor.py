@@ -29,6 +29,7 @@ from trainmon import wire
 from trainmon.flops import FlopsRate
 from trainmon.torch._collectives import CollectiveRecorder
 from trainmon.torch._identity import int_env, kubernetes_pod, launch_layout, nccl_env, resolve_job_id
+from trainmon.torch._numerics import DEFAULT_MIN_HISTORY, DEFAULT_WINDOW, SpikeRules
 from trainmon.torch._scaler import HostCopies, Patches, watch_deepspeed, watch_grad_scaler, watch_megatron
 from trainmon.torch._sender import Reporter, Transport, interval_from_env, transport_from_env
 from trainmon.torch._state import Identity, RankState
@@ -58,9 +59,15 @@ class TrainingMonitor:
         flops_per_token, flops_per_sample, flops_per_step: the model FLOPs of a step (give one;
             `trainmon.flops.transformer_flops_per_token` estimates a dense transformer's), so
             `trainmon_train_model_flops_total` and MFU need no guessing. `step_end` takes the same.
+        loss_spike_factor: a loss above this x the mean of the last `spike_window` finite losses counts
+            in `trainmon_train_loss_spikes_total` (llm-foundry's 2).
+        grad_norm_spike_factor: a grad norm above this x their median counts in
+            `trainmon_train_grad_norm_spikes_total` (10).
+        spike_window: the steps both rolling statistics cover (100).
 
     Raises:
-        ValueError: more than one FLOPs keyword, or a negative or non-finite one.
+        ValueError: more than one FLOPs keyword, or a negative or non-finite one; a spike factor not above 1
+            or a window outside 1..10000.
     """
 
     def __init__(
@@ -73,11 +80,16 @@ class TrainingMonitor:
         flops_per_token: float | None = None,
         flops_per_sample: float | None = None,
         flops_per_step: float | None = None,
+        loss_spike_factor: float = 2.0,
+        grad_norm_spike_factor: float = 10.0,
+        spike_window: int = DEFAULT_WINDOW,
     ) -> None:
+        spike_rules = SpikeRules(loss_spike_factor, grad_norm_spike_factor, spike_window,
+                                 min(DEFAULT_MIN_HISTORY, spike_window))
         self._flops = FlopsRate(flops_per_token, flops_per_sample, flops_per_step)
         self._env = os.environ if env is None else env
         self.enabled = self._env.get("TRAINMON_DISABLE", "").lower() not in {"1", "true", "yes"}
-        self.state = RankState()
+        self.state = RankState(spike_rules)
         self.identity = Identity(job_id=job_id or resolve_job_id(self._env), rank=0, pid=os.getpid(),
                                  start_time=time.time())
         self._monitor_errors = 0
@@ -192,7 +204,7 @@ class TrainingMonitor:
             if loss is not None:
                 self._read(loss, lambda v: self.state.set_loss(v[0]))
             if grad_norm is not None:
-                self._read(grad_norm, lambda v: setattr(self.state, "grad_norm", v[0]))
+                self._read(grad_norm, lambda v: self.state.set_grad_norm(v[0]))
             if self._spans is not None:
                 self._spans.poll()
             self._copies.poll()

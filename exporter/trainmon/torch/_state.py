@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, fields
 from time import perf_counter
 from typing import Any
 
+from trainmon.torch._numerics import SpikeCounter, SpikeRules
 from trainmon.wire import FIELDS, MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, GroupSeq, Inflight, Report
 
 MAX_PHASES = 16  # distinct phase names per rank; the rest are added up under OTHER_GROUP
@@ -101,7 +102,7 @@ class RankState:
     a new wire field is a new attribute here with the same name.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spike_rules: SpikeRules | None = None) -> None:
         self.lock = threading.Lock()
         self.steps = 0
         self.samples = 0
@@ -125,6 +126,12 @@ class RankState:
         self.loss: float | None = None
         self.grad_norm: float | None = None
         self.nonfinite_losses = 0
+        # Finite values only; the maxima are since the previous report (`report` clears them).
+        rules = spike_rules or SpikeRules()
+        self._loss_spikes = SpikeCounter(rules.loss_factor, rules, median=False)
+        self._grad_norm_spikes = SpikeCounter(rules.grad_norm_factor, rules, median=True)
+        self.loss_max: float | None = None
+        self.grad_norm_max: float | None = None
         self.cuda_alloc_retries: int | None = None
         self.cuda_ooms: int | None = None
         self.hook_errors: dict[str, int] = {}
@@ -183,6 +190,26 @@ class RankState:
         self.loss = loss
         if not math.isfinite(loss):
             self.nonfinite_losses += 1
+            return
+        if self.loss_max is None or loss > self.loss_max:
+            self.loss_max = loss
+        self._loss_spikes.observe(loss)
+
+    def set_grad_norm(self, grad_norm: float) -> None:
+        self.grad_norm = grad_norm
+        if not math.isfinite(grad_norm):
+            return
+        if self.grad_norm_max is None or grad_norm > self.grad_norm_max:
+            self.grad_norm_max = grad_norm
+        self._grad_norm_spikes.observe(grad_norm)
+
+    @property
+    def loss_spikes(self) -> int:
+        return self._loss_spikes.spikes
+
+    @property
+    def grad_norm_spikes(self) -> int:
+        return self._grad_norm_spikes.spikes
 
     def group_label(self, label: str, size: int) -> str:
         """`label`, or `other` once `MAX_GROUPS` distinct groups are known; records its size."""
@@ -288,6 +315,7 @@ class RankState:
             self._settle_sequences()
             # Any: each of the type `Report` declares for it, as this state holds it.
             values: dict[str, Any] = {name: _copy(getattr(self, name)) for name in STATE_FIELDS}
+            self.loss_max = self.grad_norm_max = None  # a maximum since the previous report
         values.update((name, _copy(getattr(identity, name))) for name in IDENTITY_FIELDS)
         return Report(kind=kind, pid=os.getpid(), seq=seq, sent_at=time.time(), **values)
 

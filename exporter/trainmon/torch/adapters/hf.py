@@ -63,7 +63,7 @@ class TrainmonCallback(TrainerCallback):
             if key == "loss" and isinstance(value, (int, float)):
                 mon_state.set_loss(float(value))
             elif key == "grad_norm" and isinstance(value, (int, float)) and math.isfinite(value):
-                mon_state.grad_norm = float(value)
+                mon_state.set_grad_norm(float(value))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._owned:

@@ -1,0 +1,354 @@
+"""Writes prometheus/tests/instability.test.yml: 64-rank training jobs, healthy and with planted faults.
+
+    python -m tests.prometheus.instability_scenarios
+
+Each job is simulated minute by minute as the hook reports it: a synchronous job's step takes its
+slowest rank's compute plus the exposed communication, every other rank waits the difference in
+collectives (comm wait), data waits add up between steps, and checkpoints and evaluations run inside
+`mon.phase(...)`. The healthy case (6 hours, a restart under a new job id, a 1-rank job beside it)
+must stay silent; each planted fault must fire its alert in the time docs/runbook.md promises.
+tests/prometheus/test_instability.py checks that the committed file is this script's output.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tests.prometheus.rulefiles import PROMETHEUS, RULE_FILES, alert_rules, load
+
+OUTPUT = PROMETHEUS / "tests" / "instability.test.yml"
+ALERTS = ("TrainmonGradNormSpike", "TrainmonLossSpike", "TrainmonLossDiverging", "TrainmonThroughputDrift",
+          "TrainmonSlowRank")
+WORLD = 64
+GPUS_PER_NODE = 8
+COMPUTE = 0.9  # seconds of compute per step on a healthy GPU
+COMM = 0.1  # exposed communication per step on the slowest rank
+DATA = 0.02  # data wait per step
+BASE = {"job": "trainmon"}
+RUNBOOK = "https://github.com/trainmon/trainmon/blob/main/docs/runbook.md"
+
+
+def instance(rank: int) -> str:
+    return f"n{rank // GPUS_PER_NODE:02d}:9842"
+
+
+def uuid(rank: int) -> str:
+    return f"GPU-{rank // GPUS_PER_NODE:04d}0000-0000-0000-0000-00000000000{rank % GPUS_PER_NODE}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job id's life: minutes [start, end) of the scenario, and what happens in each of its minutes."""
+
+    job_id: str
+    start: int
+    end: int
+    ranks: int = WORLD
+    # (rank, minute of the scenario) -> compute seconds per step
+    compute: Callable[[int, int], float] = lambda rank, minute: COMPUTE
+    # minutes since the job started -> the job's mean loss
+    loss: Callable[[int], float] = lambda age: 2.1 + 0.3 * math.exp(-age / 120) + 6.0 * math.exp(-age / 3)
+    # minute of the scenario -> (phase, seconds of it in that minute)
+    phase: Callable[[int], tuple[str, float] | None] = lambda minute: None
+    # minute of the scenario -> extra data-wait seconds in that minute (a loader hiccup)
+    hiccup: Callable[[int], float] = lambda minute: 0.0
+    # minute of the scenario -> (grad-norm spikes, loss spikes) counted by every rank in that minute
+    spikes: Callable[[int], tuple[int, int]] = lambda minute: (0, 0)
+    # minute of the scenario -> an added loss (a spike's aftermath)
+    loss_bump: Callable[[int], float] = lambda minute: 0.0
+
+
+@dataclass
+class Series:
+    labels: dict[str, str]
+    values: list[float | None] = field(default_factory=list)
+
+
+def noise(seed: str) -> random.Random:
+    return random.Random(seed)
+
+
+def simulate(job: Job, minutes: int) -> list[Series]:
+    """Every series the hook makes the daemon serve for `job`, one sample a minute over the scenario."""
+    out: list[Series] = []
+    ranks = range(job.ranks)
+    rng = noise(job.job_id)
+    jitter = {rank: 1 + rng.uniform(-0.002, 0.002) for rank in ranks}  # GPUs of one model differ a little
+    offset = {rank: rng.uniform(-0.02, 0.02) for rank in ranks}
+    totals = {rank: dict.fromkeys(("steps", "seconds", "comm", "data", "loss_spikes", "grad_spikes"), 0.0)
+              for rank in ranks}
+    phase_totals: dict[tuple[int, str], float] = {}
+    rows: dict[tuple[str, int, str], Series] = {}
+
+    def put(name: str, rank: int, minute: int, value: float | None, **extra: str) -> None:
+        key = (name, rank, ",".join(f"{k}={v}" for k, v in extra.items()))
+        series = rows.get(key)
+        if series is None:
+            labels = {"__name__": name, **BASE, "instance": instance(rank), "job_id": job.job_id,
+                      "rank": str(rank), **extra}
+            series = rows[key] = Series(labels, [None] * minutes)
+            out.append(series)
+        series.values[minute] = value
+
+    for minute in range(job.start, job.end):
+        computes = {rank: job.compute(rank, minute) * jitter[rank] for rank in ranks}
+        step = max(computes.values()) + COMM
+        phase = job.phase(minute)
+        busy = 60.0 - (phase[1] if phase else 0.0) - job.hiccup(minute)
+        first = minute == job.start
+        steps = 0.0 if first else busy / (step + DATA)  # the first minute is start-up
+        grad_spikes, loss_spikes = job.spikes(minute)
+        age = minute - job.start
+        for rank in ranks:
+            t = totals[rank]
+            t["steps"] += counter(steps)
+            t["seconds"] += counter(steps * step)
+            t["comm"] += counter(steps * (step - computes[rank]))
+            t["data"] += counter(steps * DATA + (0.0 if first else job.hiccup(minute)))
+            t["grad_spikes"] += grad_spikes
+            t["loss_spikes"] += loss_spikes
+            if phase:
+                phase_totals[rank, phase[0]] = phase_totals.get((rank, phase[0]), 0.0) + phase[1]
+            put("trainmon_train_rank_info", rank, minute, 1, uuid=uuid(rank))
+            put("trainmon_train_steps_total", rank, minute, t["steps"])
+            put("trainmon_train_step_duration_seconds_count", rank, minute, t["steps"])
+            put("trainmon_train_step_duration_seconds_sum", rank, minute, t["seconds"])
+            put("trainmon_train_comm_wait_seconds_total", rank, minute, t["comm"])
+            put("trainmon_train_dataloader_wait_seconds_total", rank, minute, t["data"])
+            put("trainmon_train_grad_norm_spikes_total", rank, minute, t["grad_spikes"])
+            put("trainmon_train_loss_spikes_total", rank, minute, t["loss_spikes"])
+            put("trainmon_train_first_step_timestamp_seconds", rank, minute, (job.start + 1) * 60)
+            # Each rank's data shard sits a little above or below the job's mean; 2 decimals, as a log shows it.
+            put("trainmon_train_loss", rank, minute, round(job.loss(age) + job.loss_bump(minute) + offset[rank], 2))
+            for (r, name), seconds in phase_totals.items():
+                if r == rank:
+                    put("trainmon_train_phase_seconds_total", rank, minute, seconds, phase=name)
+            if phase and phase[1] >= 60:
+                put("trainmon_train_phase", rank, minute, 1, phase=phase[0])
+    return out
+
+
+def notation(values: list[float | None], ends: set[int]) -> str:
+    """promtool's expanding notation: `a+bxn` runs, `_` for no sample and `stale` where the job ended."""
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        value = values[i]
+        if value is None:
+            j = i
+            while j < len(values) and values[j] is None:
+                j += 1
+            for k in range(i, j):  # a staleness marker where a life ended, runs of `_` between
+                if k in ends:
+                    parts.append("stale")
+                elif parts and parts[-1].startswith("_"):
+                    count = int(parts[-1][2:]) if parts[-1] != "_" else 1
+                    parts[-1] = f"_x{count + 1}"
+                else:
+                    parts.append("_")
+            i = j
+            continue
+        # A run continues while start + k x step IS the value, exactly as promtool adds it up in floats (a
+        # counter read a hair high and then flat would go backwards, which Prometheus reads as a reset).
+        j, step = i + 1, None
+        while j < len(values) and values[j] is not None:
+            if step is None:
+                step = values[j] - value  # type: ignore[operator]
+            elif value + (j - i) * step != values[j]:
+                break
+            j += 1
+        run = j - i - 1
+        if step is None or run == 0:
+            parts.append(_number(value))
+            i += 1
+        else:
+            parts.append(f"{_number(value)}{'+' if step >= 0 else '-'}{_number(abs(step))}x{run}")
+            i = j
+    return " ".join(parts)
+
+
+def _number(value: float) -> str:
+    return repr(float(value)).removesuffix(".0")
+
+
+def counter(value: float) -> float:
+    """A minute's increase rounded to 1/8: binary fractions add up exactly (promtool's runs rebuild the values bit
+    for bit), and equal minutes make runs."""
+    return round(value * 8) / 8
+
+
+def input_series(jobs: list[Job], minutes: int) -> list[dict[str, str]]:
+    """One input series per label set: a job restarted under the same id continues its predecessor's series
+    (promtool would not merge two entries of one label set), with a staleness marker where each life ended."""
+    merged: dict[str, tuple[list[float | None], set[int]]] = {}
+    for job in jobs:
+        for series in simulate(job, minutes):
+            labels = dict(series.labels)
+            name = labels.pop("__name__")
+            key = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+            values, ends = merged.setdefault(key, ([None] * minutes, set()))
+            for minute, value in enumerate(series.values):
+                if value is not None:
+                    values[minute] = value
+            ends.add(job.end)
+    return [{"series": key, "values": notation(values, ends)} for key, (values, ends) in merged.items()]
+
+
+def silent(times: list[int], alerts: tuple[str, ...] = ALERTS) -> list[dict[str, object]]:
+    return [{"eval_time": f"{t}m", "alertname": name, "exp_alerts": []} for t in times for name in alerts]
+
+
+def expected(alert: str, **labels: str) -> dict[str, object]:
+    """The alert with these labels and its annotations rendered (the numerics alerts' templates use labels only)."""
+    (rule,) = [r for r in alert_rules() if r["alert"] == alert]
+    annotations = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
+                   for key, text in rule["annotations"].items()}
+    return {"exp_labels": {"severity": "warning", **BASE, **labels}, "exp_annotations": annotations}
+
+
+def rank_alert(alert: str, job_id: str, rank: int, **extra: str) -> dict[str, object]:
+    return expected(alert, instance=instance(rank), job_id=job_id, rank=str(rank), **extra)
+
+
+def firing(t: int, alert: str, expected: list[dict[str, object]]) -> dict[str, object]:
+    return {"eval_time": f"{t}m", "alertname": alert, "exp_alerts": expected}
+
+
+def case(name: str, jobs: list[Job], minutes: int, checks: list[dict[str, object]]) -> dict[str, object]:
+    return {"name": name, "interval": "1m", "input_series": input_series(jobs, minutes),
+            "alert_rule_test": checks}
+
+
+def every(step: int, until: int, start: int = 0) -> list[int]:
+    return list(range(start, until + 1, step))
+
+
+def healthy() -> dict[str, object]:
+    """6 hours: warm-up, a checkpoint every 30 min (40 s, in a phase), an evaluation every hour (2 min, in a
+    phase), three 30-s data-loader hiccups, 1-2% diurnal swing, a planned restart under a new job id at 3 h,
+    a 1-rank job beside it, and a clean finish at 6 h."""
+
+    def compute(rank: int, minute: int) -> float:  # Llama 3's diurnal noise: 2% from best to worst, in 30-min steps
+        return COMPUTE * (1 - 0.01 * math.cos(2 * math.pi * (minute // 30 * 30) / 720))
+
+    def phase(minute: int) -> tuple[str, float] | None:
+        if minute % 60 in (45, 46):
+            return "eval", 60.0
+        if minute % 30 == 29:
+            return "checkpoint", 40.0
+        return None
+
+    def hiccup(minute: int) -> float:
+        return 30.0 if minute in (75, 200, 290) else 0.0
+
+    def resumed_loss(age: int) -> float:  # from the checkpoint: a small bump, no warm-up
+        return 2.2 + 0.05 * math.exp(-age / 5) - 0.1 * age / 180
+
+    before = Job("llm-a", 0, 180, compute=compute, phase=phase, hiccup=hiccup)
+    after = Job("llm-b", 185, 360, compute=compute, phase=phase, hiccup=hiccup, loss=resumed_loss)
+    solo = Job("solo", 0, 360, ranks=1, compute=compute, phase=phase)
+    return case("healthy 64-rank job for 6 hours with a restart under a new job id, and a 1-rank job: nothing fires",
+                [before, after, solo], 390, silent(every(10, 390)))
+
+
+def slow_gpu() -> dict[str, object]:
+    """BLOOM-176B: one GPU 5% slow (149 -> 140 TFLOP/s) from minute 90 of a job that had a good first hour."""
+    slow, onset = 37, 90
+
+    def compute(rank: int, minute: int) -> float:
+        return COMPUTE * (1.05 if rank == slow and minute >= onset else 1.0)
+
+    job = Job("bloom", 0, 180, compute=compute)
+    return case("BLOOM slow GPU: 5% on one of 64 ranks is named, and the job's drift pages", [job], 180, [
+        *silent([onset, onset + 10]),
+        firing(onset + 30, "TrainmonSlowRank", [rank_alert("TrainmonSlowRank", "bloom", slow, uuid=uuid(slow))]),
+        firing(onset + 45, "TrainmonThroughputDrift",
+               [expected("TrainmonThroughputDrift", job_id="bloom")]),
+    ])
+
+
+def slow_rank() -> dict[str, object]:
+    """One rank 15% slow from the start: named within 30 minutes; no drift (the job never ran faster)."""
+    slow = 5
+    job = Job("opt", 0, 60, compute=lambda rank, minute: COMPUTE * (1.15 if rank == slow else 1.0))
+    return case("one rank 15% slow is named with its node and GPU", [job], 60, [
+        *silent([10]),
+        firing(30, "TrainmonSlowRank", [rank_alert("TrainmonSlowRank", "opt", slow, uuid=uuid(slow))]),
+        *silent([30, 60], ("TrainmonThroughputDrift", "TrainmonLossSpike", "TrainmonGradNormSpike")),
+    ])
+
+
+def bloom_spike() -> dict[str, object]:
+    """BLOOM's first spike: grad norm 0.24 -> 0.95 -> 2.4 -> 16 -> 145 -> 960 over five steps, loss 2.2 -> 5.1 at
+    the fifth; the hook counts 3 grad-norm spikes and 1 loss spike on every rank (tests/torch/test_numerics.py)."""
+    at = 40
+    job = Job("bloom-spike", 0, 90, spikes=lambda minute: (3, 1) if minute == at else (0, 0),
+              loss_bump=lambda minute: 0.4 * math.exp(-(minute - at) / 5) if minute >= at else 0.0)
+    return case("BLOOM grad-norm and loss spike on every rank", [job], 90, [
+        *silent([at - 1], ("TrainmonGradNormSpike", "TrainmonLossSpike")),
+        *(firing(at, alert, [rank_alert(alert, "bloom-spike", rank) for rank in range(WORLD)])
+          for alert in ("TrainmonGradNormSpike", "TrainmonLossSpike")),
+        *silent([at + 11], ("TrainmonGradNormSpike", "TrainmonLossSpike")),
+    ])
+
+
+def rising_loss() -> dict[str, object]:
+    """After two good hours the loss rises 20% over an hour."""
+    onset = 120
+
+    def loss(age: int) -> float:
+        base = 2.2 + 0.3 * math.exp(-age / 120) + 6.0 * math.exp(-age / 3)
+        return base * (1 + 0.2 * min(max(age - onset, 0), 60) / 60)
+
+    job = Job("diverge", 0, 200, loss=loss)
+    return case("a loss rising 20% over an hour", [job], 200, [
+        *silent(every(10, onset + 10), ("TrainmonLossDiverging",)),
+        firing(onset + 45, "TrainmonLossDiverging",
+               [expected("TrainmonLossDiverging", job_id="diverge")]),
+    ])
+
+
+def slower_after_restart() -> dict[str, object]:
+    """The job restarts under the same id at 90 minutes (Slurm requeue) and runs 20% slower."""
+    restart = 90
+    before = Job("requeued", 0, restart)
+    resumed = restart + 3  # from the last checkpoint: the loss goes on where it was, no second warm-up
+    after = Job("requeued", resumed, 200, compute=lambda rank, minute: COMPUTE * 1.25,
+                loss=lambda age: 2.1 + 0.3 * math.exp(-(age + resumed) / 120))
+    return case("a 20% throughput drop after a restart under the same job id", [before, after], 200, [
+        *silent([restart + 20], ("TrainmonThroughputDrift",)),
+        firing(restart + 45, "TrainmonThroughputDrift",
+               [expected("TrainmonThroughputDrift", job_id="requeued")]),
+        *silent(every(5, 200, restart), ("TrainmonSlowRank", "TrainmonLossDiverging")),
+    ])
+
+
+def document() -> dict[str, object]:
+    order = [group["name"] for path in RULE_FILES for group in load(path)["groups"]]
+    return {
+        "rule_files": ["../rules.yml", "../alerts.yml"],
+        "evaluation_interval": "1m",
+        "group_eval_order": order,
+        "tests": [healthy(), slow_gpu(), slow_rank(), bloom_spike(), rising_loss(), slower_after_restart()],
+    }
+
+
+def render() -> str:
+    header = ("# Generated by `python -m tests.prometheus.instability_scenarios`: do not edit. 64-rank jobs, healthy\n"
+              "# and with planted faults (see the script's docstrings).\n")
+    return header + yaml.safe_dump(document(), sort_keys=False, width=200)
+
+
+def main() -> None:
+    Path(OUTPUT).write_text(render())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""prometheus/tests/instability.test.yml is its generator's output (promtool runs it in test_rules.py)."""
+
+from __future__ import annotations
+
+import math
+
+from tests.prometheus import instability_scenarios as scenarios
+from tests.prometheus.rulefiles import load
+
+
+def test_the_committed_scenarios_are_the_generators_output() -> None:
+    assert scenarios.OUTPUT.read_text() == scenarios.render()
+
+
+def test_every_numerics_alert_is_checked_firing_and_silent() -> None:
+    checks = [check for case in load(scenarios.OUTPUT)["tests"] for check in case["alert_rule_test"]]
+
+    firing = {c["alertname"] for c in checks if c["exp_alerts"]}
+    silent = {c["alertname"] for c in checks if not c["exp_alerts"]}
+
+    assert firing == silent == set(scenarios.ALERTS)
+
+
+def test_the_notation_rebuilds_counters_exactly_as_promtool_adds_them() -> None:
+    """A run `a+bxn` whose float sum came out a hair above the next value would read as a counter reset."""
+    values: list[float | None] = [None, None]
+    total = 0.0
+    for minute in range(200):
+        total += 0.0 if minute % 60 in (45, 46) else scenarios.counter(59.0 + math.sin(minute) / 7)
+        values.append(total)
+    rebuilt: list[float | None] = []
+    for token in scenarios.notation(values, ends=set()).split():
+        if token in ("_", "stale"):
+            rebuilt.append(None)
+        elif token.startswith("_x"):
+            rebuilt += [None] * int(token[2:])
+        elif "x" in token:
+            start, rest = token.split("+") if "+" in token else token.split("-")
+            step, runs = rest.split("x")
+            rebuilt += [float(start) + k * float(step) for k in range(int(runs) + 1)]
+        else:
+            rebuilt.append(float(token))
+
+    assert rebuilt == values
