@@ -1,7 +1,15 @@
 from __future__ import annotations
 
 from tests.helpers.fs_trees import LUSTRE_SAMPLE
-from trainmon.parsers.lustre import fsname_of_source, llite_instance, osc_instance, parse_import, parse_stats
+from trainmon.parsers.lustre import (
+    ImportRpcs,
+    fsname_of_source,
+    llite_instance,
+    osc_instance,
+    parse_import,
+    parse_rpc_stats,
+    parse_stats,
+)
 
 
 def test_lustre_stats_counters_with_and_without_sums() -> None:
@@ -9,7 +17,7 @@ def test_lustre_stats_counters_with_and_without_sums() -> None:
 
     assert not isinstance(stats, str)
     assert 93813797294080 == stats["write_bytes"].sum
-    assert 136 == stats["open"].count
+    assert 136 == stats["open"].samples
     assert stats["open"].sum is None
 
 
@@ -25,6 +33,24 @@ def test_lustre_import_rpcs() -> None:
     assert not isinstance(rpcs, str)
     assert (8, 0) == (rpcs.inflight, rpcs.timeouts)
     assert "no rpcs: section" == parse_import(text.replace("rpcs:", "rpc:"))
+    assert ImportRpcs(None, 0) == parse_import(text.replace("inflight:", "in_flight:"))
+    assert "rpcs: section without timeouts" == parse_import(text.replace("timeouts:", "timeout:"))
+
+
+def test_lustre_import_rpcs_section_ends_at_the_next_section() -> None:
+    text = "import:\n    rpcs:\n       inflight: 3\n    transactions:\n       timeouts: 9\n"
+
+    assert "rpcs: section without timeouts" == parse_import(text)
+
+
+def test_lustre_rpc_stats_in_flight() -> None:
+    text = (LUSTRE_SAMPLE / "osc" / "lustrefs-OST0000-osc-ffff88105db50000" / "rpc_stats").read_text()
+
+    assert 6 == parse_rpc_stats(text)  # 0 read + 6 write
+    assert 9 == parse_rpc_stats(text.replace("read RPCs in flight:  0", "read RPCs in flight:  3"))
+    assert "no snapshot_time: line" == parse_rpc_stats("garbage")
+    assert "no `read RPCs in flight:` and `write RPCs in flight:` counts" == \
+        parse_rpc_stats(text.replace("write RPCs in flight: 6", "write RPCs in flight: x"))
 
 
 def test_lustre_names() -> None:
