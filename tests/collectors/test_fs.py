@@ -190,6 +190,22 @@ def test_a_mount_that_disappears_takes_its_series_with_it(tmp_path: Path) -> Non
     assert {LUSTRE} == mounts
 
 
+def test_an_ost_added_while_mounted_is_summed_at_the_next_cycle(tmp_path: Path) -> None:
+    """The grouping of OSCs per mount is reused only while the directory listing is the same."""
+    proc, system = build_fs_tree(tmp_path, nfs=False)
+    collector = FsCollector(Settings(procfs=proc, sysfs=system), NodeResources())
+    seven = value(collector.collect(), "rpcs_total", mount=LUSTRE)
+    oscs = proc / "fs/lustre/osc"
+    shutil.copytree(oscs / "lustrefs-OST0000-osc-ffff881000000000", oscs / "lustrefs-OST0007-osc-ffff881000000000")
+
+    result = collector.collect()
+
+    assert seven is not None
+    assert 18215581 + seven == value(result, "rpcs_total", mount=LUSTRE)  # OST0000's req_waittime count again
+    assert 16 == value(result, "rpcs_in_flight", mount=LUSTRE)
+    assert result.found[0].endswith("8 OSCs")
+
+
 def test_mountstats_as_a_fifo_is_not_waited_on(tmp_path: Path) -> None:
     """Only the client's counter files are read, opened non-blocking: a FIFO cannot hang the cycle."""
     proc, system = build_fs_tree(tmp_path)
