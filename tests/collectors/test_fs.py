@@ -115,9 +115,37 @@ def test_one_garbage_osc_import_drops_the_sum_not_just_that_osc(tmp_path: Path) 
     result = collect(proc, system)
 
     assert value(result, "rpc_timeouts_total", mount=LUSTRE) is None
-    assert value(result, "rpcs_in_flight", mount=LUSTRE) is None
+    assert 8 == value(result, "rpcs_in_flight", mount=LUSTRE)  # OST0003's from its rpc_stats instead
     assert value(result, "rpcs_total", mount=LUSTRE) is not None
     assert [f"{LUSTRE}: osc/lustrefs-OST0003-osc-ffff881000000000/import: no rpcs: section"] == list(result.skipped)
+
+
+def test_an_osc_import_without_in_flight_takes_it_from_rpc_stats(tmp_path: Path) -> None:
+    """OST0000's import says 8 in flight, its rpc_stats 0 read + 6 write: the sum shows which was read."""
+    proc, system = build_fs_tree(tmp_path, nfs=False)
+    osc = proc / "fs/lustre/osc/lustrefs-OST0000-osc-ffff881000000000"
+    (osc / "import").write_text((osc / "import").read_text().replace("       inflight: 8\n", ""))
+
+    result = collect(proc, system)
+
+    assert 6 == value(result, "rpcs_in_flight", mount=LUSTRE)
+    assert 0 == value(result, "rpc_timeouts_total", mount=LUSTRE)  # the import's other counts still count
+    assert () == result.skipped
+
+
+def test_garbage_import_and_rpc_stats_of_one_osc_drop_the_in_flight_sum(tmp_path: Path) -> None:
+    proc, system = build_fs_tree(tmp_path, nfs=False)
+    osc = proc / "fs/lustre/osc/lustrefs-OST0005-osc-ffff881000000000"
+    (osc / "import").write_text("garbage\n")
+    (osc / "rpc_stats").write_text("snapshot_time: 1510950459.787901292 (secs.nsecs)\nread RPCs in fli")
+
+    result = collect(proc, system)
+
+    assert value(result, "rpcs_in_flight", mount=LUSTRE) is None
+    assert value(result, "rpc_timeouts_total", mount=LUSTRE) is None
+    assert [f"{LUSTRE}: osc/lustrefs-OST0005-osc-ffff881000000000/import: no rpcs: section",
+            f"{LUSTRE}: osc/lustrefs-OST0005-osc-ffff881000000000/rpc_stats: no `read RPCs in flight:` and "
+            "`write RPCs in flight:` counts"] == list(result.skipped)
 
 
 def test_unreadable_debugfs_stats_say_what_they_need(tmp_path: Path) -> None:
@@ -160,6 +188,22 @@ def test_a_mount_that_disappears_takes_its_series_with_it(tmp_path: Path) -> Non
     mounts = {s.labels["mount"] for f in collector.collect().families for s in f.samples}
 
     assert {LUSTRE} == mounts
+
+
+def test_an_ost_added_while_mounted_is_summed_at_the_next_cycle(tmp_path: Path) -> None:
+    """The grouping of OSCs per mount is reused only while the directory listing is the same."""
+    proc, system = build_fs_tree(tmp_path, nfs=False)
+    collector = FsCollector(Settings(procfs=proc, sysfs=system), NodeResources())
+    seven = value(collector.collect(), "rpcs_total", mount=LUSTRE)
+    oscs = proc / "fs/lustre/osc"
+    shutil.copytree(oscs / "lustrefs-OST0000-osc-ffff881000000000", oscs / "lustrefs-OST0007-osc-ffff881000000000")
+
+    result = collector.collect()
+
+    assert seven is not None
+    assert 18215581 + seven == value(result, "rpcs_total", mount=LUSTRE)  # OST0000's req_waittime count again
+    assert 16 == value(result, "rpcs_in_flight", mount=LUSTRE)
+    assert result.found[0].endswith("8 OSCs")
 
 
 def test_mountstats_as_a_fifo_is_not_waited_on(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.problems import ProblemLog
@@ -19,7 +20,7 @@ from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.fsclients import ClientReading, FsCounters
 from trainmon.fsclients.gpfs import MmpmonPoller
-from trainmon.fsclients.lustre import LustreTree, lustre_reading
+from trainmon.fsclients.lustre import LustreInstances, LustreTree, lustre_instances, lustre_reading
 from trainmon.fsclients.nfs import nfs_reading
 from trainmon.parsers.mountinfo import Mount, parse_mountinfo
 from trainmon.parsers.mountstats import NFS_FSTYPES, NfsMountStats, parse_mountstats
@@ -28,6 +29,8 @@ from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
 MOUNTS_BYTES = 4 << 20  # mountinfo/mountstats grow with the mounts: thousands on a container host
+mountinfo_mounts = lru_cache(maxsize=1)(parse_mountinfo)  # mountinfo changes only when something is (un)mounted
+NO_LUSTRE = LustreInstances({}, {})
 
 # FsCounters field -> (family, help); all per mount.
 COUNTERS: dict[str, tuple[str, str]] = {
@@ -51,7 +54,7 @@ class FsCollector:
 
     def __init__(self, settings: Settings, resources: NodeResources) -> None:
         self._proc = Root(settings.procfs, "procfs")
-        self._sys = Root(settings.sysfs, "sysfs")
+        self._lustre = LustreTree.under(self._proc, Root(settings.sysfs, "sysfs"))
         self._include = settings.fs_mounts
         self._problems = ProblemLog(log, self.name)
         self._first_wait_s = settings.collector_timeout / 2
@@ -80,16 +83,15 @@ class FsCollector:
             if text.missing:
                 raise NoData(f"no self/mountinfo under {self._proc.path}")
             raise CollectorError(f"{path}: {text.why}")
-        parsed = parse_mountinfo(text)
+        parsed = mountinfo_mounts(text)
         mounts = [m for m in parsed.records if self._include is None or self._include.search(m.mount_point)]
         return mounts, list(parsed.skipped)
 
     def _read(self, mounts: Sequence[Mount]) -> list[MountReading]:
         nfs: dict[str, NfsMountStats | str] | str = \
             self._nfs_stats() if any(m.fstype in NFS_FSTYPES for m in mounts) else {}
-        lustre = LustreTree.under(self._proc, self._sys)
-        llites, oscs = (lustre.instances("llite"), lustre.instances("osc")) \
-            if any(m.fstype == "lustre" for m in mounts) else ([], [])
+        lustre = lustre_instances(self._lustre.instances("llite"), self._lustre.instances("osc")) \
+            if any(m.fstype == "lustre" for m in mounts) else NO_LUSTRE
         if self._mmpmon is not None and any(m.fstype == "gpfs" for m in mounts):
             self._mmpmon.wait_first(self._first_wait_s)
         readings = []
@@ -98,7 +100,7 @@ class FsCollector:
                 reading = nfs_reading(mount.mount_point, nfs if isinstance(nfs, str)
                                       else nfs.get(mount.mount_point, "not in self/mountstats"))
             elif mount.fstype == "lustre":
-                reading = lustre_reading(lustre, mount.mount_point, mount.source, llites, oscs)
+                reading = lustre_reading(self._lustre, mount.mount_point, mount.source, lustre)
             elif mount.fstype == "gpfs" and self._mmpmon is not None:
                 reading = self._mmpmon.reading(mount.mount_point, mount.source)
             elif mount.fstype == "gpfs":

@@ -1,9 +1,11 @@
-"""Lustre client files (lprocfs): `llite.*.stats`, `osc.*.stats` and `osc.*.import`.
+"""Lustre client files (lprocfs): `llite.*.stats`, `osc.*.stats`, `osc.*.import` and `osc.*.rpc_stats`.
 
 A stats file is `snapshot_time ...` then `{name} {count} samples [{unit}] {min} {max} {sum} [{sumsq}]`
 per counter (a counter with unit `[regs]` or `[reqs]` may print only its count); newer releases add
 `start_time` and `elapsed_time` lines. An import file is YAML-like; its `rpcs:` section holds
-`inflight`, `unregistering`, `timeouts` and `avg_waittime`. Instance names end in the client's
+`inflight`, `unregistering`, `timeouts` and `avg_waittime`. An rpc_stats file is
+`snapshot_time:` then `read RPCs in flight:`, `write RPCs in flight:` and the pending pages, then
+histograms (pages per RPC, RPCs in flight, offset). Instance names end in the client's
 superblock address: `lustrefs-ffff88105db50000` (llite) and `lustrefs-OST0000-osc-ffff88105db50000` (OSC).
 """
 
@@ -11,27 +13,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_COUNTER = (1 << 64) - 1
 _HEADER_LINES = frozenset({"snapshot_time", "start_time", "elapsed_time"})
 _COUNTER_FIELDS = frozenset({4, 7, 8})  # name count samples [unit], then min max sum, then sumsq
 _SUM = 6
-_RPCS_SECTION = re.compile(r"^ *rpcs:\n(?P<body>(?: {5,}.*\n?)+)", re.MULTILINE)
-_IMPORT_VALUE = re.compile(r"^ *(?P<key>\w+): *(?P<value>[0-9]+)(?: usec)?$", re.MULTILINE)
+_IN_FLIGHT = ("read RPCs in flight", "write RPCs in flight")
 _LLITE = re.compile(r"(?P<fsname>[\w.]+)-(?P<instance>[0-9a-f]{8,16})")
 _OSC = re.compile(r"(?P<fsname>[\w.]+)-OST[0-9a-f]{4,}-osc-(?P<instance>[0-9a-f]{8,16})")
 
 
-@dataclass(frozen=True, slots=True)
-class StatsCounter:
-    count: int
+class StatsCounter(NamedTuple):  # a tuple: quicker to build than a frozen dataclass, ~10 per file
+    samples: int  # the count of events
     unit: str
     sum: int | None  # None where only the count is printed
 
 
 @dataclass(frozen=True, slots=True)
 class ImportRpcs:
-    inflight: int
+    inflight: int | None  # None where the import file does not print it
     timeouts: int
 
 
@@ -59,14 +60,52 @@ def parse_stats(text: str) -> dict[str, StatsCounter] | str:
 
 
 def parse_import(text: str) -> ImportRpcs | str:
-    """The `rpcs:` section's in-flight and timeout counts, or why there are none."""
-    section = _RPCS_SECTION.search(text)
-    if section is None:
+    """The `rpcs:` section's timeout and (where printed) in-flight counts, or why there are none.
+
+    String methods, not a regular expression: 21 of these files per cycle on a 3-mount client.
+    """
+    body = _section(text, "rpcs")
+    if body is None:
         return "no rpcs: section"
-    values = {m.group("key"): int(m.group("value")) for m in _IMPORT_VALUE.finditer(section.group("body"))}
-    if "inflight" not in values or "timeouts" not in values:
-        return "rpcs: section without inflight and timeouts"
-    return ImportRpcs(inflight=values["inflight"], timeouts=values["timeouts"])
+    values: dict[str, int] = {}
+    for line in body:
+        key, _, value = line.partition(":")
+        number = value.split()[:1]  # `6054 usec`
+        if number and number[0].isdigit() and number[0].isascii():
+            values[key.strip()] = int(number[0])
+    if "timeouts" not in values:
+        return "rpcs: section without timeouts"
+    return ImportRpcs(inflight=values.get("inflight"), timeouts=values["timeouts"])
+
+
+def _section(text: str, name: str) -> list[str] | None:
+    """The lines of the YAML-like section `name:` (those indented deeper than its header), None if it has none."""
+    header = f"{name}:\n"
+    start = text.find(header)
+    while start >= 0:
+        line_start = text.rfind("\n", 0, start) + 1
+        if not text[line_start:start].strip(" "):  # indentation only: `rpcs:`, not `max_rpcs:`
+            indent = start - line_start
+            body = []
+            for line in text[start + len(header):].splitlines():
+                if len(line) - len(line.lstrip(" ")) <= indent:
+                    break
+                body.append(line)
+            return body
+        start = text.find(header, start + 1)
+    return None
+
+
+def parse_rpc_stats(text: str) -> int | str:
+    """The RPCs in flight now (read + write) from an rpc_stats header, or why the text has none."""
+    if not text.startswith("snapshot_time:"):
+        return "no snapshot_time: line"
+    header = {key: value.strip() for key, _, value in
+              (line.partition(":") for line in text.split("\n\n", 1)[0].splitlines())}
+    counts = [header.get(name, "") for name in _IN_FLIGHT]
+    if not all(count.isdigit() and count.isascii() for count in counts):
+        return "no `read RPCs in flight:` and `write RPCs in flight:` counts"
+    return sum(int(count) for count in counts)
 
 
 def llite_instance(name: str) -> tuple[str, str] | None:
