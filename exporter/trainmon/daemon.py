@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,7 +37,7 @@ class UnbuildableCollector:
 
 
 def build_ingest(settings: Settings) -> IngestServer:
-    """The ingest server and its rank table; the training collector reads the table, the daemon closes it."""
+    """The ingest server and its rank table; the daemon maintains and closes it, the training collector reads it."""
     from trainmon.collectors.training import rank_series
 
     table = RankTable(max_ranks=settings.max_ranks, ttl=settings.rank_ttl, series_of=rank_series,
@@ -66,19 +65,27 @@ def build_resources(settings: Settings) -> NodeResources:
     return NodeResources(ingest=build_ingest(settings) if "training" in settings.collectors else None)
 
 
+def maintain_resources(resources: NodeResources) -> None:
+    """Before each cycle: bind what is not bound yet and repair what broke, for the collectors to read."""
+    if resources.ingest is not None:
+        resources.ingest.maintain()
+
+
 def close_resources(resources: NodeResources) -> None:
     if resources.ingest is not None:
         resources.ingest.close()
 
 
-def make_scheduler(settings: Settings, collectors: Sequence[Collector], store: SnapshotStore) -> Scheduler:
-    return Scheduler(collectors, store, interval=settings.interval, timeout=settings.collector_timeout)
+def make_scheduler(settings: Settings, resources: NodeResources, store: SnapshotStore) -> Scheduler:
+    """The scheduler of `resources`' collectors, which maintains `resources` before each cycle."""
+    return Scheduler(build_collectors(settings, resources), store, interval=settings.interval,
+                     timeout=settings.collector_timeout, before_cycle=lambda: maintain_resources(resources))
 
 
 def collect_once(settings: Settings) -> Snapshot:
     """One cycle of every enabled collector, for `trainmon check`."""
     resources = build_resources(settings)
-    scheduler = make_scheduler(settings, build_collectors(settings, resources), SnapshotStore())
+    scheduler = make_scheduler(settings, resources, SnapshotStore())
     try:
         return scheduler.run_cycle()
     finally:
@@ -93,7 +100,7 @@ def serve(settings: Settings, web: WebConfig | None = None) -> int:
 
     store = SnapshotStore(profile_shape(settings.profile))
     resources = build_resources(settings)
-    scheduler = make_scheduler(settings, build_collectors(settings, resources), store)
+    scheduler = make_scheduler(settings, resources, store)
     scheduler.start()
     log.info("serving listen=%s collectors=%s interval=%ss%s", settings.listen, ",".join(settings.collectors),
              settings.interval, " SIMULATED node (trainmon demo)" if settings.simulated else "")

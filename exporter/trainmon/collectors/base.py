@@ -2,8 +2,9 @@
 
 A collector is anything with a `name`, a `collect()` that returns a `Collection`, and a `close()`.
 It only collects: the scheduler times it, decides success, bounds it with a deadline and logs
-state changes. Set-up that can fail (NVML, sockets) belongs in `collect()` with its own back-off,
-so a collector whose hardware appears later recovers without a restart.
+state changes. Set-up that can fail (NVML) belongs in `collect()` with its own back-off, so a
+collector whose hardware appears later recovers without a restart. The node-wide resources (the
+ingest server) are the daemon's: it maintains them before each cycle, and collectors only read them.
 """
 
 from __future__ import annotations
