@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainmon.collectors import build_collector
-from trainmon.collectors.base import Collection, Collector, NodeResources
+from trainmon.collectors.base import Collection, Collector, NodeResources, NvmlStandIn
 from trainmon.errors import CollectorError, error_line
 from trainmon.ingest.ranks import Procfs, RankTable
 from trainmon.ingest.server import IngestServer
@@ -60,9 +60,10 @@ def build_collectors(settings: Settings, resources: NodeResources) -> list[Colle
     return collectors
 
 
-def build_resources(settings: Settings) -> NodeResources:
-    """The node-wide resources: an ingest server when `training` is enabled, and one GPU inventory."""
-    return NodeResources(ingest=build_ingest(settings) if "training" in settings.collectors else None)
+def build_resources(settings: Settings, nvml: NvmlStandIn | None = None) -> NodeResources:
+    """The node-wide resources: an ingest server when `training` is enabled, one GPU inventory, and `nvml`
+    (the demo's simulated node) in place of the system's NVML."""
+    return NodeResources(ingest=build_ingest(settings) if "training" in settings.collectors else None, nvml=nvml)
 
 
 def maintain_resources(resources: NodeResources) -> None:
@@ -93,13 +94,14 @@ def collect_once(settings: Settings) -> Snapshot:
         close_resources(resources)
 
 
-def serve(settings: Settings, web: WebConfig | None = None) -> int:
-    """Collect in the background and serve HTTP until a stop signal; `web` is the loaded --web-config."""
+def serve(settings: Settings, web: WebConfig | None = None, nvml: NvmlStandIn | None = None) -> int:
+    """Collect in the background and serve HTTP until a stop signal; `web` is the loaded --web-config,
+    `nvml` the demo's simulated node in place of the system's NVML."""
     from trainmon.http.app import create_app
     from trainmon.http.server import run_server
 
     store = SnapshotStore(profile_shape(settings.profile))
-    resources = build_resources(settings)
+    resources = build_resources(settings, nvml)
     scheduler = make_scheduler(settings, resources, store)
     scheduler.start()
     log.info("serving listen=%s collectors=%s interval=%ss%s", settings.listen, ",".join(settings.collectors),

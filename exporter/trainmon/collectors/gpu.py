@@ -128,12 +128,8 @@ class GpuCollector:
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus;
         `wall` is Unix time, which XIDs are stamped with."""
-        if settings.simulated and library is None:
-            from trainmon.simulation.incidents import Plan
-            from trainmon.simulation.node import SimulatedNode
-
-            node = SimulatedNode(pids=settings.simulated_pids, plan=Plan(settings.incident, settings.incident_after))
-            library, expected = node.library(), node.pci_gpus
+        if resources.nvml is not None and library is None:
+            library, expected = resources.nvml.library(), resources.nvml.pci_gpus
         self._settings = settings
         self._inventory = resources.gpus
         self._clock = clock
