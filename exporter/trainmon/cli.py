@@ -143,8 +143,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def command_overrides(command: str) -> dict[str, object]:
     if command == "serve":
         return {"ingest_socket_fd": systemd_socket_fd(os.environ, os.getpid())}
-    if command == "demo":
-        return {"simulated": True}
     return {}
 
 

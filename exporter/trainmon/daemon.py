@@ -105,9 +105,9 @@ def serve(settings: Settings, web: WebConfig | None = None, nvml: NvmlStandIn | 
     scheduler = make_scheduler(settings, resources, store)
     scheduler.start()
     log.info("serving listen=%s collectors=%s interval=%ss%s", settings.listen, ",".join(settings.collectors),
-             settings.interval, " SIMULATED node (trainmon demo)" if settings.simulated else "")
+             settings.interval, " SIMULATED node (trainmon demo)" if nvml is not None else "")
     try:
-        run_server(create_app(store, simulated=settings.simulated), settings, web)
+        run_server(create_app(store, simulated=nvml is not None), settings, web)
     finally:
         scheduler.stop()
         close_resources(resources)

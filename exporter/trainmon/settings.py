@@ -75,8 +75,6 @@ class Settings:
     web_header_timeout: float = 10.0
     log_level: str = "info"
     profile: str = "full"
-    # Set by `trainmon demo`: every surface says the node is simulated (the demo's own options are its `Plan`).
-    simulated: bool = False
 
     @property
     def collector_timeout(self) -> float:

@@ -67,7 +67,7 @@ def test_demo_gpu_processes_are_simulated_processes_not_the_daemon(demo: Daemon)
 @pytest.mark.parametrize(("incident", "gpu", "action"), [("xid-reset", "4", "reset_gpu"), ("gpu-lost", "6", "reboot")])
 def test_demo_incidents_show_the_verdict(incident: str, gpu: str, action: str, tmp_path: Path) -> None:
     node = SimulatedNode(plan=Plan(incident, after=2.0))  # the XID comes after registration
-    collector = GpuCollector(Settings(simulated=True, interval=1.0), NodeResources(nvml=node))
+    collector = GpuCollector(Settings(interval=1.0), NodeResources(nvml=node))
     try:
         def verdict() -> str | None:
             return next((s.labels["action"] for f in collector.collect().families for s in f.samples

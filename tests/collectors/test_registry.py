@@ -13,7 +13,7 @@ from trainmon.simulation.node import SimulatedNode
 
 def test_every_collector_is_built_from_settings_and_the_node_resources(tmp_path: Path) -> None:
     settings = Settings(collectors=tuple(AVAILABLE), ingest_socket=str(tmp_path / "ingest.sock"),
-                        kubelet_pod_resources_socket=tmp_path / "kubelet.sock", simulated=True)
+                        kubelet_pod_resources_socket=tmp_path / "kubelet.sock")
     resources = build_resources(settings, SimulatedNode())
     try:
         collectors = [build_collector(name, settings, resources) for name in AVAILABLE]
@@ -25,7 +25,7 @@ def test_every_collector_is_built_from_settings_and_the_node_resources(tmp_path:
 
 
 def test_the_gpu_collector_publishes_into_the_inventory_it_was_given() -> None:
-    settings = Settings(simulated=True)
+    settings = Settings()
     mine, other = NodeResources(nvml=SimulatedNode()), NodeResources()
     gpu = build_collector("gpu", settings, mine)
     try:

@@ -16,7 +16,8 @@ def test_no_demo_options_are_the_plans_defaults_and_settings_has_no_field_of_the
     plan = plan_from({})
 
     assert (Plan().incident, Plan().after) == (plan.incident, plan.after)
-    assert set() == {o.field_name for o in DEMO_OPTIONS} & {f.name for f in dataclasses.fields(Settings)}
+    demo_only = {"simulated", "simulated_pids", *(o.field_name for o in DEMO_OPTIONS)}
+    assert set() == demo_only & {f.name for f in dataclasses.fields(Settings)}
 
 
 def test_the_demo_options_become_the_plan() -> None:
