@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from trainmon.cli import subcommand_options
 from trainmon.collectors import AVAILABLE
-from trainmon.settings import Option, command_options
+from trainmon.settings import Option
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 HEADER = """\
@@ -38,9 +39,9 @@ def table(options: tuple[Option, ...]) -> str:
 
 def render() -> str:
     available = list(AVAILABLE)
-    sections = [HEADER, "## `trainmon serve`\n", table(command_options("serve", available))]
+    sections = [HEADER, "## `trainmon serve`\n", table(subcommand_options("serve", available))]
     for command in ("check", "demo"):
-        sections += [f"## `trainmon {command}`\n", table(command_options(command, available))]
+        sections += [f"## `trainmon {command}`\n", table(subcommand_options(command, available))]
     return "\n".join(sections)
 
 

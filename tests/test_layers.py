@@ -36,9 +36,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # Modules that only the listed prefixes may import (their own package always may).
 IMPORTED_ONLY_BY: Mapping[str, tuple[str, ...]] = {
     "trainmon.demo": ("trainmon.cli",),
-    # the simulated node is built by the GPU collector for `trainmon demo` (one deferred import); `--incident`
-    # is checked against the catalogue where the demo's options are parsed
-    "trainmon.simulation": ("trainmon.collectors.gpu", "trainmon.demo", "trainmon.settings"),
+    # the demo builds the simulated node and hands it to the daemon as `NodeResources.nvml`; `--incident` is
+    # checked against the catalogue in the demo's own options (`trainmon.demo.options`), and the command line
+    # passes the demo its `Plan`: nothing below them (not `Settings`, not a collector) knows the simulation
+    "trainmon.simulation": ("trainmon.cli", "trainmon.demo"),
 }
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from trainmon.collectors import AVAILABLE
-from trainmon.settings import Option, Settings, command_options, demo_options, serve_options, settings_from
+from trainmon.settings import Option, Settings, command_options, serve_options, settings_from
 
 OPTIONS = serve_options(list(AVAILABLE))
 
 
-@pytest.mark.parametrize("option", OPTIONS + demo_options(), ids=lambda o: o.flag)
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.flag)
 def test_each_default_shown_in_help_parses_back_to_the_settings_default(option: Option) -> None:
     assert option.parse(option.flag, option.default) == getattr(Settings(), option.field_name)
 

@@ -17,6 +17,7 @@ from trainmon.errors import ConfigError
 from trainmon.settings import Address, Option, Settings, command_options, settings_from, systemd_socket_fd
 
 if TYPE_CHECKING:
+    from trainmon.simulation.incidents import Plan
     from trainmon.webconfig import WebConfig
 
 DAEMON_MODULES = ("prometheus_client", "fastapi", "uvicorn", "psutil", "pynvml")
@@ -64,13 +65,22 @@ COMMANDS = (
 )
 
 
+def subcommand_options(command: str, available: Sequence[str]) -> tuple[Option, ...]:
+    """Every flag of one subcommand: its `Settings` options and, for `demo`, the demo's own."""
+    if command == "demo":
+        from trainmon.demo.options import DEMO_OPTIONS
+
+        return command_options(command, available) + DEMO_OPTIONS
+    return command_options(command, available)
+
+
 def build_parser(available: Sequence[str]) -> OneLineParser:
     parser = OneLineParser(prog="trainmon", description="GPU-cluster training monitor.")
     parser.add_argument("--version", action="version", version=f"trainmon {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for name, description in COMMANDS:
         add_options(commands.add_parser(name, help=description, description=description),
-                    command_options(name, available))
+                    subcommand_options(name, available))
     commands.add_parser("version", help="print the version")
     commands.add_parser("diagnose", help="what holds a training job back, from Prometheus (see diagnose --help)",
                         add_help=False)
@@ -104,11 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     available = available_collectors()
     args = build_parser(available).parse_args(argv)
-    options = command_options(args.command, available)
-    values = raw_values(args, options)
+    values = raw_values(args, subcommand_options(args.command, available))
     web = None
     try:
-        settings = settings_from(values, options, **command_overrides(args.command))
+        settings = settings_from(values, command_options(args.command, available), **command_overrides(args.command))
+        plan = demo_plan(values) if args.command == "demo" else None
         if settings.web_config is not None:
             from trainmon.webconfig import load_web_config
 
@@ -123,8 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check(settings)
     # SIGHUP re-reads --web-config once the server runs; until then it must not kill the daemon either.
     signal.signal(signal.SIGHUP, lambda *_: None)
-    if args.command == "demo":
-        return demo(settings, web)
+    if plan is not None:
+        return demo(settings, web, plan)
     from trainmon.daemon import serve
 
     return serve(settings, web)
@@ -133,8 +143,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def command_overrides(command: str) -> dict[str, object]:
     if command == "serve":
         return {"ingest_socket_fd": systemd_socket_fd(os.environ, os.getpid())}
-    if command == "demo":
-        return {"simulated": True}
     return {}
 
 
@@ -185,7 +193,13 @@ def check(settings: Settings) -> int:
     return 0
 
 
-def demo(settings: Settings, web: WebConfig | None) -> int:
+def demo_plan(values: dict[str, str]) -> Plan:
+    from trainmon.demo.options import plan_from
+
+    return plan_from(values)
+
+
+def demo(settings: Settings, web: WebConfig | None, plan: Plan) -> int:
     from trainmon.demo.runner import run_demo
 
-    return run_demo(settings, web)
+    return run_demo(settings, web, plan)

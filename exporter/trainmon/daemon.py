@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainmon.collectors import build_collector
-from trainmon.collectors.base import Collection, Collector, NodeResources
+from trainmon.collectors.base import Collection, Collector, NodeResources, NvmlStandIn
 from trainmon.errors import CollectorError, error_line
 from trainmon.ingest.ranks import Procfs, RankTable
 from trainmon.ingest.server import IngestServer
@@ -38,7 +37,7 @@ class UnbuildableCollector:
 
 
 def build_ingest(settings: Settings) -> IngestServer:
-    """The ingest server and its rank table; the training collector reads the table, the daemon closes it."""
+    """The ingest server and its rank table; the daemon maintains and closes it, the training collector reads it."""
     from trainmon.collectors.training import rank_series
 
     table = RankTable(max_ranks=settings.max_ranks, ttl=settings.rank_ttl, series_of=rank_series,
@@ -61,9 +60,16 @@ def build_collectors(settings: Settings, resources: NodeResources) -> list[Colle
     return collectors
 
 
-def build_resources(settings: Settings) -> NodeResources:
-    """The node-wide resources: an ingest server when `training` is enabled, and one GPU inventory."""
-    return NodeResources(ingest=build_ingest(settings) if "training" in settings.collectors else None)
+def build_resources(settings: Settings, nvml: NvmlStandIn | None = None) -> NodeResources:
+    """The node-wide resources: an ingest server when `training` is enabled, one GPU inventory, and `nvml`
+    (the demo's simulated node) in place of the system's NVML."""
+    return NodeResources(ingest=build_ingest(settings) if "training" in settings.collectors else None, nvml=nvml)
+
+
+def maintain_resources(resources: NodeResources) -> None:
+    """Before each cycle: bind what is not bound yet and repair what broke, for the collectors to read."""
+    if resources.ingest is not None:
+        resources.ingest.maintain()
 
 
 def close_resources(resources: NodeResources) -> None:
@@ -71,14 +77,16 @@ def close_resources(resources: NodeResources) -> None:
         resources.ingest.close()
 
 
-def make_scheduler(settings: Settings, collectors: Sequence[Collector], store: SnapshotStore) -> Scheduler:
-    return Scheduler(collectors, store, interval=settings.interval, timeout=settings.collector_timeout)
+def make_scheduler(settings: Settings, resources: NodeResources, store: SnapshotStore) -> Scheduler:
+    """The scheduler of `resources`' collectors, which maintains `resources` before each cycle."""
+    return Scheduler(build_collectors(settings, resources), store, interval=settings.interval,
+                     timeout=settings.collector_timeout, before_cycle=lambda: maintain_resources(resources))
 
 
 def collect_once(settings: Settings) -> Snapshot:
     """One cycle of every enabled collector, for `trainmon check`."""
     resources = build_resources(settings)
-    scheduler = make_scheduler(settings, build_collectors(settings, resources), SnapshotStore())
+    scheduler = make_scheduler(settings, resources, SnapshotStore())
     try:
         return scheduler.run_cycle()
     finally:
@@ -86,19 +94,20 @@ def collect_once(settings: Settings) -> Snapshot:
         close_resources(resources)
 
 
-def serve(settings: Settings, web: WebConfig | None = None) -> int:
-    """Collect in the background and serve HTTP until a stop signal; `web` is the loaded --web-config."""
+def serve(settings: Settings, web: WebConfig | None = None, nvml: NvmlStandIn | None = None) -> int:
+    """Collect in the background and serve HTTP until a stop signal; `web` is the loaded --web-config,
+    `nvml` the demo's simulated node in place of the system's NVML."""
     from trainmon.http.app import create_app
     from trainmon.http.server import run_server
 
     store = SnapshotStore(profile_shape(settings.profile))
-    resources = build_resources(settings)
-    scheduler = make_scheduler(settings, build_collectors(settings, resources), store)
+    resources = build_resources(settings, nvml)
+    scheduler = make_scheduler(settings, resources, store)
     scheduler.start()
     log.info("serving listen=%s collectors=%s interval=%ss%s", settings.listen, ",".join(settings.collectors),
-             settings.interval, " SIMULATED node (trainmon demo)" if settings.simulated else "")
+             settings.interval, " SIMULATED node (trainmon demo)" if nvml is not None else "")
     try:
-        run_server(create_app(store, simulated=settings.simulated), settings, web)
+        run_server(create_app(store, simulated=nvml is not None), settings, web)
     finally:
         scheduler.stop()
         close_resources(resources)

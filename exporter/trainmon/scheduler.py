@@ -87,12 +87,14 @@ class Scheduler:
         interval: float,
         timeout: float,
         clock: Callable[[], float] = time.time,
+        before_cycle: Callable[[], None] = lambda: None,
     ) -> None:
         self._runners = [CollectorRunner(c) for c in collectors]
         self._store = store
         self._interval = interval
         self._timeout = timeout
         self._clock = clock
+        self._before_cycle = before_cycle
         self._last_success: dict[str, float] = {}
         self._previous_state: dict[str, CollectorState] = {}
         self._process = ProcessCollector(registry=None)
@@ -118,6 +120,7 @@ class Scheduler:
 
     def run_cycle(self) -> Snapshot:
         """Collect once from every collector (bounded by the timeout) and publish the snapshot."""
+        self._before_cycle()
         started = time.monotonic()
         deadline = started + self._timeout
         submitted: dict[CollectorRunner, concurrent.futures.Future[Outcome] | None] = {}

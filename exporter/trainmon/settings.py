@@ -75,13 +75,6 @@ class Settings:
     web_header_timeout: float = 10.0
     log_level: str = "info"
     profile: str = "full"
-    # Set by `trainmon demo`: the GPU collector reads a simulated node and every surface says so.
-    simulated: bool = False
-    # `trainmon demo --incident NAME`: the scenario planted after `incident_after` healthy seconds.
-    incident: str | None = None
-    incident_after: float = 60.0
-    # `trainmon demo`: the pids of its simulated GPU processes, one per GPU.
-    simulated_pids: tuple[int, ...] = ()
 
     @property
     def collector_timeout(self) -> float:
@@ -301,34 +294,16 @@ DEMO_FLAGS = frozenset({"listen", "interval", "collectors", "gpu-processes", "we
 DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows after one interval
 
 
-def parse_incident(flag: str, text: str) -> str | None:
-    from trainmon.simulation.incidents import INCIDENTS
-
-    if not text:
-        return None
-    if text not in INCIDENTS:
-        raise ConfigError(flag, text, f"unknown incident; known: {', '.join(INCIDENTS)}")
-    return text
-
-
-def demo_options() -> tuple[Option, ...]:
-    from trainmon.simulation.incidents import INCIDENTS
-
-    return (
-        Option("incident", parse_incident,
-               f"scenario planted after the healthy period, ending in its alert ({', '.join(INCIDENTS)})"),
-        Option("incident-after", parse_seconds, "seconds of healthy running before the incident"),
-    )
-
-
 def command_options(command: str, available_collectors: Sequence[str]) -> tuple[Option, ...]:
-    """The options of one subcommand: `serve` takes all, `check` and `demo` only those they use."""
+    """The `Settings` options of one subcommand: `serve` takes all, `check` and `demo` only those they use.
+
+    `demo`'s own flags (`--incident`) make its `Plan`, not `Settings`: see `trainmon.demo.options`.
+    """
     options = serve_options(available_collectors)
     if command == "check":
         return tuple(o for o in options if o.flag in CHECK_FLAGS)
     if command == "demo":
-        own = tuple(replace(o, own_default=DEMO_DEFAULTS.get(o.flag)) for o in options if o.flag in DEMO_FLAGS)
-        return own + demo_options()
+        return tuple(replace(o, own_default=DEMO_DEFAULTS.get(o.flag)) for o in options if o.flag in DEMO_FLAGS)
     return options
 
 

@@ -12,6 +12,8 @@ from tests.helpers.net import wait_until
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.gpu import GpuCollector
 from trainmon.settings import Settings
+from trainmon.simulation.incidents import Plan
+from trainmon.simulation.node import SimulatedNode
 
 # Sample names as exposed (counters with _total, info with _info).
 SPEC_GPU_METRICS = frozenset({
@@ -64,8 +66,8 @@ def test_demo_gpu_processes_are_simulated_processes_not_the_daemon(demo: Daemon)
 
 @pytest.mark.parametrize(("incident", "gpu", "action"), [("xid-reset", "4", "reset_gpu"), ("gpu-lost", "6", "reboot")])
 def test_demo_incidents_show_the_verdict(incident: str, gpu: str, action: str, tmp_path: Path) -> None:
-    settings = Settings(simulated=True, incident=incident, incident_after=2.0, interval=1.0)  # XID after registration
-    collector = GpuCollector(settings, NodeResources())
+    node = SimulatedNode(plan=Plan(incident, after=2.0))  # the XID comes after registration
+    collector = GpuCollector(Settings(interval=1.0), NodeResources(nvml=node))
     try:
         def verdict() -> str | None:
             return next((s.labels["action"] for f in collector.collect().families for s in f.samples

@@ -8,12 +8,13 @@ from trainmon.collectors import AVAILABLE, build_collector
 from trainmon.collectors.base import NodeResources
 from trainmon.daemon import build_resources, close_resources
 from trainmon.settings import Settings
+from trainmon.simulation.node import SimulatedNode
 
 
 def test_every_collector_is_built_from_settings_and_the_node_resources(tmp_path: Path) -> None:
     settings = Settings(collectors=tuple(AVAILABLE), ingest_socket=str(tmp_path / "ingest.sock"),
-                        kubelet_pod_resources_socket=tmp_path / "kubelet.sock", simulated=True)
-    resources = build_resources(settings)
+                        kubelet_pod_resources_socket=tmp_path / "kubelet.sock")
+    resources = build_resources(settings, SimulatedNode())
     try:
         collectors = [build_collector(name, settings, resources) for name in AVAILABLE]
         assert list(AVAILABLE) == [c.name for c in collectors]
@@ -24,8 +25,8 @@ def test_every_collector_is_built_from_settings_and_the_node_resources(tmp_path:
 
 
 def test_the_gpu_collector_publishes_into_the_inventory_it_was_given() -> None:
-    settings = Settings(simulated=True)
-    mine, other = NodeResources(), NodeResources()
+    settings = Settings()
+    mine, other = NodeResources(nvml=SimulatedNode()), NodeResources()
     gpu = build_collector("gpu", settings, mine)
     try:
         gpu.collect()

@@ -16,7 +16,7 @@ from tests.helpers.net import wait_until
 from trainmon import wire
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
-from trainmon.daemon import build_ingest
+from trainmon.daemon import build_ingest, maintain_resources
 from trainmon.errors import CollectorError, NoData
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
@@ -31,11 +31,17 @@ REPORT = wire.Report(
 
 
 class Collector(TrainingCollector):
-    """The training collector with an ingest server of its own, as the daemon would give it."""
+    """The training collector with an ingest server of its own, which it maintains as the daemon does."""
 
     def __init__(self, settings: Settings) -> None:
         self.ingest: IngestServer = build_ingest(settings)
-        super().__init__(settings, NodeResources(ingest=self.ingest))
+        self.resources = NodeResources(ingest=self.ingest)
+        super().__init__(settings, self.resources)
+
+    def collect(self) -> Collection:
+        """One daemon cycle: the daemon maintains the ingest server, then the collector reads it."""
+        maintain_resources(self.resources)
+        return super().collect()
 
     def close(self) -> None:
         self.ingest.close()
@@ -125,6 +131,18 @@ def test_a_stale_socket_file_is_replaced_but_a_live_one_is_refused(tmp_path: Pat
         collector.collect()
     finally:
         collector.close()
+
+
+def test_the_collector_only_reads_the_ingest_server_it_never_binds_it(tmp_path: Path) -> None:
+    settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
+    ingest = build_ingest(settings)
+    try:
+        collection = TrainingCollector(settings, NodeResources(ingest=ingest)).collect()
+
+        assert not (tmp_path / "ingest.sock").exists()  # binding is the daemon's job (`maintain_resources`)
+        assert 0 == registry_of(collection.families).get_sample_value("trainmon_ingest_ranks")
+    finally:
+        ingest.close()
 
 
 def foreign_group() -> grp.struct_group:

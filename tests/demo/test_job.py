@@ -31,7 +31,7 @@ def test_simulated_ranks_report_and_say_goodbye(tmp_path: Path) -> None:
     settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
     ingest = build_ingest(settings)
     collector = TrainingCollector(settings, NodeResources(ingest=ingest))
-    collector.collect()
+    ingest.maintain()  # as the daemon does before each cycle
     job = start_simulated_job(settings)
     try:
         wait_until(lambda: all(r["steps"] >= 2 for r in collector.collect().details["ranks"])  # type: ignore[union-attr,attr-defined]
@@ -69,6 +69,7 @@ def test_in_a_hang_one_rank_stops_issuing_while_its_peers_wait_in_a_collective(t
     settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
     ingest = build_ingest(settings)
     collector = TrainingCollector(settings, NodeResources(ingest=ingest))
+    ingest.maintain()  # as the daemon does before each cycle
     job = start_simulated_job(settings, plan=Plan("hang", after=3.0))
 
     def hung() -> dict[int, Report] | None:

@@ -35,7 +35,7 @@ BOARDS = [pytest.param(load(path), id=path.name) for path in DASHBOARD_FILES]
 
 
 def test_committed_dashboards_equal_the_generator_output() -> None:
-    """grafana/dashboards/*.json is exactly what `python -m grafana.dashgen` writes, and nothing else."""
+    """grafana/dashboards/*.json is exactly what `python -m prometheus.rulegen` writes, and nothing else."""
     generated = dashboard_files()
 
     assert {p.name: p.read_text() for p in DASHBOARDS.glob("*.json")} == generated
@@ -112,17 +112,18 @@ def test_the_selector_and_the_idle_threshold_are_the_rules_own() -> None:
 
 
 def test_the_selector_re_targets_every_query_and_the_job_variable(tmp_path: Path) -> None:
-    """`python -m grafana.dashgen --selector` takes the rules' flag: every selector and the Job list start with it."""
-    subprocess.run([sys.executable, "-m", "grafana.dashgen", "--selector", 'job="gpu-nodes"', "--out", str(tmp_path)],
-                   cwd=REPO, check=True)
-    boards = [load(tmp_path / name) for name in BUILDERS]
+    """`python -m prometheus.rulegen --selector` re-targets the dashboards: every selector and the Job list."""
+    subprocess.run([sys.executable, "-m", "prometheus.rulegen", "--selector", 'job="gpu-nodes"',
+                    "--root", str(tmp_path)], cwd=REPO, check=True)
+    written = tmp_path / DASHBOARDS.relative_to(REPO)
+    boards = [load(written / name) for name in BUILDERS]
     selectors = [s for b in boards for e in exprs(b) for s in re.findall(r"[a-zA-Z_:][\w:]*\{[^}]*\}", e)]
     job_lists = [v["query"] for b in boards for v in b["templating"]["list"] if v["name"] == "job"]
 
     assert selectors
     assert [s for s in selectors if '{job="gpu-nodes", ' not in s] == []
     assert job_lists == ['label_values(trainmon_build_info{job="gpu-nodes"}, job)'] * len(BUILDERS)
-    assert not any('job="trainmon"' in (tmp_path / name).read_text() for name in BUILDERS)
+    assert not any('job="trainmon"' in (written / name).read_text() for name in BUILDERS)
 
 
 @pytest.mark.parametrize("board", BOARDS)

@@ -1,4 +1,4 @@
-"""IngestServer: a receiver thread that stops is reported by the training collector and restarted."""
+"""IngestServer: a stopped receiver thread is restarted by the daemon's cycle and reported by the training collector."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from tests.helpers.net import wait_until
 from trainmon import wire
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.training import TrainingCollector, rank_series
-from trainmon.errors import CollectorError
 from trainmon.ingest.ranks import Datagram, RankTable
 from trainmon.ingest.server import IngestServer
+from trainmon.scheduler import Scheduler
 from trainmon.settings import Settings
+from trainmon.snapshot import SnapshotStore
 
 
 class StopsTheReceiverOnce(RankTable):
@@ -42,24 +43,23 @@ def test_a_stopped_receiver_fails_the_training_collector_once_and_is_restarted(t
     path = tmp_path / "ingest.sock"
     table = StopsTheReceiverOnce(max_ranks=8, ttl=60, series_of=rank_series, max_series=8000, exit_retention=60)
     server = IngestServer(table, socket_path=str(path), mode=0o600, group=None, udp=None)
-    collector = TrainingCollector(Settings(), NodeResources(ingest=server))
+    scheduler = Scheduler([TrainingCollector(Settings(), NodeResources(ingest=server))], SnapshotStore(),
+                          interval=1, timeout=10, before_cycle=server.maintain)
+
+    def training_error() -> str | None:
+        return next(s.error for s in scheduler.run_cycle().statuses if s.name == "training")
+
     try:
-        collector.collect()
+        assert training_error() is None
         send(path, 1)
         wait_until(lambda: table.stopped)
 
-        def reported() -> bool:
-            try:
-                collector.collect()
-            except CollectorError as exc:
-                return "receiver thread had stopped; it was restarted" in str(exc)
-            return False
-
-        wait_until(reported)
+        wait_until(lambda: "receiver thread had stopped; it was restarted" in (training_error() or ""))
         send(path, 2)
         wait_until(lambda: [s.report.steps for s in table.view().ranks] == [2])
-        collector.collect()  # healthy again
+        assert training_error() is None  # healthy again
     finally:
+        scheduler.stop()
         server.close()
 
 

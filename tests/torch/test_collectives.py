@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import bisect
 import logging
 import subprocess
@@ -20,6 +21,7 @@ from torch.distributed.distributed_c10d import _coalescing_manager
 
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import PROMETHEUS
+from tests.torch.render_wrapper import RENDERED, all_reduce, render
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
 from trainmon.torch import TrainingMonitor
@@ -251,3 +253,17 @@ def test_a_ddp_built_while_a_monitor_is_live_gets_the_comm_hook(gloo: None) -> N
     assert [1, 1] == user_hook_calls
     assert torch_init is torch.nn.parallel.DistributedDataParallel.__init__
     assert not after._comm_hooks
+
+
+def test_the_rendered_wrapper_module_mypy_checks_is_what_the_template_renders_now() -> None:
+    """tests/torch/rendered_wrapper.py (checked by mypy) is stale: run `python -m tests.torch.render_wrapper`."""
+    assert render() == RENDERED.read_text()
+
+
+def test_the_rendered_wrapper_declares_exactly_the_names_the_recorder_gives_its_wrappers() -> None:
+    module = ast.parse(RENDERED.read_text())
+    declared = {node.target.id for node in module.body
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+    given = CollectiveRecorder(RankState(), None).wrapper_globals(all_reduce)
+
+    assert set(given) == {name for name in declared if not name.startswith("default_")}

@@ -2,8 +2,9 @@
 
 A collector is anything with a `name`, a `collect()` that returns a `Collection`, and a `close()`.
 It only collects: the scheduler times it, decides success, bounds it with a deadline and logs
-state changes. Set-up that can fail (NVML, sockets) belongs in `collect()` with its own back-off,
-so a collector whose hardware appears later recovers without a restart.
+state changes. Set-up that can fail (NVML) belongs in `collect()` with its own back-off, so a
+collector whose hardware appears later recovers without a restart. The node-wide resources (the
+ingest server) are the daemon's: it maintains them before each cycle, and collectors only read them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ if TYPE_CHECKING:
     from trainmon.ingest.server import IngestServer
 
 
+class NvmlStandIn(Protocol):
+    """What stands in for libnvidia-ml.so.1 and the PCI bus (the demo's simulated node)."""
+
+    def library(self) -> object: ...
+
+    def pci_gpus(self) -> int | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class NodeResources:
     """What the daemon builds once per node and hands to every collector factory.
@@ -27,10 +36,12 @@ class NodeResources:
     Attributes:
         ingest: the ingest server whose rank table `training` reads; None when `training` is not enabled.
         gpus: the GPUs the `gpu` collector read last, which `pod_resources` and `hpc_jobs` attribute.
+        nvml: what the `gpu` collector reads instead of the system's NVML; None for the system's.
     """
 
     ingest: IngestServer | None = None
     gpus: GpuInventory = field(default_factory=lambda: GpuInventory())
+    nvml: NvmlStandIn | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -128,12 +128,9 @@ class GpuCollector:
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         """`library` replaces libnvidia-ml.so.1 (None: the system's); `expected` counts GPUs on the bus;
         `wall` is Unix time, which XIDs are stamped with."""
-        if settings.simulated and library is None:
-            from trainmon.simulation.incidents import Plan
-            from trainmon.simulation.node import SimulatedNode
-
-            node = SimulatedNode(pids=settings.simulated_pids, plan=Plan(settings.incident, settings.incident_after))
-            library, expected = node.library(), node.pci_gpus
+        self._simulated = resources.nvml is not None  # every surface says so
+        if resources.nvml is not None and library is None:
+            library, expected = resources.nvml.library(), resources.nvml.pci_gpus
         self._settings = settings
         self._inventory = resources.gpus
         self._clock = clock
@@ -151,7 +148,7 @@ class GpuCollector:
         self._watcher: XidWatcher | None = None
         self._xids = XidCounts()
         # The demo's simulated node has no kernel log of its own: its XIDs come from simulated NVML events.
-        self._kmsg = None if settings.simulated else KmsgReader(settings.kmsg, self._xids)
+        self._kmsg = None if self._simulated else KmsgReader(settings.kmsg, self._xids)
         self._kmsg_started = False
         self._last_error = ""
         self._reinit_wanted = False
@@ -323,7 +320,7 @@ class GpuCollector:
             families=tuple(families),
             found=(*self._found(statuses), _xid_source(kmsg)),
             skipped=tuple(skipped),
-            details={"simulated": self._settings.simulated, "driver_version": self._session.driver_version,
+            details={"simulated": self._simulated, "driver_version": self._session.driver_version,
                      "gpus": [{"index": s.identity.index, "uuid": s.identity.uuid, "name": s.identity.name,
                                "up": s.reading is not None, "error": s.error} for s in statuses],
                      "kmsg": _kmsg_details(kmsg, self._xids, self._gpus.values())},
@@ -353,7 +350,7 @@ class GpuCollector:
         return family
 
     def _found(self, statuses: Sequence[GpuStatus]) -> Iterable[str]:
-        source = "simulated node" if self._settings.simulated else "NVML"
+        source = "simulated node" if self._simulated else "NVML"
         yield f"{source}, driver {self._session.driver_version or 'unknown'}, {len(statuses)} GPU(s)"
         for status in statuses:
             i = status.identity

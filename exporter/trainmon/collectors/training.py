@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from prometheus_client.utils import floatToGoString
 
 from trainmon.collectors.base import Collection, NodeResources
-from trainmon.errors import NoData
+from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, ValueFamily, counter, gauge, histogram, info
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
@@ -89,7 +89,7 @@ SCALARS = (
 
 
 class TrainingCollector:
-    """Reads the rank table of the daemon's ingest server (which the daemon closes)."""
+    """Reads the rank table of the daemon's ingest server, which the daemon starts, maintains and closes."""
 
     name = "training"
 
@@ -101,7 +101,8 @@ class TrainingCollector:
     def collect(self) -> Collection:
         if not self._ingest.enabled:
             raise NoData("ingest disabled: --ingest-socket is empty and --ingest-udp is not set")
-        self._ingest.maintain()
+        if self._ingest.trouble is not None:
+            raise CollectorError(self._ingest.trouble)
         view = self._ingest.table.view()
         ranks = sorted(view.ranks, key=lambda s: (s.report.job_id, s.report.rank))
         return Collection(

@@ -18,6 +18,7 @@ from trainmon.demo.runtime_dir import runtime_directory
 from trainmon.demo.tree import DemoTree
 from trainmon.settings import Settings
 from trainmon.simulation.incidents import INCIDENTS, Plan
+from trainmon.simulation.node import SimulatedNode
 
 if TYPE_CHECKING:
     from trainmon.webconfig import WebConfig
@@ -29,7 +30,7 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def run_demo(settings: Settings, web: WebConfig | None) -> int:
+def run_demo(settings: Settings, web: WebConfig | None, plan: Plan) -> int:
     from trainmon.daemon import serve
 
     log.warning("SIMULATED node: trainmon demo serves made-up GPUs, NVMe, InfiniBand and a made-up job")
@@ -38,13 +39,12 @@ def run_demo(settings: Settings, web: WebConfig | None) -> int:
     processes = SimulatedProcesses(RANKS)  # forked before any thread starts
     try:
         with runtime_directory() as root:
-            plan = Plan(settings.incident, settings.incident_after)
-            if settings.incident:
-                log.warning("incident %s planted: it starts in %.0fs and ends in %s", settings.incident,
-                            settings.incident_after, INCIDENTS[settings.incident])
+            if plan.incident:
+                log.warning("incident %s planted: it starts in %.0fs and ends in %s", plan.incident,
+                            plan.after, INCIDENTS[plan.incident])
             tree = DemoTree(root, plan)
             settings = replace(settings, procfs=tree.proc, sysfs=tree.sys, ingest_socket=str(root / "ingest.sock"),
-                               ingest_udp=None, simulated_pids=tuple(processes.pids),
+                               ingest_udp=None,
                                hpc_job_mapping_dir=write_job_mapping(root / "job-mapping", RANKS))
             kubelet = None
             if kubelet_available():
@@ -56,7 +56,7 @@ def run_demo(settings: Settings, web: WebConfig | None) -> int:
             settings = replace(settings, collectors=settings.collectors + tuple(set(owners) - set(settings.collectors)))
             job = start_simulated_job(settings, plan=plan, traffic=tree.advance)
             try:
-                return serve(settings, web)
+                return serve(settings, web, SimulatedNode(pids=processes.pids, plan=plan))
             finally:
                 job.stop()
                 if kubelet is not None:

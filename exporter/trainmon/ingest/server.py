@@ -2,9 +2,10 @@
 
 The daemon owns one `IngestServer`. One thread drains every bound socket as soon as it is readable
 (the Unix datagram backlog can be as small as 10) and hands each datagram, with the kernel's sender
-pid (`SO_PASSCRED`), to the `RankTable`. `maintain()` runs every collection cycle: it binds what is
-not bound yet (a socket directory that appears later, a port that frees up), makes the socket again
-when its file or directory vanished, and restarts a receiver thread that stopped.
+pid (`SO_PASSCRED`), to the `RankTable`. The daemon calls `maintain()` before every collection
+cycle: it binds what is not bound yet (a socket directory that appears later, a port that frees up),
+makes the socket again when its file or directory vanished, and restarts a receiver thread that
+stopped. What it could not do is kept in `trouble`, which the training collector reports.
 
 On a first bind only the default socket's directory (`/run/trainmon`, SPEC §2) is made when missing
 and this user may (a fresh machine without the systemd unit's RuntimeDirectory=); any other missing
@@ -78,6 +79,7 @@ class IngestServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.trouble: str | None = None
 
     @property
     def table(self) -> RankTable:
@@ -95,12 +97,11 @@ class IngestServer:
     def maintain(self) -> None:
         """Restart a stopped receiver, bind what is not bound, make a vanished socket again; every cycle.
 
-        Raises:
-            CollectorError: the receiver had stopped (it runs again now), or a socket could not be
-                bound; the message says why and what to do.
+        Sets `trouble` to what went wrong (the receiver had stopped and runs again now, or a socket
+        could not be bound: the message says why and what to do), or to None when all is bound.
         """
         with self._lock:
-            if self._stop.is_set():
+            if self._stop.is_set() or not self.enabled:
                 return
             errors = []
             if self._thread is not None and not self._thread.is_alive():
@@ -122,8 +123,7 @@ class IngestServer:
                     self._udp_sock = self._register(_bind_udp(self._udp))
                 except OSError as exc:
                     errors.append(f"cannot bind UDP {self._udp}: {exc.strerror or exc}")
-            if errors:
-                raise CollectorError("; ".join(errors))
+            self.trouble = "; ".join(errors) or None
 
     def _keep_unix_bound(self, path: Path) -> None:
         if self._unix is not None:

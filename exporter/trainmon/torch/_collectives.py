@@ -390,11 +390,11 @@ class CollectiveRecorder:
         original, patched = self._waits
         dist.Work.wait = patched if on else original  # type: ignore[method-assign]
 
-    def _wrap(self, fn: Callable[..., Any], signature: CollectiveSignature) -> Callable[..., Any]:
+    def wrapper_globals(self, fn: Callable[..., Any]) -> dict[str, Any]:
+        """The names a wrapper of `fn` runs with, besides its defaults (tests/torch/rendered_wrapper.py types them)."""
         call, log_exception = past_exception_logger(fn)
-        source, defaults = wrapper_source(fn, signature)
-        namespace = {
-            **defaults, "recorder": self, "fn": fn, "call": call, "opened": self.state.open,
+        return {
+            "recorder": self, "fn": fn, "call": call, "opened": self.state.open,
             "tensor_type": torch.Tensor, "nbytes_of": _nbytes, "spans": self.spans, "is_cuda": _is_cuda,
             "perf_counter": perf_counter, "MAX_UNSETTLED": MAX_UNSETTLED, "settle": self.state.settle,
             "BLOCKED": BLOCKED, "SECONDS": SECONDS, "failed": functools.partial(self._failed, log_exception),
@@ -402,6 +402,10 @@ class CollectiveRecorder:
             "work_type": dist.Work, "patched_wait": self._waits[1], "intercept": self._intercept_waits,
             "MAX_PENDING_WORKS": MAX_PENDING_WORKS, "forget": self._forget,
         }
+
+    def _wrap(self, fn: Callable[..., Any], signature: CollectiveSignature) -> Callable[..., Any]:
+        source, defaults = wrapper_source(fn, signature)
+        namespace = {**defaults, **self.wrapper_globals(fn)}
         filename = f"<trainmon wrapper of {fn.__name__}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
         exec(compile(source, filename, "exec"), namespace)  # our own template
