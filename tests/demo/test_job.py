@@ -102,11 +102,11 @@ def test_the_loss_spike_incident_plays_blooms_spike_on_every_rank(tmp_path: Path
     settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
     ingest = build_ingest(settings)
     collector = TrainingCollector(settings, NodeResources(ingest=ingest))
-    collector.collect()
+    ingest.maintain()  # as the daemon does before each cycle
     job = start_simulated_job(settings, plan=Plan("loss-spike", after=22 * TICK_SECONDS))
 
     def spikes() -> dict[int, tuple[int, int]]:
-        collector.collect()  # the collection drains the ingest socket
+        collector.collect()
         return {s.report.rank: (s.report.grad_norm_spikes, s.report.loss_spikes) for s in ingest.table.view().ranks}
 
     try:
