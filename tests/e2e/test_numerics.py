@@ -43,6 +43,7 @@ def diagnose(url: str, job: str) -> dict[str, Any]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.timeout(900)  # three waits of minutes each on a real 3-rank job
 def test_planted_spikes_and_a_slow_rank_fire_and_are_diagnosed(
     tmp_path: Path,
     fake_nvml_dir: Path,  # noqa: F811
@@ -75,7 +76,7 @@ def test_planted_spikes_and_a_slow_rank_fire_and_are_diagnosed(
 
         job.phase("slow")
         slow = firing(prom, "TrainmonSlowRank", job_id="numerics", rank=str(RANKS - 1))
-        wait_until(lambda: bool(slow()), timeout=150)
+        wait_until(lambda: bool(slow()), timeout=300)  # real CPU ranks: a loaded machine adds noise to the z-score
         assert {"instance": f"127.0.0.1:{daemons[0].port}", "uuid": uuids[-1]}.items() <= slow()[0].items()
         assert len(firing(prom, "TrainmonSlowRank")()) == 1
         named = [f for f in diagnose(prom.url, "numerics")["findings"] if f["cause"] in {"slow_rank", "straggler"}]
