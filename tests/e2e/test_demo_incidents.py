@@ -64,6 +64,7 @@ def active(prom: Prometheus, demo: tuple[str, str], incident: str, state: str | 
 INCIDENT_WAIT = 420
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(1200)
 def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
     tmp_path: Path, daemons: list[Daemon]

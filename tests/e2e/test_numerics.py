@@ -43,6 +43,7 @@ def diagnose(url: str, job: str) -> dict[str, Any]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(900)  # three waits of minutes each on a real 3-rank job
 def test_planted_spikes_and_a_slow_rank_fire_and_are_diagnosed(
     tmp_path: Path,

@@ -156,6 +156,7 @@ def test_wrappers_take_each_functions_own_parameters_and_forward_them_as_given(g
     assert recorder.errors == 0 and [(s.issued, s.completed) for s in report.group_seqs] == [(6, 6)]
 
 
+@pytest.mark.serial
 def test_a_healthy_job_with_overlapped_grad_sync_never_reads_as_hung(gloo: None, tmp_path: Path) -> None:
     """Megatron with `overlap_grad_reduce`: buckets all-reduced in async coalescing managers, waited through
     `cm.wait()`, and a param all-gather whose manager is dropped unwaited. 40 steps played as 10 minutes

@@ -76,6 +76,7 @@ def test_direct_collectives_are_counted(straggler_metrics: str) -> None:
     assert waited[0] > 0 and waited[1] > 0
 
 
+@pytest.mark.serial
 def test_straggler_shows_as_more_collective_time_on_its_peer(straggler_metrics: str) -> None:
     """Rank 0 waits inside its collectives for the sleeping rank 1, so rank 0 shows more collective time."""
     seconds = per_rank(straggler_metrics, "trainmon_nccl_time_seconds_total", "manual-job")
