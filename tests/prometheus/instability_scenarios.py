@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.prometheus.rulefiles import PROMETHEUS, RULE_FILES, alert_rules, load
+from tests.prometheus.rulefiles import PROMETHEUS, alert_rules, group_names
 
 OUTPUT = PROMETHEUS / "tests" / "instability.test.yml"
 ALERTS = ("TrainmonGradNormSpike", "TrainmonLossSpike", "TrainmonLossDiverging", "TrainmonThroughputDrift",
@@ -331,7 +331,7 @@ def slower_after_restart() -> dict[str, object]:
 
 
 def document() -> dict[str, object]:
-    order = [group["name"] for path in RULE_FILES for group in load(path)["groups"]]
+    order = group_names()
     return {
         "rule_files": ["../rules.yml", "../alerts.yml"],
         "evaluation_interval": "1m",

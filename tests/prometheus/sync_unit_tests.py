@@ -17,7 +17,7 @@ import re
 
 import yaml
 
-from tests.prometheus.rulefiles import PROMETHEUS, RULE_FILES
+from tests.prometheus.rulefiles import PROMETHEUS, alert_rules, group_names
 
 TESTS = PROMETHEUS / "tests"
 LABEL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
@@ -29,18 +29,11 @@ EXP_ALERTS_INLINE = re.compile(r"^(\s*)exp_alerts:\s*(\[.+\])\s*$")
 
 
 def group_order() -> str:
-    groups = [group["name"] for path in RULE_FILES for group in yaml.safe_load(path.read_text())["groups"]]
-    return f"group_eval_order: [{', '.join(groups)}]"
+    return f"group_eval_order: [{', '.join(group_names())}]"
 
 
 def dashboard_url_templates() -> dict[str, str]:
-    rules = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
-    return {
-        rule["alert"]: rule["annotations"]["dashboard_url"]
-        for group in rules["groups"]
-        for rule in group["rules"]
-        if "alert" in rule
-    }
+    return {rule["alert"]: rule["annotations"]["dashboard_url"] for rule in alert_rules()}
 
 
 def expand(template: str, labels: dict[str, object]) -> str:
