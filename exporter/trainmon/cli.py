@@ -143,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def command_overrides(command: str) -> dict[str, object]:
     if command == "serve":
         return {"ingest_socket_fd": systemd_socket_fd(os.environ, os.getpid())}
+    if command == "check":
+        return {"state_read_only": True}
     return {}
 
 

@@ -71,6 +71,8 @@ class Settings:
     fs_mounts: re.Pattern[str] | None = None
     gpfs_mmpmon: Path | None = None
     kmsg: Path = Path("/dev/kmsg")
+    state_dir: Path | None = Path("/var/lib/trainmon")
+    state_read_only: bool = False  # `trainmon check` reads the state the daemon keeps, never writes it
     web_max_requests: int = 40
     web_header_timeout: float = 10.0
     log_level: str = "info"
@@ -274,6 +276,9 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
                "run this mmpmon (-p -s, fs_io_s) in the background for GPFS mounts (needs root)"),
         Option("kmsg", parse_path, "kernel log read for XIDs (the ring buffer from its start, then followed); "
                "a regular file is read the same way"),
+        Option("state-dir", parse_optional_path,
+               "directory of the GPU health history kept across daemon restarts and reboots (the same XID "
+               'again after a reboot or a GPU reset asks for service); "" keeps it in memory only'),
         Option("web-max-requests", parse_positive_int,
                "HTTP requests served at once in each lane (scrapes with verified credentials, or /metrics "
                "without basic auth; everything else); beyond it 503 at once"),
@@ -289,7 +294,7 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
 # The flags `check` and `demo` use (`serve` takes every option); `demo` has its own defaults.
 CHECK_FLAGS = frozenset({"collectors", "procfs", "sysfs", "nvme-devices", "infiniband-devices", "gpu-processes",
                          "ingest-socket", "kubelet-pod-resources-socket", "kubelet-pod-resources-refresh",
-                         "hpc-job-mapping-dir", "fs-mounts", "gpfs-mmpmon", "kmsg", "log-level"})
+                         "hpc-job-mapping-dir", "fs-mounts", "gpfs-mmpmon", "kmsg", "state-dir", "log-level"})
 DEMO_FLAGS = frozenset({"listen", "interval", "collectors", "gpu-processes", "web-config", "log-level"})
 DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows after one interval
 

@@ -6,6 +6,7 @@ import itertools
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ class Node:
         self.clock = Clock(1000.0)
         self.library = ScenarioLibrary(lambda: self.scenario)
         settings.setdefault("kmsg", tmp_path / "kmsg")  # never the host's kernel log
+        settings.setdefault("state_dir", tmp_path / "state")  # never the host's /var/lib/trainmon
         self.collector = GpuCollector(Settings(interval=INTERVAL, sysfs=tmp_path, **settings), NodeResources(),
                                       library=self.library, clock=self.clock)
 
@@ -457,12 +459,17 @@ def test_health_verdict_per_gpu_from_the_nvml_values(node: Node) -> None:
     assert "row remapping failed: service the GPU" in verdicts["3"][1]
 
 
+def kmsg_xid(sequence: int, xid: int, seconds_ago: float) -> str:
+    """A /dev/kmsg record of an XID on GPU 0 (bus 18) stamped `seconds_ago` on this boot's clock."""
+    stamp = int((time.clock_gettime(time.CLOCK_MONOTONIC) - seconds_ago) * 1e6)
+    return f"4,{sequence},{stamp},-;NVRM: Xid (PCI:0000:18:00): {xid}, pid=1, name=python3, Timeout waiting\n"
+
+
 def test_an_xid_in_the_kernel_log_cleared_by_a_reset_and_escalated_when_it_comes_back(tmp_path: Path) -> None:
     """XID 119 (catalog: reset the GPU) from the kernel log; GPU 0 lost (reboot), back (the reset done: none);
     the same XID again: drain."""
     kmsg = tmp_path / "kmsg"
-    line = "4,{0},{0}000000,-;NVRM: Xid (PCI:0000:18:00): 119, pid=1, name=python3, Timeout waiting for RPC\n"
-    kmsg.write_text(line.format(1))
+    kmsg.write_text(kmsg_xid(1, 119, 60))
     node = Node(scenarios.node(2), tmp_path)
     try:
         healthy = node.scenario
@@ -473,9 +480,56 @@ def test_an_xid_in_the_kernel_log_cleared_by_a_reset_and_escalated_when_it_comes
         assert ("none", set()) == health(node.collect(advance=60))["0"]
 
         with kmsg.open("a") as log:
-            log.write(line.format(2))
+            log.write(kmsg_xid(2, 119, -1))
         wait_until(lambda: health(node.collect())["0"][0] == "drain", timeout=10)
         assert {"XID 119 GSP_RPC_TIMEOUT again after a GPU reset: service the GPU"} == health(node.collect())["0"][1]
+    finally:
+        node.collector.close()
+
+
+def boot(procfs: Path, boot_id: str) -> Path:
+    (procfs / "sys" / "kernel" / "random").mkdir(parents=True, exist_ok=True)
+    (procfs / "sys" / "kernel" / "random" / "boot_id").write_text(boot_id + "\n")
+    return procfs
+
+
+@pytest.mark.parametrize(("xid", "verdict"), [
+    (119, ("drain", {"XID 119 GSP_RPC_TIMEOUT again after a reboot: service the GPU"})),
+    (62, ("reset_gpu", {"XID 62 PMU_HALT_ERROR: reset the GPU"})),
+])
+def test_the_same_xid_after_a_reboot_asks_for_service_and_another_one_does_not(
+        xid: int, verdict: tuple[str, set[str]], tmp_path: Path) -> None:
+    """XID 119 in one boot; the daemon stops; the node boots again (a new boot id, a fresh kernel log);
+    the same XID on the same GPU: drain. Another XID: its own catalog action."""
+    kmsg, procfs = tmp_path / "kmsg", tmp_path / "proc"
+    kmsg.write_text(kmsg_xid(1, 119, 30))
+    before = Node(scenarios.node(2), tmp_path, procfs=boot(procfs, "boot-one"))
+    try:
+        assert "reset_gpu" == health(before.collect())["0"][0]
+    finally:
+        before.collector.close()
+
+    kmsg.write_text(kmsg_xid(1, xid, 10))
+    after = Node(scenarios.node(2), tmp_path, procfs=boot(procfs, "boot-two"))
+    try:
+        collection = after.collect()
+        assert verdict == health(collection)["0"]
+        assert "health history: " + str(tmp_path / "state" / "health.json") in "\n".join(collection.found)
+    finally:
+        after.collector.close()
+
+
+def test_a_corrupt_state_file_is_reported_and_the_verdict_still_served(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "health.json").write_text("not json")
+    (tmp_path / "kmsg").write_text(kmsg_xid(1, 119, 30))
+    node = Node(scenarios.node(2), tmp_path)
+    try:
+        collection = node.collect()
+        assert "reset_gpu" == health(collection)["0"][0]
+        assert [line for line in collection.skipped if line.startswith("health state: ")
+                and "health.json unreadable at start, treated as empty" in line]
+        assert '"version": 1' in (tmp_path / "state" / "health.json").read_text()  # replaced
     finally:
         node.collector.close()
 

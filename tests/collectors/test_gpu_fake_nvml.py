@@ -199,6 +199,48 @@ def test_kernel_log_history_and_nvml_events_count_each_xid_once(tmp_path: Path, 
     assert "--kmsg" in unreadable.stdout
 
 
+def xid_records(*xids: tuple[str, int]) -> str:
+    """/dev/kmsg records of XIDs (bus, code) stamped a minute ago on this boot's clock."""
+    stamp = int((time.clock_gettime(time.CLOCK_MONOTONIC) - 60) * 1e6)
+    return "".join(f"4,{n},{stamp},-;NVRM: Xid (PCI:{bus}): {xid}, pid=1, name=python3, Timeout waiting for RPC\n"
+                   for n, (bus, xid) in enumerate(xids, 1))
+
+
+def test_the_same_xid_after_a_reboot_drains_across_a_daemon_stop(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                                  daemons: list[Daemon]) -> None:
+    """Boot one: XID 119 on both GPUs (reset the GPU). The daemon stops, the node boots again (new boot id,
+    fresh kernel log): 119 again on GPU 0 is drain, 62 on GPU 1 is its own catalog action. `trainmon check`
+    says where the history is, and that it stays in memory where the directory cannot be made."""
+    base = scenarios.node(2)
+    random = tmp_path / "proc" / "sys" / "kernel" / "random"
+    random.mkdir(parents=True)
+    (random / "boot_id").write_text("8d1a3c56-0000-4000-8000-000000000001\n")
+    kmsg, state = tmp_path / "kmsg", tmp_path / "state"
+    kmsg.write_text(xid_records(("0000:18:00", 119), ("0000:28:00", 119)))
+    flags = ("--kmsg", str(kmsg), "--procfs", str(tmp_path / "proc"), "--state-dir", str(state))
+    action = [("trainmon_gpu_health_action", ids(base, i) | {("action", a)}) for i, a in
+              ((0, "reset_gpu"), (1, "reset_gpu"), (0, "drain"))]
+    first, path = start(tmp_path, fake_nvml_dir, base, *flags)
+    daemons.append(first)
+    scrape_until(first, lambda m: action[0] in m and action[1] in m)
+    assert 0 == first.stop()
+
+    (random / "boot_id").write_text("8d1a3c56-0000-4000-8000-000000000002\n")
+    kmsg.write_text(xid_records(("0000:18:00", 119), ("0000:28:00", 62)))
+    second, _ = start(tmp_path, fake_nvml_dir, base, *flags)
+    daemons.append(second)
+    metrics = scrape_until(second, lambda m: action[2] in m)
+
+    assert action[1] in metrics
+    assert 1.0 == metrics[("trainmon_gpu_health_reason_info", ids(base, 0) | {
+        ("reason", "XID 119 GSP_RPC_TIMEOUT again after a reboot: service the GPU")})]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
+    env.update(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_SCENARIO=str(path))
+    check = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu", *flags[:4],
+                            "--state-dir", str(kmsg / "state")], capture_output=True, text=True, timeout=60, env=env)
+    assert f"health history: in memory only ({kmsg / 'state'}: " in check.stdout
+
+
 def test_recovery_action_nvlink_links_and_fabric_through_the_c_fake(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
                                                                     daemons: list[Daemon]) -> None:
     """GPU 0 answers the recovery-action field, per-link NVLink fields (scope = link) and fabric info; GPU 1

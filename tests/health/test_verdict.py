@@ -1,11 +1,11 @@
-"""The verdict per GPU from one cycle's signals (pure), and the reset tracker."""
+"""The verdict per GPU from one cycle's signals (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
 from trainmon.health.catalog import Action
-from trainmon.health.verdict import RESTART_APP_SECONDS, HealthTracker, Signals, Verdict, XidSeen, decide
+from trainmon.health.verdict import RESTART_APP_SECONDS, Signals, Verdict, XidSeen, decide
 
 NOW = 1_800_000_000.0
 
@@ -16,8 +16,8 @@ def test_a_healthy_gpu_needs_nothing() -> None:
 
 def test_application_xids_ask_for_a_restart_only_while_recent() -> None:
     """XID 13 and 31 (catalog: restart the application) are not hardware; 43 (ignore) asks nothing."""
-    recent = Signals(xids=(XidSeen(13, 3, NOW - 60), XidSeen(43, 1, NOW - 60)))
-    old = Signals(xids=(XidSeen(31, 1, NOW - RESTART_APP_SECONDS - 1),))
+    recent = Signals(xids=(XidSeen(13, NOW - 60), XidSeen(43, NOW - 60)))
+    old = Signals(xids=(XidSeen(31, NOW - RESTART_APP_SECONDS - 1),))
 
     assert Verdict(Action.RESTART_APP, ("XID 13 ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY: "
                                         "restart the application",)) == decide(recent, NOW)
@@ -25,7 +25,7 @@ def test_application_xids_ask_for_a_restart_only_while_recent() -> None:
 
 
 def test_the_strongest_action_wins_and_every_reason_is_listed() -> None:
-    signals = Signals(xids=(XidSeen(13, 1, NOW), XidSeen(119, 1, NOW - 86_400), XidSeen(79, 1, NOW - 86_400)),
+    signals = Signals(xids=(XidSeen(13, NOW), XidSeen(119, NOW - 86_400), XidSeen(79, NOW - 86_400)),
                       row_remap_pending=True)
     verdict = decide(signals, NOW)
 
@@ -48,7 +48,7 @@ def test_the_strongest_action_wins_and_every_reason_is_listed() -> None:
     (Signals(lost=True, reset_required=True), Action.REBOOT, "GPU lost (fallen off the bus or gone from NVML): "
                                                              "reboot the node"),
     (Signals(reset_required=True), Action.RESET_GPU, "NVML says the GPU needs a reset"),
-    (Signals(xids=(XidSeen(1000, 1, NOW),)), Action.DRAIN, "XID 1000 (not in the catalog): drain the node and "
+    (Signals(xids=(XidSeen(1000, NOW),)), Action.DRAIN, "XID 1000 (not in the catalog): drain the node and "
                                                            "service the GPU"),
 ])
 def test_each_signal(signals: Signals, action: Action, words: str) -> None:
@@ -56,17 +56,9 @@ def test_each_signal(signals: Signals, action: Action, words: str) -> None:
 
 
 def test_a_reset_clears_the_xid_it_fixed_and_the_same_xid_again_escalates_to_drain() -> None:
-    assert Action.NONE == decide(Signals(xids=(XidSeen(119, 1, NOW),), counts_at_reset={119: 1}), NOW).action
-    again = decide(Signals(xids=(XidSeen(119, 2, NOW),), counts_at_reset={119: 1}), NOW)
+    assert Action.NONE == decide(Signals(xids=(XidSeen(119, NOW - 60),), reset_at=NOW - 30), NOW).action
+    again = decide(Signals(xids=(XidSeen(119, NOW),), reset_at=NOW - 30, recurred={119: "a GPU reset"}), NOW)
 
     assert Verdict(Action.DRAIN, ("XID 119 GSP_RPC_TIMEOUT again after a GPU reset: service the GPU",)) == again
-    other = decide(Signals(xids=(XidSeen(119, 1, NOW), XidSeen(62, 1, NOW)), counts_at_reset={119: 1}), NOW)
+    other = decide(Signals(xids=(XidSeen(119, NOW - 60), XidSeen(62, NOW)), reset_at=NOW - 30), NOW)
     assert Action.RESET_GPU == other.action
-
-
-def test_the_tracker_notes_counts_when_a_down_gpu_comes_back() -> None:
-    tracker = HealthTracker()
-    assert {} == tracker.observe("GPU-a", True, {119: 1})
-    assert {} == tracker.observe("GPU-a", False, {119: 1})
-    assert {119: 1} == tracker.observe("GPU-a", True, {119: 1})
-    assert {119: 1} == tracker.observe("GPU-a", True, {119: 2})

@@ -73,7 +73,8 @@ def start_daemon(
 ) -> Daemon:
     """Start `python -m trainmon <command> --listen 127.0.0.1:<port> *args` and wait until it serves.
 
-    The ingest socket defaults to one under `tmp_path` so tests never touch /run. `client` holds the
+    The ingest socket and the state directory default to ones under `tmp_path` so tests never touch /run
+    or /var/lib (nor share a health history). `client` holds the
     httpx options (`verify`, `auth`) the readiness probe needs behind TLS or basic auth. `wrapper` is
     a command that execs the daemon, such as `prlimit --nofile=1024:1024`.
     """
@@ -81,6 +82,8 @@ def start_daemon(
     argv = [*wrapper, sys.executable, "-m", "trainmon", command, "--listen", f"127.0.0.1:{port}"]
     if command == "serve" and not any(a.startswith("--ingest-socket") for a in args):
         argv += ["--ingest-socket", str(tmp_path / "ingest.sock")]
+    if command == "serve" and "--state-dir" not in args:
+        argv += ["--state-dir", str(tmp_path / "state")]
     argv += list(args)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
     full_env.update(env or {})

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +26,10 @@ from trainmon.errors import CollectorError
 from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import InventoryGpu
 from trainmon.health.catalog import action_of
+from trainmon.health.history import HealthHistory, Memory
 from trainmon.health.kmsg_reader import KmsgReader, KmsgStatus
-from trainmon.health.verdict import HealthTracker, Signals, Verdict, XidSeen, decide
+from trainmon.health.state_file import BOOT_ID, StateFile, StateStatus, read_boot_id
+from trainmon.health.verdict import Signals, Verdict, XidSeen, decide
 from trainmon.health.xid_catalog import CATALOG
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
@@ -135,7 +137,7 @@ class GpuCollector:
         self._inventory = resources.gpus
         self._clock = clock
         self._wall = wall
-        self._health = HealthTracker()
+        self._state, self._health = _health_history(settings, simulated=self._simulated)
         self._expected = expected or (lambda: count_pci_gpus(settings.sysfs))
         self._session = NvmlSession(library)
         self._backoff = Backoff(initial=settings.interval)  # nvmlInit failing: no library, no driver
@@ -307,6 +309,7 @@ class GpuCollector:
         families += _xid_families(self._xids, self._gpus.values())
         families.append(_catalog_family())
         families += _health_families(self._verdicts(statuses))
+        state = self._state.status()
         sys = Root(self._settings.sysfs, "sysfs")
         aer = [reading for address in aer_devices(sys) if (reading := read_aer(sys, address)) is not None]
         families.append(_aer_family(aer))
@@ -316,27 +319,31 @@ class GpuCollector:
         skipped += [line for reading in aer for line in reading.skipped]
         if kmsg is not None and kmsg.error:
             skipped.append(f"kernel log: {kmsg.error}")
+        if state.problem:
+            skipped.append(f"health state: {state.problem}")
         return Collection(
             families=tuple(families),
-            found=(*self._found(statuses), _xid_source(kmsg)),
+            found=(*self._found(statuses), _xid_source(kmsg), _state_line(state)),
             skipped=tuple(skipped),
             details={"simulated": self._simulated, "driver_version": self._session.driver_version,
                      "gpus": [{"index": s.identity.index, "uuid": s.identity.uuid, "name": s.identity.name,
                                "up": s.reading is not None, "error": s.error} for s in statuses],
-                     "kmsg": _kmsg_details(kmsg, self._xids, self._gpus.values())},
+                     "kmsg": _kmsg_details(kmsg, self._xids, self._gpus.values()),
+                     "health_state": {"path": state.path, "persistent": state.persistent, "problem": state.problem}},
         )
 
     def _verdicts(self, statuses: Sequence[GpuStatus]) -> list[tuple[GpuIdentity, Verdict]]:
         xids: dict[str, list[XidSeen]] = {}
         for entry in self._xids.snapshot():
-            xids.setdefault(entry.key.bus, []).append(XidSeen(entry.key.xid, entry.count, entry.last_seen))
+            xids.setdefault(entry.key.bus, []).append(XidSeen(entry.key.xid, entry.last_seen))
         now = self._wall()
         verdicts = []
         for status in statuses:
             seen = tuple(xids.get(nvml_bus(status.identity.pci_bus_id), ()))
-            counts_at_reset = self._health.observe(status.identity.uuid, status.reading is not None,
-                                                   {x.xid: x.count for x in seen})
-            verdicts.append((status.identity, decide(_signals(status, seen, counts_at_reset), now)))
+            memory = self._health.observe(status.identity.uuid, status.reading is not None, seen, now)
+            verdicts.append((status.identity, decide(_signals(status, seen, memory), now)))
+        if self._health.changed:
+            self._state.save(self._health.saved(now))
         return verdicts
 
     def _info(self, statuses: Sequence[GpuStatus]) -> Metric:
@@ -467,13 +474,30 @@ def _xid_families(counts: XidCounts, gpus: Iterable[Gpu]) -> list[Metric]:
     return [total, last]
 
 
-def _signals(status: GpuStatus, xids: tuple[XidSeen, ...], counts_at_reset: Mapping[int, int]) -> Signals:
+def _health_history(settings: Settings, *, simulated: bool) -> tuple[StateFile, HealthHistory]:
+    """The GPUs' health history, from the state file where there is one (never for the simulated node)."""
+    state = StateFile(None if simulated else settings.state_dir, read_only=settings.state_read_only)
+    boot_id = read_boot_id(settings.procfs)
+    if boot_id is None:
+        state.disable(f"{settings.procfs / BOOT_ID} unreadable: a reboot cannot be told from a restart "
+                      f"(--procfs names the host's /proc)")
+    return state, HealthHistory(boot_id or "", state.load())
+
+
+def _state_line(state: StateStatus) -> str:
+    """The line `trainmon check` prints about the health history."""
+    if state.persistent:
+        return f"health history: {state.path} (kept across daemon restarts and reboots)"
+    return f"health history: in memory only ({state.problem})"
+
+
+def _signals(status: GpuStatus, xids: tuple[XidSeen, ...], memory: Memory) -> Signals:
     reading = status.reading
     if reading is None:
-        return Signals(xids=xids, counts_at_reset=counts_at_reset, lost=status.lost,
+        return Signals(xids=xids, reset_at=memory.reset_at, recurred=memory.recurred, lost=status.lost,
                        reset_required=status.reset_required)
     return Signals(
-        xids=xids, counts_at_reset=counts_at_reset, recovery_action=reading.recovery_action,
+        xids=xids, reset_at=memory.reset_at, recurred=memory.recurred, recovery_action=reading.recovery_action,
         row_remap_pending=reading.values.get(GpuMetric.ROW_REMAP_PENDING, 0.0) > 0,
         row_remap_failure=reading.values.get(GpuMetric.ROW_REMAP_FAILURE, 0.0) > 0,
         uncorrected_ecc=reading.labelled.get(GpuMetric.ECC_ERRORS_TOTAL, {}).get("uncorrected", 0.0),

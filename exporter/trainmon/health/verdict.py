@@ -1,8 +1,8 @@
 """The verdict per GPU: the strongest action needed now, and the reasons, from one cycle's signals.
 
-`decide` is a pure function of `Signals`; `HealthTracker` keeps what it needs between cycles: the XID
-counts each GPU had when it was last seen reset, for escalation (gpud's rule: the same XID again after
-the fix it asked for means the fix does not hold, so the GPU needs service).
+`decide` is a pure function of `Signals`; `trainmon.health.history` keeps what it needs between cycles,
+daemon restarts and reboots: when each GPU was last reset, and which XIDs came back after the fix they
+asked for (gpud's rule: the fix does not hold, so the GPU needs service).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ RECOVERY_ACTIONS: dict[int, tuple[Action, str]] = {
 @dataclass(frozen=True, slots=True)
 class XidSeen:
     xid: int
-    count: int
     last_seen: float  # Unix time
 
 
@@ -43,7 +42,8 @@ class Signals:
     """What one cycle knows about one GPU; None where the driver does not say."""
 
     xids: tuple[XidSeen, ...] = ()
-    counts_at_reset: Mapping[int, int] = field(default_factory=dict)  # XID -> count when last reset
+    reset_at: float | None = None  # Unix time trainmon last saw the GPU come back from a reset
+    recurred: Mapping[int, str] = field(default_factory=dict)  # XID -> the fix it came back after
     recovery_action: int | None = None
     row_remap_pending: bool = False
     row_remap_failure: bool = False
@@ -64,15 +64,14 @@ def _xid_findings(signals: Signals, now: float) -> list[tuple[Action, str]]:
         entry = CATALOG.get(seen.xid)
         action = action_of(entry) if entry is not None else Action.DRAIN
         name = f"XID {seen.xid} {entry.mnemonic}" if entry is not None else f"XID {seen.xid} (not in the catalog)"
-        before_reset = signals.counts_at_reset.get(seen.xid, 0)
-        since_reset = seen.count - before_reset
-        if action == Action.NONE or since_reset <= 0:
+        cleared = signals.reset_at is not None and seen.last_seen <= signals.reset_at
+        if action == Action.NONE or cleared:
             continue
         if action == Action.RESTART_APP:
             if now - seen.last_seen <= RESTART_APP_SECONDS:
                 found.append((action, f"{name}: restart the application"))
-        elif before_reset > 0:
-            found.append((Action.DRAIN, f"{name} again after a GPU reset: service the GPU"))
+        elif seen.xid in signals.recurred:
+            found.append((Action.DRAIN, f"{name} again after {signals.recurred[seen.xid]}: service the GPU"))
         else:
             found.append((action, f"{name}: {_advice(action)}"))
     return found
@@ -105,19 +104,3 @@ def decide(signals: Signals, now: float) -> Verdict:
     found.sort(key=lambda f: (-f[0], f[1]))
     return Verdict(found[0][0], tuple(dict.fromkeys(reason for _, reason in found)))
 
-
-class HealthTracker:
-    """Per GPU (by UUID): the XID counts at its last observed reset (a GPU down, then back)."""
-
-    def __init__(self) -> None:
-        self._counts_at_reset: dict[str, dict[int, int]] = {}
-        self._down: set[str] = set()
-
-    def observe(self, uuid: str, up: bool, xid_counts: Mapping[int, int]) -> Mapping[int, int]:
-        """Note this cycle's state of a GPU; the counts at its last reset (empty if never seen reset)."""
-        if not up:
-            self._down.add(uuid)
-        elif uuid in self._down:
-            self._down.discard(uuid)
-            self._counts_at_reset[uuid] = dict(xid_counts)
-        return self._counts_at_reset.get(uuid, {})
