@@ -191,7 +191,7 @@ def test_ingest_socket_directory_is_shared_and_handed_to_trainmon(base: list[dic
     assert {"name": "TRAINMON_INGEST_SOCKET", "value": DEFAULT_SOCKET} in example["containers"][0]["env"]
     assert pod["securityContext"]["runAsGroup"] == SOCKET_GID
     assert init["command"] == ["install", "-d", "-o", str(pod["securityContext"]["runAsUser"]),
-                               "-g", str(SOCKET_GID), "-m", "0770", mount["mountPath"]]
+                               "-g", str(SOCKET_GID), "-m", "0770", mount["mountPath"], "/var/lib/trainmon"]
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
     assert init["securityContext"]["allowPrivilegeEscalation"] is False
     assert init["securityContext"]["readOnlyRootFilesystem"] is True
@@ -208,7 +208,7 @@ def test_init_container_command_owns_a_root_owned_directory(base: list[dict[str,
     target = tmp_path / "run-trainmon"
     target.mkdir(mode=0o755)
     os.chown(target, 0, 0)
-    command = [*init["command"][:-1], str(target)]
+    command = [*init["command"][:-2], str(target)]
 
     result = subprocess.run([setpriv, f"--inh-caps=-all,{caps}", f"--bounding-set=-all,{caps}", "--", *command],
                             capture_output=True, text=True, timeout=30)
@@ -216,6 +216,23 @@ def test_init_container_command_owns_a_root_owned_directory(base: list[dict[str,
     assert result.returncode == 0, result.stderr
     stat = target.stat()
     assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o7777) == (10001, SOCKET_GID, 0o770)
+
+
+def test_health_history_is_on_the_node_and_the_kernel_log_is_not_mounted(base: list[dict[str, Any]]) -> None:
+    """--state-dir is a hostPath (the history outlives the pod, so a reboot is seen), made trainmon's by the
+    init container; /dev/kmsg is not mounted: an unprivileged container cannot open it (device cgroup) and a
+    non-root one gets no effective SYSLOG capability (docs/security.md), so XIDs come from NVML events."""
+    pod = one(base, "DaemonSet")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    [init] = pod["initContainers"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "state")
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+
+    assert volume["hostPath"] == {"path": "/var/lib/trainmon", "type": "DirectoryOrCreate"}
+    assert f"--state-dir={mounts['state']}" in container["args"]
+    assert mounts["state"] in init["command"]
+    assert {"name": "state", "mountPath": mounts["state"]} in init["volumeMounts"]
+    assert not [v for v in pod["volumes"] if "kmsg" in v.get("hostPath", {}).get("path", "")]
 
 
 def test_service_is_headless_and_monitor_scrapes_its_port(base: list[dict[str, Any]]) -> None:
