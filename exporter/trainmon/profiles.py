@@ -23,6 +23,7 @@ FLEET_FAMILIES = frozenset({
     "trainmon_gpu_energy_joules_total",
     "trainmon_gpu_fb_used_bytes",
     "trainmon_gpu_health_action",
+    "trainmon_gpu_health_reason_info",  # the health alerts' descriptions query it when they are sent
     "trainmon_gpu_info",
     "trainmon_gpu_job_info",
     "trainmon_gpu_nvlink_errors_total",
