@@ -519,6 +519,28 @@ def test_the_same_xid_after_a_reboot_asks_for_service_and_another_one_does_not(
         after.collector.close()
 
 
+def test_a_non_fatal_nvlink5_xid_is_counted_and_asks_for_nothing_a_fatal_one_for_a_reset(tmp_path: Path) -> None:
+    stamp = int((time.clock_gettime(time.CLOCK_MONOTONIC) - 30) * 1e6)
+    (tmp_path / "kmsg").write_text(
+        f"4,1,{stamp},-;NVRM: Xid (PCI:0000:18:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 "
+        "0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)\n"
+        f"4,2,{stamp},-;NVRM: Xid (PCI:0000:28:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 "
+        "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)\n")
+    node = Node(scenarios.node(2), tmp_path)
+    try:
+        collection = node.collect()
+        counted = {(k[1], v) for k, v in samples(collection).items() if k[0] == "trainmon_gpu_xid_errors_total"}
+
+        assert {(frozenset({"gpu": "0", "uuid": node.scenario["gpus"][0]["uuid"], "xid": "145"}.items()), 1.0),
+                (frozenset({"gpu": "1", "uuid": node.scenario["gpus"][1]["uuid"], "xid": "149"}.items()), 1.0),
+                } == counted
+        verdicts = health(collection)
+        assert ("none", set()) == verdicts["0"]
+        assert "XID 149 NVLINK_NETIR_ERROR: reset the GPU" in verdicts["1"][1]  # beside the scenario's ECC
+    finally:
+        node.collector.close()
+
+
 def test_a_corrupt_state_file_is_reported_and_the_verdict_still_served(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "health.json").write_text("not json")

@@ -82,6 +82,29 @@ def test_nvml_first_then_the_log_counts_once(log_file: Path, counts: XidCounts) 
     assert 1 == reader.status().duplicates
 
 
+@pytest.mark.parametrize("nvml_first", [True, False])
+def test_a_non_fatal_nvlink5_line_is_counted_but_asks_for_nothing_whichever_source_came_first(
+        tmp_path: Path, counts: XidCounts, nvml_first: bool) -> None:
+    """NVML's event for the same XID 145 cannot tell non-fatal from fatal: the kernel log's word stands."""
+    path = tmp_path / "kmsg"
+    path.write_text("4,1,72000000,-;NVRM: Xid (PCI:0000:18:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 "
+                    "(0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)\n")
+    key = XidKey("0000:18:00", 145)
+    reader = KmsgReader(path, counts, boot=lambda: BOOT)
+    if nvml_first:
+        counts.record(key, BOOT + 72.3, Source.NVML)
+    reader.start()
+    reader.stop()
+    if not nvml_first:
+        counts.record(key, BOOT + 72.3, Source.NVML)
+    [entry] = counts.snapshot()
+
+    assert (1, BOOT + 72.0 if not nvml_first else BOOT + 72.3, None) == (entry.count, entry.last_seen,
+                                                                          entry.last_actionable)
+    counts.record(key, BOOT + 500, Source.NVML)  # a later event only NVML saw: actionable
+    assert BOOT + 500 == counts.snapshot()[0].last_actionable
+
+
 @pytest.mark.parametrize("make", ["directory", "dangling"])
 def test_an_unreadable_log_says_why_and_nvml_events_still_count(tmp_path: Path, counts: XidCounts,
                                                                 make: str) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.parsers.kmsg import Record, XidLine, XidParser, nvml_bus, parse_text, split_record
+from trainmon.parsers.kmsg import Nvlink5Detail, Record, XidLine, XidParser, nvml_bus, parse_text, split_record
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kmsg"
 
@@ -20,6 +20,27 @@ def test_every_xid_of_the_kmsg_records_with_its_bus_and_time() -> None:
         XidLine("0000:28:00", 79, 90.0),
     ] == found
     assert 2 == malformed  # the truncated and the garbled Xid line
+
+
+def test_nvlink5_xids_carry_unit_severity_link_and_the_two_status_words() -> None:
+    """XIDs 144-150 in the extended form (published production lines); XID 45 after one is plain."""
+    found, malformed = parse_text((FIXTURES / "nvlink5.kmsg").read_text())
+
+    assert [
+        XidLine("0000:18:00", 144, 71.0, Nvlink5Detail("SAW_MVB", False, 0, 0x1, 0x8)),
+        XidLine("0000:18:00", 145, 72.0, Nvlink5Detail("RLW_RXPIPE", False, 13, 0x0409A0C2, 0x8)),
+        XidLine("0000:28:00", 149, 73.0, Nvlink5Detail("NETIR_LINK_EVT", True, 0, 0x025001C6, 0x0)),
+        XidLine("0000:38:00", 149, 74.0, Nvlink5Detail("NETIR_LINK_EVT", True, 0, 0x026001C6, 0x0)),
+        XidLine("0000:48:00", 149, 75.0, Nvlink5Detail("NETIR", True, -1, 0x000FE406, 0x0)),
+        XidLine("0000:48:00", 45, 76.0),
+    ] == found
+    assert 0 == malformed
+
+
+def test_an_nvlink5_xid_in_another_form_is_counted_without_detail() -> None:
+    found, _ = parse_text("NVRM: Xid (PCI:0000:18:00): 145, NVLink error on link 3\n")
+
+    assert [XidLine("0000:18:00", 145, None)] == found
 
 
 def test_dmesg_text_mig_instances_and_lines_without_a_time() -> None:

@@ -335,7 +335,8 @@ class GpuCollector:
     def _verdicts(self, statuses: Sequence[GpuStatus]) -> list[tuple[GpuIdentity, Verdict]]:
         xids: dict[str, list[XidSeen]] = {}
         for entry in self._xids.snapshot():
-            xids.setdefault(entry.key.bus, []).append(XidSeen(entry.key.xid, entry.last_seen))
+            if entry.last_actionable is not None:  # the others were all of a kind the catalog ignores
+                xids.setdefault(entry.key.bus, []).append(XidSeen(entry.key.xid, entry.last_actionable))
         now = self._wall()
         verdicts = []
         for status in statuses:

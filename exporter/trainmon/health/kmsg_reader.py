@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainmon.health.catalog import Action
+from trainmon.health.nvlink5 import nvlink5_action
 from trainmon.nvml.xid import Source, XidCounts, XidKey
 from trainmon.parsers.kmsg import XidParser, split_record
 
@@ -155,7 +157,8 @@ class KmsgReader:
                 self._garbled += 1
                 continue
             at = boot + xid.seconds if xid.seconds is not None else self._now()
-            if self._counts.record(XidKey(xid.bus, xid.xid), at, Source.KMSG):
+            actionable = xid.nvlink5 is None or nvlink5_action(xid.xid, xid.nvlink5) != Action.NONE
+            if self._counts.record(XidKey(xid.bus, xid.xid), at, Source.KMSG, actionable=actionable):
                 self._xids += 1
             else:
                 self._duplicates += 1

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pynvml
@@ -48,6 +48,18 @@ class XidCount:
     key: XidKey
     count: int
     last_seen: float  # Unix time
+    # The last occurrence that asks for the catalog's action: None when every one was a kind the catalog
+    # ignores (a non-fatal NVLink5 error, which only the kernel log's line tells apart).
+    last_actionable: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Unmatched:
+    """An event not yet matched by the other source, and `last_actionable` from before it."""
+
+    at: float
+    source: str
+    actionable_before: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,16 +72,17 @@ class XidCounts:
     """Thread-safe XID totals for the life of the process, each event once whichever sources saw it.
 
     An event matches one unmatched event of the other source with the same key within
-    SAME_EVENT_SECONDS; a matched pair counts once.
+    SAME_EVENT_SECONDS; a matched pair counts once. Where the kernel log says an event is not
+    actionable and NVML (which cannot tell) counted it first, the kernel log's word stands.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[XidKey, XidCount] = {}
-        self._recent: dict[XidKey, deque[tuple[float, str]]] = {}
+        self._recent: dict[XidKey, deque[_Unmatched]] = {}
         self.refused = 0  # events of new keys beyond MAX_KEYS
 
-    def record(self, key: XidKey, at: float, source: str = Source.NVML) -> bool:
+    def record(self, key: XidKey, at: float, source: str = Source.NVML, *, actionable: bool = True) -> bool:
         """Count one event at Unix time `at`; False when it was already counted (or refused)."""
         with self._lock:
             recent = self._recent.get(key)
@@ -78,14 +91,18 @@ class XidCounts:
                     self.refused += 1
                     return False
                 recent = self._recent[key] = deque(maxlen=RECENT_PER_KEY)
-            for seen in recent:
-                if seen[1] != source and abs(seen[0] - at) <= SAME_EVENT_SECONDS:
-                    recent.remove(seen)
-                    return False
-            recent.append((at, source))
             previous = self._counts.get(key)
+            for seen in recent:
+                if seen.source != source and abs(seen.at - at) <= SAME_EVENT_SECONDS:
+                    recent.remove(seen)
+                    if not actionable and previous is not None and previous.last_actionable == seen.at:
+                        self._counts[key] = replace(previous, last_actionable=seen.actionable_before)
+                    return False
+            before = previous.last_actionable if previous else None
+            recent.append(_Unmatched(at, source, before))
+            last_actionable = max(at, before or at) if actionable else before
             self._counts[key] = XidCount(key, (previous.count if previous else 0) + 1,
-                                         max(at, previous.last_seen) if previous else at)
+                                         max(at, previous.last_seen) if previous else at, last_actionable)
             return True
 
     def snapshot(self) -> tuple[XidCount, ...]:

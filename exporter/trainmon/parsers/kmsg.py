@@ -6,6 +6,9 @@ time. The NVIDIA driver (NVRM) logs an XID as `NVRM: Xid (PCI:0000:18:00): 79, p
 has fallen off the bus may say so without the word Xid, in one line or over three records
 (`NVRM: The NVIDIA GPU 0000:18:00.0` / `NVRM: (PCI ID: 10de:2330) installed in this system has` /
 `NVRM: fallen off the bus and is not responding to commands.`): that is XID 79 (NVIDIA's catalog).
+The NVLink5 XIDs 144-150 (Blackwell) carry more after the code: the unit, Fatal or Nonfatal, the link and
+the interrupt info and error status words (`145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008
+…)`); `Nvlink5Detail` holds them, for `trainmon.health.nvlink5`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ _DMESG = re.compile(r"\[\s*(\d+)\.(\d+)\]\s?(.*)")
 # The parentheses may hold more than the bus (`PCI:0000:01:00 GPU-I:05` on a MIG instance).
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\): (\d+),")
 _XID_PREFIX = "NVRM: Xid"
+NVLINK5_XIDS = range(144, 151)
+_NVLINK5 = re.compile(r"\): \d+, ([A-Z0-9_/]+) (Fatal|Nonfatal) XC\d+ i\d+ Link (-?\d+) "
+                      r"\((0x[0-9a-fA-F]{1,8}) (0x[0-9a-fA-F]{1,8})")
 _OFF_BUS_ONE_LINE = re.compile(r"NVRM: GPU (?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]: "
                                r"GPU has fallen off the bus")
 _OFF_BUS_FIRST = re.compile(r"NVRM: The NVIDIA GPU (?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]\s*$")
@@ -40,12 +46,24 @@ class Record:
 
 
 @dataclass(frozen=True, slots=True)
+class Nvlink5Detail:
+    """What an NVLink5 XID line (144-150) says after its code; `link` is -1 where the driver names none."""
+
+    unit: str  # e.g. RLW_RXPIPE, NETIR_LINK_EVT
+    fatal: bool
+    link: int
+    intrinfo: int
+    error_status: int
+
+
+@dataclass(frozen=True, slots=True)
 class XidLine:
     """An XID the driver logged: `bus` is `0000:18:00` (domain:bus:device, lower case)."""
 
     bus: str
     xid: int
     seconds: float | None
+    nvlink5: Nvlink5Detail | None = None  # XIDs 144-150 in the extended form
 
 
 def split_record(line: str) -> Record | None:
@@ -65,6 +83,15 @@ def split_record(line: str) -> Record | None:
 def bus_id(domain: str | None, bus_device: str) -> str:
     """The `DDDD:BB:DD` form NVML's PCI bus id starts with (`00000000:18:00.0` → `0000:18:00`)."""
     return f"{(domain or '0000').rstrip(':').lower()[-4:]}:{bus_device.lower()}"
+
+
+def nvlink5_detail(message: str) -> Nvlink5Detail | None:
+    """The unit, severity, link and the first two words of an NVLink5 XID line; None in another form."""
+    match = _NVLINK5.search(message)
+    if match is None:
+        return None
+    unit, severity, link, intrinfo, status = match.groups()
+    return Nvlink5Detail(unit, severity == "Fatal", int(link), int(intrinfo, 16), int(status, 16))
 
 
 def nvml_bus(pci_bus_id: str) -> str:
@@ -92,7 +119,9 @@ class XidParser:
             return None
         match = _XID.search(message)
         if match:
-            xid = XidLine(bus_id(match.group(1), match.group(2)), int(match.group(3)), record.seconds)
+            code = int(match.group(3))
+            detail = nvlink5_detail(message) if code in NVLINK5_XIDS else None
+            xid = XidLine(bus_id(match.group(1), match.group(2)), code, record.seconds, detail)
             if xid.xid == FALLEN_OFF_THE_BUS_XID:
                 if len(self._explicit_off_bus) >= MAX_BUSES:
                     self._explicit_off_bus.clear()
