@@ -42,7 +42,8 @@ class SteppingClock:
 
 
 def measure(label: str, library: object, calls: Callable[[], int], processes: bool) -> list[str]:
-    collector = GpuCollector(Settings(interval=INTERVAL, sysfs=Path("/nonexistent"), gpu_processes=processes),
+    collector = GpuCollector(Settings(interval=INTERVAL, sysfs=Path("/nonexistent"), gpu_processes=processes,
+                                      state_dir=None),
                              NodeResources(), library=library, clock=SteppingClock())
     start, before = time.perf_counter(), calls()
     collector.collect()

@@ -319,7 +319,7 @@ class GpuCollector:
         skipped += [line for reading in aer for line in reading.skipped]
         if kmsg is not None and kmsg.error:
             skipped.append(f"kernel log: {kmsg.error}")
-        if state.problem:
+        if state.problem and state.path:  # a directory was asked for: why it is not (fully) used
             skipped.append(f"health state: {state.problem}")
         return Collection(
             families=tuple(families),
@@ -479,7 +479,9 @@ def _health_history(settings: Settings, *, simulated: bool) -> tuple[StateFile, 
     """The GPUs' health history, from the state file where there is one (never for the simulated node)."""
     state = StateFile(None if simulated else settings.state_dir, read_only=settings.state_read_only)
     boot_id = read_boot_id(settings.procfs)
-    if boot_id is None:
+    if simulated:
+        state.disable("the simulated node keeps none")
+    elif boot_id is None:
         state.disable(f"{settings.procfs / BOOT_ID} unreadable: a reboot cannot be told from a restart "
                       f"(--procfs names the host's /proc)")
     return state, HealthHistory(boot_id or "", state.load())

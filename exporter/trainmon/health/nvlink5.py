@@ -5,7 +5,9 @@ Decode" sheet resolves each line by unit, interrupt info (`intrinfo`) and error 
 Non-fatal row is IGNORE or XID_154_EVAL (the driver then reports a recovery action, which the verdict
 reads from NVML's recovery-action field, and may log XID 154), and every Fatal or Link Fatal row is
 RESET_GPU except two NETIR_LINK_EVT sub-codes (intrinfo bits 20-25) that are IGNORE. A line without
-these fields (an older driver, an NVML event) keeps the catalog's action for the code.
+these fields (an older driver, an NVML event) keeps the catalog's action for the code. The sheet was read
+in leptonai/gpud's generated copy of it (components/accelerator/nvidia/xid/catalog_generated.go,
+2025-10-29); the driver's Fatal/Nonfatal word is taken to be the sheet's severity column.
 """
 
 from __future__ import annotations
