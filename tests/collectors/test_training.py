@@ -6,6 +6,7 @@ import dataclasses
 import grp
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -173,9 +174,35 @@ NEW_FIELDS = dataclasses.replace(
 )
 
 
+def age_of(collection: Collection) -> float | None:
+    return registry_of(collection.families).get_sample_value(
+        "trainmon_nccl_inflight_oldest_seconds", {"job_id": "llama", "rank": "1", "group": "default_pg",
+                                                  "op": "all_reduce"})
+
+
+@pytest.mark.parametrize("step", [7200.0, -7200.0], ids=["forward", "back"])
+def test_a_step_of_the_wall_clock_does_not_move_an_in_flight_age(
+        collector: Collector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: float) -> None:
+    """Issue 31: the age was the daemon's Unix time minus the hook's `since`, so a step of the wall clock (NTP)
+    moved it by the step: +2 h paged TrainmonCollectiveHang, -2 h hid a hang."""
+    hung = dataclasses.replace(NEW_FIELDS, inflight=(wire.Inflight("default_pg", "all_reduce", time.time() - 5.0),),
+                               inflight_age={"default_pg": 5.0})
+    began = time.monotonic()
+    first = age_of(collected_after(collector, tmp_path / "run" / "ingest.sock", hung))
+    stepped = time.time() + step
+    monkeypatch.setattr(time, "time", lambda: stepped)
+
+    later = age_of(collector.collect())
+    elapsed = time.monotonic() - began
+
+    assert first is not None and later is not None
+    assert 5.0 <= first <= later <= 5.0 + elapsed
+
+
 def test_the_new_wire_fields_become_their_families() -> None:
+    """From a hook older than `inflight_age`, an in-flight collective is aged by Unix time."""
     state = RankSlot(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
-    reg = registry_of(rank_families([state], now=160.0))
+    reg = registry_of(rank_families([state], now=160.0, clock=0.0))
     rank = {"job_id": "llama", "rank": "1"}
 
     assert 12 == reg.get_sample_value("trainmon_nccl_issued_total", {**rank, "group": "default_pg"})
@@ -193,7 +220,7 @@ def test_the_new_wire_fields_become_their_families() -> None:
 
 def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() -> None:
     state = RankSlot(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
-    reg = registry_of(rank_families([state], now=50.0))
+    reg = registry_of(rank_families([state], now=50.0, clock=0.0))
 
     assert 0 == reg.get_sample_value("trainmon_nccl_inflight_oldest_seconds",
                                      {"job_id": "llama", "rank": "1", "group": "default_pg", "op": "all_reduce"})
@@ -203,11 +230,11 @@ def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() 
 def test_rank_series_counts_exactly_the_samples_served(report: wire.Report) -> None:
     state = RankSlot(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
 
-    assert rank_series(report) == len(samples_of(rank_families([state], now=0.0)))
+    assert rank_series(report) == len(samples_of(rank_families([state], now=0.0, clock=0.0)))
 
 
 def test_exits_by_reason_and_socket_rebinds_are_served() -> None:
-    view = TableView(ranks=(), messages=0, coalesced=0, rejected={}, evicted={}, series=0,
+    view = TableView(ranks=(), messages=0, coalesced=0, rejected={}, evicted={}, series=0, taken_at=0.0,
                      exits={("j", "clean"): 3, ("j", "error"): 1, ("j", "lost"): 2})
     reg = registry_of(ingest_families(view, rebinds=2))
 
@@ -222,7 +249,7 @@ def test_a_driver_report_serves_only_its_phase_seconds_and_the_job_gauges_this_d
         job_id="rl", rank=wire.DRIVER_RANK, pid=1, start_time=1.0, seq=1, phase_seconds={"gen": 40.0},
         job_gauges={"rl_reward_mean": 0.5, "rl_from_a_newer_hook": 1.0})))
     state = RankSlot(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
-    served = samples_of(rank_families([state], now=0.0))
+    served = samples_of(rank_families([state], now=0.0, clock=0.0))
     driver = {("job_id", "rl"), ("rank", "driver")}
 
     assert {("trainmon_train_phase_seconds_total", frozenset({*driver, ("phase", "gen")})): 40.0,
