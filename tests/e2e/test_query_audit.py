@@ -42,7 +42,7 @@ from tests.e2e.gpu_nodes import NODE_FAMILIES, ingest_socket, node_daemon
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.grafana.dashboards import DASHBOARD_FILES, data_panels, load
 from tests.helpers.net import free_port, wait_until
-from tests.helpers.node import RankFeeder, SyntheticNode
+from tests.helpers.node import SyntheticNode, served_with_ranks
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import PROMETHEUS
 from tests.torch.jobs import REPO
@@ -101,13 +101,7 @@ def exposition(work: Path, nvml_dir: Path) -> str:
     """What a real daemon serves for a node with every family: GPUs, NVMe, InfiniBand, owners and ranks."""
     node = SyntheticNode(work, gpus=GPUS, nvme_namespaces=4, ib_ports=2)
     with node_daemon(node, nvml_dir) as daemon:
-        feeder = RankFeeder(ingest_socket(node), GPUS)
-        try:
-            feeder.send_all(step=10)
-            wait_until(lambda: f'rank="{GPUS - 1}"' in daemon.metrics_text(), timeout=30)
-            return daemon.metrics_text()
-        finally:
-            feeder.close()
+        return served_with_ranks(daemon, ingest_socket(node), GPUS)
 
 
 def backfill(promtool: str, template: str, tsdb: Path, end: int) -> tuple[int, tuple[str, ...]]:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.fake_nvml import scenario
+from tests.helpers.daemon import Daemon
+from tests.helpers.net import wait_until
 from tests.helpers.trees import (
     DEFAULT_HW_COUNTERS,
     Disk,
@@ -107,3 +109,14 @@ class RankFeeder:
 
     def close(self) -> None:
         self._socket.close()
+
+
+def served_with_ranks(daemon: Daemon, ingest_socket: Path, ranks: int) -> str:
+    """What `daemon` serves once `ranks` ranks of `OWNER_JOB` have reported to it through `ingest_socket`."""
+    feeder = RankFeeder(ingest_socket, ranks)
+    try:
+        feeder.send_all(step=10)
+        wait_until(lambda: f'rank="{ranks - 1}"' in daemon.metrics_text(), timeout=30)
+        return daemon.metrics_text()
+    finally:
+        feeder.close()
