@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.daemon import start_daemon
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
+from tests.torch.jobs import metrics_when, per_rank
 from trainmon import wire
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
@@ -174,29 +176,44 @@ NEW_FIELDS = dataclasses.replace(
 )
 
 
-def age_of(collection: Collection) -> float | None:
-    return registry_of(collection.families).get_sample_value(
-        "trainmon_nccl_inflight_oldest_seconds", {"job_id": "llama", "rank": "1", "group": "default_pg",
-                                                  "op": "all_reduce"})
-
-
-@pytest.mark.parametrize("step", [7200.0, -7200.0], ids=["forward", "back"])
-def test_a_step_of_the_wall_clock_does_not_move_an_in_flight_age(
-        collector: Collector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: float) -> None:
+@pytest.mark.parametrize("step", [7200, -7200], ids=["forward", "back"])
+def test_a_step_of_the_daemons_wall_clock_does_not_move_an_in_flight_age(tmp_path: Path, step: int) -> None:
     """Issue 31: the age was the daemon's Unix time minus the hook's `since`, so a step of the wall clock (NTP)
-    moved it by the step: +2 h paged TrainmonCollectiveHang, -2 h hid a hang."""
-    hung = dataclasses.replace(NEW_FIELDS, inflight=(wire.Inflight("default_pg", "all_reduce", time.time() - 5.0),),
-                               inflight_age={"default_pg": 5.0})
+    moved it by the step: +2 h paged TrainmonCollectiveHang, -2 h hid a hang. Rank 0 reports as the hook does
+    now; rank 1 as a hook older than `inflight_age`, which is still aged wall minus wall: it shows the step."""
+    step_file = tmp_path / "wall-clock-step"
     began = time.monotonic()
-    first = age_of(collected_after(collector, tmp_path / "run" / "ingest.sock", hung))
-    stepped = time.time() + step
-    monkeypatch.setattr(time, "time", lambda: stepped)
+    daemon = start_daemon(tmp_path, ["--collectors", "training", "--interval", "0.2"], env={
+        "PYTHONPATH": os.pathsep.join([str(WALL_CLOCK), os.environ.get("PYTHONPATH", "")]),
+        "WALL_CLOCK_STEP_FILE": str(step_file)})
+    try:
+        since = time.time() - 5.0
+        for rank, ages in ((0, {"default_pg": 5.0}), (1, {})):
+            send(tmp_path / "ingest.sock", dataclasses.replace(
+                NEW_FIELDS, rank=rank, inflight=(wire.Inflight("default_pg", "all_reduce", since),),
+                inflight_age=ages))
+        first = per_rank(metrics_when(daemon, lambda text: len(ages_of(text)) == 2), INFLIGHT, "llama")
+        step_file.write_text(f"{step}\n")
 
-    later = age_of(collector.collect())
-    elapsed = time.monotonic() - began
+        later = per_rank(metrics_when(daemon, lambda text: stepped(ages_of(text).get(1), step)), INFLIGHT, "llama")
+        elapsed = time.monotonic() - began
+    finally:
+        daemon.stop()
 
-    assert first is not None and later is not None
-    assert 5.0 <= first <= later <= 5.0 + elapsed
+    assert 5.0 <= first[0] <= later[0] <= 5.0 + elapsed
+
+
+INFLIGHT = "trainmon_nccl_inflight_oldest_seconds"
+WALL_CLOCK = Path(__file__).resolve().parents[1] / "helpers" / "wall_clock"  # its sitecustomize steps time.time()
+
+
+def ages_of(text: str) -> dict[int, float]:
+    return per_rank(text, INFLIGHT, "llama")
+
+
+def stepped(wall_minus_wall: float | None, step: int) -> bool:
+    """Whether an age taken wall minus wall shows the daemon's clock stepped by `step` (back: clamped to 0)."""
+    return wall_minus_wall is not None and (wall_minus_wall > step / 2 if step > 0 else wall_minus_wall == 0)
 
 
 def test_the_new_wire_fields_become_their_families() -> None:
