@@ -11,8 +11,7 @@ import yaml
 
 from tests.fake_nvml.build import build_fake_nvml
 from tests.helpers.daemon import start_daemon
-from tests.helpers.net import wait_until
-from tests.helpers.node import RankFeeder, SyntheticNode
+from tests.helpers.node import SyntheticNode, served_with_ranks
 from tests.helpers.tools import require_tool
 from trainmon.profiles import FLEET_FAMILIES
 
@@ -71,13 +70,9 @@ def served(tmp_path: Path, profile: str) -> str:
     socket_path = root / "ingest.sock"
     daemon = start_daemon(root, [*node.daemon_args(socket_path, 1.0), "--profile", profile],
                           env=node.daemon_env(nvml))
-    feeder = RankFeeder(socket_path, RANKS)
     try:
-        feeder.send_all(step=10)
-        wait_until(lambda: f'rank="{RANKS - 1}"' in daemon.metrics_text(), timeout=15)
-        return daemon.metrics_text()
+        return served_with_ranks(daemon, socket_path, RANKS)
     finally:
-        feeder.close()
         daemon.stop()
 
 

@@ -17,6 +17,7 @@ needs no history. A `bye` carries the same fields as a report and says the proce
      "comm_wait": 1.5, "data_wait": 0.2, "model_flops": 1.2e15,
      "collectives": [["all_reduce", "default_pg", seconds, calls, bytes], ...],
      "groups": [["default_pg", issued, completed], ...], "inflight": [["default_pg", "all_reduce", since], ...],
+     "inflight_age": {"default_pg": 12.5},
      "group_sizes": {"default_pg": 8}, "phase_seconds": {"checkpoint": 12.0}, "hook_errors": {"send_drops": 3},
      "loss_scale": 65536.0, "skipped_steps": 1, "loss": 2.31, "grad_norm": 0.9, "nonfinite_losses": 0,
      "loss_max": 2.4, "grad_norm_max": 1.1, "loss_spikes": 0, "grad_norm_spikes": 0,
@@ -26,6 +27,11 @@ needs no history. A `bye` carries the same fields as a report and says the proce
 A framework's driver process that is no rank (verl's trainer) reports as rank `DRIVER_RANK`: job-level
 phase times and the `job_gauges` the framework itself computes; the daemon serves only those for it,
 under `rank="driver"`. A daemon older than that rejects such reports (`range`) and serves the ranks as before.
+
+An in-flight collective's age is `inflight_age`, measured on the hook's monotonic clock when it made the
+report; the daemon adds its own monotonic time since it received the report, so a step of either node's
+wall clock moves no age. `since` (Unix time) stays for daemons older than `inflight_age`, and a hook
+older than it is aged wall minus wall.
 
 `FIELDS` is the whole schema: each row names the wire key, the `Report` attribute and its `Kind`,
 which both checks a received value and writes a sent one, so a new field is one row (and one
@@ -143,6 +149,7 @@ class Report:
     collectives: tuple[Collective, ...] = ()
     group_seqs: tuple[GroupSeq, ...] = ()
     inflight: tuple[Inflight, ...] = ()
+    inflight_age: Mapping[str, float] = field(default_factory=dict)  # group -> seconds, as the report was made
     group_sizes: Mapping[str, int] = field(default_factory=dict)
     loss_scale: float | None = None
     skipped_steps: int = 0
@@ -434,6 +441,7 @@ FIELDS: tuple[Field, ...] = (
     Field("inflight", "inflight", Rows(
         (Column("group", GROUP), Column("op", Text(choices=OPS)), Column("since", TIME)),
         Inflight, unique=("group",), most=MAX_GROUPS + 1)),
+    Field("inflight_age", "inflight_age", Map(GROUP, AMOUNT, MAX_GROUPS + 1)),
     Field("group_sizes", "group_sizes", Map(GROUP, ID, MAX_GROUPS + 1)),
     Field("loss_scale", "loss_scale", AMOUNT),
     Field("skipped_steps", "skipped_steps", COUNT, cumulative=True),

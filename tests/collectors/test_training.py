@@ -6,13 +6,16 @@ import dataclasses
 import grp
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.daemon import start_daemon
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
+from tests.torch.jobs import metrics_when, per_rank
 from trainmon import wire
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
@@ -173,9 +176,50 @@ NEW_FIELDS = dataclasses.replace(
 )
 
 
+@pytest.mark.parametrize("step", [7200, -7200], ids=["forward", "back"])
+def test_a_step_of_the_daemons_wall_clock_does_not_move_an_in_flight_age(tmp_path: Path, step: int) -> None:
+    """Issue 31: the age was the daemon's Unix time minus the hook's `since`, so a step of the wall clock (NTP)
+    moved it by the step: +2 h paged TrainmonCollectiveHang, -2 h hid a hang. Rank 0 reports as the hook does
+    now; rank 1 as a hook older than `inflight_age`, which is still aged wall minus wall: it shows the step."""
+    step_file = tmp_path / "wall-clock-step"
+    began = time.monotonic()
+    daemon = start_daemon(tmp_path, ["--collectors", "training", "--interval", "0.2"], env={
+        "PYTHONPATH": os.pathsep.join([str(WALL_CLOCK), os.environ.get("PYTHONPATH", "")]),
+        "WALL_CLOCK_STEP_FILE": str(step_file)})
+    try:
+        since = time.time() - 5.0
+        for rank, ages in ((0, {"default_pg": 5.0}), (1, {})):
+            send(tmp_path / "ingest.sock", dataclasses.replace(
+                NEW_FIELDS, rank=rank, inflight=(wire.Inflight("default_pg", "all_reduce", since),),
+                inflight_age=ages))
+        first = per_rank(metrics_when(daemon, lambda text: len(ages_of(text)) == 2), INFLIGHT, "llama")
+        step_file.write_text(f"{step}\n")
+
+        later = per_rank(metrics_when(daemon, lambda text: stepped(ages_of(text).get(1), step)), INFLIGHT, "llama")
+        elapsed = time.monotonic() - began
+    finally:
+        daemon.stop()
+
+    assert 5.0 <= first[0] <= later[0] <= 5.0 + elapsed
+
+
+INFLIGHT = "trainmon_nccl_inflight_oldest_seconds"
+WALL_CLOCK = Path(__file__).resolve().parents[1] / "helpers" / "wall_clock"  # its sitecustomize steps time.time()
+
+
+def ages_of(text: str) -> dict[int, float]:
+    return per_rank(text, INFLIGHT, "llama")
+
+
+def stepped(wall_minus_wall: float | None, step: int) -> bool:
+    """Whether an age taken wall minus wall shows the daemon's clock stepped by `step` (back: clamped to 0)."""
+    return wall_minus_wall is not None and (wall_minus_wall > step / 2 if step > 0 else wall_minus_wall == 0)
+
+
 def test_the_new_wire_fields_become_their_families() -> None:
+    """From a hook older than `inflight_age`, an in-flight collective is aged by Unix time."""
     state = RankSlot(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
-    reg = registry_of(rank_families([state], now=160.0))
+    reg = registry_of(rank_families([state], now=160.0, clock=0.0))
     rank = {"job_id": "llama", "rank": "1"}
 
     assert 12 == reg.get_sample_value("trainmon_nccl_issued_total", {**rank, "group": "default_pg"})
@@ -193,7 +237,7 @@ def test_the_new_wire_fields_become_their_families() -> None:
 
 def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() -> None:
     state = RankSlot(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
-    reg = registry_of(rank_families([state], now=50.0))
+    reg = registry_of(rank_families([state], now=50.0, clock=0.0))
 
     assert 0 == reg.get_sample_value("trainmon_nccl_inflight_oldest_seconds",
                                      {"job_id": "llama", "rank": "1", "group": "default_pg", "op": "all_reduce"})
@@ -203,11 +247,11 @@ def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() 
 def test_rank_series_counts_exactly_the_samples_served(report: wire.Report) -> None:
     state = RankSlot(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
 
-    assert rank_series(report) == len(samples_of(rank_families([state], now=0.0)))
+    assert rank_series(report) == len(samples_of(rank_families([state], now=0.0, clock=0.0)))
 
 
 def test_exits_by_reason_and_socket_rebinds_are_served() -> None:
-    view = TableView(ranks=(), messages=0, coalesced=0, rejected={}, evicted={}, series=0,
+    view = TableView(ranks=(), messages=0, coalesced=0, rejected={}, evicted={}, series=0, taken_at=0.0,
                      exits={("j", "clean"): 3, ("j", "error"): 1, ("j", "lost"): 2})
     reg = registry_of(ingest_families(view, rebinds=2))
 
@@ -222,7 +266,7 @@ def test_a_driver_report_serves_only_its_phase_seconds_and_the_job_gauges_this_d
         job_id="rl", rank=wire.DRIVER_RANK, pid=1, start_time=1.0, seq=1, phase_seconds={"gen": 40.0},
         job_gauges={"rl_reward_mean": 0.5, "rl_from_a_newer_hook": 1.0})))
     state = RankSlot(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
-    served = samples_of(rank_families([state], now=0.0))
+    served = samples_of(rank_families([state], now=0.0, clock=0.0))
     driver = {("job_id", "rl"), ("rank", "driver")}
 
     assert {("trainmon_train_phase_seconds_total", frozenset({*driver, ("phase", "gen")})): 40.0,

@@ -42,25 +42,14 @@ NO_DATA_ON_CPU = {"Allocator retries and OOMs", "NVLink errors per link", "PCIe 
 APPLICATION_XID = 13  # planted: fills the XID panels, must not page
 
 
-def healthy_scenario(gpus: int) -> dict[str, Any]:
-    """The shared fake-NVML node with nothing an alert should see: no ECC errors, no pending remaps, full PCIe width."""
-    node = scenario.node(gpus)
-    for gpu in node["gpus"]:
-        gpu["fields"][str(scenario.FIELD["ecc_dbe"])] = 0
-        gpu["fields"][str(scenario.FIELD["remap_pending"])] = 0
-        gpu["pcie_link_width"] = gpu["pcie_link_width_max"]
-    return node
-
-
 def gpu_node(root: Path, gpus: int) -> SyntheticNode:
     """A synthetic node whose PCI bus lists its GPUs (for trainmon_gpus_expected) and whose GPUs are healthy."""
-    node = SyntheticNode(root, gpus=gpus, nvme_namespaces=1, ib_ports=1)
+    node = SyntheticNode(root, gpus=gpus, nvme_namespaces=1, ib_ports=1, nvml=scenario.healthy(gpus))
     for i in range(gpus):
         device = node.sys / "bus" / "pci" / "devices" / f"0000:{0x18 + 16 * i:02x}:00.0"
         device.mkdir(parents=True)
         (device / "vendor").write_text("0x10de\n")
         (device / "class").write_text("0x030200\n")
-    scenario.write(node.scenario_path, healthy_scenario(gpus))
     return node
 
 
@@ -144,7 +133,7 @@ def test_planted_regressions_fire_and_reach_the_webhook(
         jobs: list[GlooJob] = [job_a, job_b]
         # XID 13 is an application error: it fills the XID panels and must not page.
         for node in nodes:
-            planted = healthy_scenario(2) | {"xid_events": [{"id": 1, "gpu": 0, "xid": APPLICATION_XID}]}
+            planted = scenario.healthy(2) | {"xid_events": [{"id": 1, "gpu": 0, "xid": APPLICATION_XID}]}
             scenario.write(node.scenario_path, planted)
         wait_until(lambda: len(prom.query("rank:trainmon_train_compute_per_step_time:ratio >= 0")) == 4, timeout=120)
         wait_until(lambda: len(prom.query("trainmon_gpu_xid_errors_total")) == 2, timeout=30)
@@ -157,7 +146,7 @@ def test_planted_regressions_fire_and_reach_the_webhook(
         # Job A turns communication bound; job B's rank 1 hangs; node B loses GPU 1.
         job_a.phase("comm")
         job_b.phase("stall")
-        lost = healthy_scenario(2)
+        lost = scenario.healthy(2)
         lost["gpus"][1]["errors"] = {"*": 15}  # NVML_ERROR_GPU_IS_LOST on every call
         scenario.write(nodes[1].scenario_path, lost)
         wait_until(alert_seen(prom, hook, "TrainmonCommunicationBound", job_id="job-a"), timeout=90)

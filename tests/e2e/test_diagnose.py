@@ -1,9 +1,11 @@
 """`trainmon diagnose` against a real Prometheus 2.42 scraping real daemons fed by real gloo jobs.
 
-One Prometheus, two daemons ("nodes"), five 2-rank jobs running at once, each with one planted cause:
-communication-bound (ranks late in turn), data-loader-bound, a straggler rank on a node whose GPU
-throttles (fake NVML, an H100 so MFU is known), a job in checkpoints, and a healthy one. No recording
-rules are loaded: diagnose works from raw series.
+One Prometheus, two daemons ("nodes") with every family a real GPU node has (several GPUs on the fake
+NVML, NVMe, InfiniBand ports with their error counters, the Slurm owner of every GPU: issue 31, where
+diagnose failed on every node with IB ports), five jobs running at once, each with one planted cause:
+communication-bound (ranks late in turn), data-loader-bound, a straggler rank on the node whose GPU
+throttles (an H100, so MFU is known) and whose IB port counts symbol errors, a job in checkpoints, and
+a healthy one. No recording rules are loaded: diagnose works from raw series.
 """
 
 from __future__ import annotations
@@ -22,20 +24,25 @@ import pynvml
 import pytest
 
 from tests.e2e.alerting_stack import Prometheus, prometheus
+from tests.e2e.gpu_nodes import NODE_FAMILIES, growing_ib_errors, ingest_socket, node_daemon
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
-from tests.helpers.daemon import Daemon, start_daemon
+from tests.helpers.daemon import Daemon
 from tests.helpers.net import free_port, wait_until
+from tests.helpers.node import SyntheticNode
 from tests.helpers.tools import require_tool
 from tests.torch.jobs import REPO, start_job
 
 pytestmark = pytest.mark.slow
 
 WINDOW = "15s"  # the steady part of each job: start-up is behind it when diagnose runs
+GPUS = 4  # per node
 # The straggler's GPU also throttles and has a row remap pending (its health verdict: reset the GPU).
-THROTTLED = scenarios.changed(scenarios.node(1), 0, clocks_event_reasons=pynvml.nvmlClocksEventReasonHwThermalSlowdown)
+THROTTLED = scenarios.changed(scenarios.healthy(GPUS), 0,
+                              clocks_event_reasons=pynvml.nvmlClocksEventReasonHwThermalSlowdown)
 THROTTLED["gpus"][0]["fields"][str(scenarios.FIELD["remap_pending"])] = 1
 GPU_UUID = THROTTLED["gpus"][0]["uuid"]
+BAD_PORT = 1  # node b's IB port counting symbol errors; its other port and node a's are clean
 # job id: (node, ranks, env of every rank, env of one rank). Causes that need no peer run one rank (CI has 2 cores).
 JOBS: dict[str, tuple[str, int, dict[str, str], dict[int, dict[str, str]]]] = {
     "healthy": ("a", 1, {"JOB_COMPUTE_SECONDS": "0.05"}, {}),
@@ -64,23 +71,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: Path) -> Iter
     binary = require_tool("prometheus")
     work = tmp_path_factory.mktemp("diagnose")
     with ExitStack() as stack:
-        (work / "a").mkdir()
-        (work / "b").mkdir()
-        nodes = {
-            "a": start_daemon(work / "a", ["--collectors", "training", "--interval", "0.5"]),
-            "b": start_daemon(work / "b", ["--collectors", "gpu,training", "--interval", "0.5", "--sysfs",
-                                           str(work / "b")],
-                              env={"LD_LIBRARY_PATH": str(fake_nvml_dir),
-                                   "FAKE_NVML_SCENARIO": str(scenarios.write(work / "b" / "nvml.json", THROTTLED))}),
-        }
-        for daemon in nodes.values():
-            stack.callback(daemon.stop)
-        targets = [f"127.0.0.1:{d.port}" for d in nodes.values()]
+        nodes = {name: SyntheticNode(work / name, gpus=GPUS, nvme_namespaces=2, ib_ports=2, nvml=nvml)
+                 for name, nvml in (("a", scenarios.healthy(GPUS)), ("b", THROTTLED))}
+        daemons = {name: stack.enter_context(node_daemon(node, fake_nvml_dir)) for name, node in nodes.items()}
+        stack.enter_context(growing_ib_errors(nodes["b"], BAD_PORT, "symbol_error"))
+        targets = [f"127.0.0.1:{d.port}" for d in daemons.values()]
         prom = stack.enter_context(prometheus(binary, work, targets, [], f"http://127.0.0.1:{free_port()}", "1s"))
         procs = []
         for job, (node, ranks, env, rank_env) in JOBS.items():
             out = work / f"job-{job}"
-            socket = str(nodes[node].log_path.parent / "ingest.sock")
+            socket = str(ingest_socket(nodes[node]))
             procs.append((out, start_job("", 0, out, env={"JOB_ID": job, "TRAINMON_INGEST_SOCKET": socket,
                                                           "TRAINMON_GPU_UUID": "GPU-cpu", **env},
                                          ranks=ranks, rank_env=rank_env, module="tests.torch.workload_job")))
@@ -88,7 +88,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: Path) -> Iter
             wait_until(lambda: len(prom.query("count by (job_id) (trainmon_train_steps_total > 10)")) == len(JOBS),
                        timeout=300)  # seven processes importing torch on two shared cores
             time.sleep(int(WINDOW[:-1]) + 3)  # a whole window of steady running
-            yield Stack(prom, nodes)
+            yield Stack(prom, daemons)
         finally:
             for out, _ in procs:
                 (out / "stop").touch()
@@ -115,6 +115,20 @@ def causes(result: dict[str, Any]) -> list[str]:
     return [f["cause"] for f in result["findings"]]
 
 
+def signals(result: dict[str, Any]) -> set[str]:
+    return {h["signal"] for f in result["findings"] for h in f["hardware"]}
+
+
+def test_every_node_serves_every_family_of_a_gpu_node(stack: Stack) -> None:
+    nodes = {f"127.0.0.1:{d.port}" for d in stack.daemons.values()}
+    served = {name: {s["metric"]["instance"]: int(s["value"][1])
+                     for s in stack.prometheus.query(f"count by (instance) ({name})")} for name in NODE_FAMILIES}
+
+    assert dict.fromkeys(NODE_FAMILIES, nodes) == {name: set(found) for name, found in served.items()}
+    assert {GPUS} == set(served["trainmon_gpu_power_watts"].values())
+    assert {2} == set(served["trainmon_infiniband_symbol_error_total"].values())  # ports
+
+
 def test_the_healthy_job_is_clean(results: dict[str, tuple[int, dict[str, Any]]]) -> None:
     code, result = results["healthy"]
 
@@ -129,6 +143,7 @@ def test_a_communication_bound_job_is_named_communication_not_data_loading(
 
     assert (1, "communication") == (code, causes(result)[0]), result
     assert {"data_loading", "straggler"}.isdisjoint(causes(result))
+    assert "ib_errors" not in signals(result)  # its node's ports count no errors
 
 
 def test_a_data_loader_bound_job_is_named_data_loading_not_communication(
@@ -158,6 +173,7 @@ def test_the_straggler_rank_is_named_with_its_node_gpu_and_the_throttling(
                                                       first["uuid"]), result
     assert {"signal": "throttle", "instance": node_b, "device": GPU_UUID} in first["hardware"]
     assert {"signal": "health", "instance": node_b, "device": GPU_UUID} in first["hardware"]
+    assert [f"mlx5_{BAD_PORT}/1"] == [h["device"] for h in first["hardware"] if h["signal"] == "ib_errors"]
     assert "communication" not in causes(result)  # rank 0's wait is the straggler's cost, not the network's
     assert 0 < result["mfu"] < 0.01  # ~0.8 TFLOP/s per rank against an H100's 989
 

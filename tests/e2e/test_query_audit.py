@@ -38,11 +38,11 @@ from tests.bench.bench_fleet import (
     write_openmetrics,
 )
 from tests.e2e.alerting_stack import served
+from tests.e2e.gpu_nodes import NODE_FAMILIES, ingest_socket, node_daemon
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
 from tests.grafana.dashboards import DASHBOARD_FILES, data_panels, load
-from tests.helpers.daemon import start_daemon
 from tests.helpers.net import free_port, wait_until
-from tests.helpers.node import RankFeeder, SyntheticNode
+from tests.helpers.node import SyntheticNode, served_with_ranks
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import PROMETHEUS
 from tests.torch.jobs import REPO
@@ -100,18 +100,8 @@ def fill(expr: str, values: dict[str, str]) -> str:
 def exposition(work: Path, nvml_dir: Path) -> str:
     """What a real daemon serves for a node with every family: GPUs, NVMe, InfiniBand, owners and ranks."""
     node = SyntheticNode(work, gpus=GPUS, nvme_namespaces=4, ib_ports=2)
-    socket_path = work / "ingest.sock"
-    daemon = start_daemon(work, [*node.daemon_args(socket_path, interval=0.5), *node.owner_args()],
-                          env=node.daemon_env(nvml_dir))
-    feeder = RankFeeder(socket_path, GPUS)
-    try:
-        feeder.send_all(step=10)
-        families = ("trainmon_infiniband_", "trainmon_nvme_", "trainmon_gpu_job_info", f'rank="{GPUS - 1}"')
-        wait_until(lambda: all(f in daemon.metrics_text() for f in families), timeout=30)
-        return daemon.metrics_text()
-    finally:
-        feeder.close()
-        daemon.stop()
+    with node_daemon(node, nvml_dir) as daemon:
+        return served_with_ranks(daemon, ingest_socket(node), GPUS)
 
 
 def backfill(promtool: str, template: str, tsdb: Path, end: int) -> tuple[int, tuple[str, ...]]:
@@ -170,8 +160,7 @@ def test_the_dataset_has_every_family_of_a_gpu_node(fleet: Fleet) -> None:
     names = {s["__name__"] for s in httpx.get(fleet.url + "/api/v1/series", timeout=30, params={
         "match[]": '{__name__=~"trainmon_.+"}', "start": fleet.start, "end": fleet.end}).json()["data"]}
 
-    assert {"trainmon_gpu_power_watts", "trainmon_nvme_reads_completed_total", "trainmon_infiniband_link_downed_total",
-            "trainmon_gpu_job_info", "trainmon_train_steps_total"} <= names
+    assert {*NODE_FAMILIES, "trainmon_train_steps_total"} <= names
 
 
 def test_every_shipped_rule_evaluates_without_error(fleet: Fleet) -> None:

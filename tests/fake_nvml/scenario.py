@@ -67,6 +67,16 @@ def node(count: int = 8) -> dict[str, Any]:
     return {"driver_version": "550.54.15", "gpus": [gpu(i) for i in range(count)], "xid_events": []}
 
 
+def healthy(count: int = 8) -> dict[str, Any]:
+    """`node(count)` with nothing an alert should see: no ECC errors, no pending remaps, full PCIe width."""
+    result = node(count)
+    for g in result["gpus"]:
+        g["fields"][str(FIELD["ecc_dbe"])] = 0
+        g["fields"][str(FIELD["remap_pending"])] = 0
+        g["pcie_link_width"] = g["pcie_link_width_max"]
+    return result
+
+
 def changed(scenario: dict[str, Any], index: int, **values: Any) -> dict[str, Any]:
     """A copy of `scenario` with GPU `index` given `values` (None removes a key)."""
     result = copy.deepcopy(scenario)

@@ -10,8 +10,11 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.fake_nvml import scenario
+from tests.helpers.daemon import Daemon
+from tests.helpers.net import wait_until
 from tests.helpers.trees import (
     DEFAULT_HW_COUNTERS,
     Disk,
@@ -33,6 +36,7 @@ class SyntheticNode:
     gpus: int = 8
     nvme_namespaces: int = 16
     ib_ports: int = 8
+    nvml: dict[str, Any] | None = None  # the fake NVML scenario; None: `scenario.node(gpus)`
     proc: Path = field(init=False)
     sys: Path = field(init=False)
     scenario_path: Path = field(init=False)
@@ -52,10 +56,14 @@ class SyntheticNode:
                               for i in range(self.nvme_namespaces)])
         write_infiniband(self.sys, [IbDevice(f"mlx5_{i}", ports=[IbPort(f"mlx5_{i}", hw_counters=DEFAULT_HW_COUNTERS)])
                                     for i in range(self.ib_ports)])
-        scenario.write(self.scenario_path, scenario.node(self.gpus))
+        scenario.write(self.scenario_path, self.nvml or scenario.node(self.gpus))
         self.job_mapping.mkdir(parents=True, exist_ok=True)
         for gpu in range(self.gpus):
             (self.job_mapping / str(gpu)).write_text(f"{OWNER_JOB}\n")
+
+    def ib_counter(self, port: int, name: str) -> Path:
+        """The sysfs file of the error or traffic counter `name` (`symbol_error`) of IB port `port`."""
+        return self.sys / "class" / "infiniband" / f"mlx5_{port}" / "ports" / "1" / "counters" / name
 
     def daemon_args(self, ingest_socket: Path, interval: float = 5.0) -> list[str]:
         return ["--procfs", str(self.proc), "--sysfs", str(self.sys), "--interval", str(interval),
@@ -101,3 +109,14 @@ class RankFeeder:
 
     def close(self) -> None:
         self._socket.close()
+
+
+def served_with_ranks(daemon: Daemon, ingest_socket: Path, ranks: int) -> str:
+    """What `daemon` serves once `ranks` ranks of `OWNER_JOB` have reported to it through `ingest_socket`."""
+    feeder = RankFeeder(ingest_socket, ranks)
+    try:
+        feeder.send_all(step=10)
+        wait_until(lambda: f'rank="{ranks - 1}"' in daemon.metrics_text(), timeout=30)
+        return daemon.metrics_text()
+    finally:
+        feeder.close()

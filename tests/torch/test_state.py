@@ -64,6 +64,20 @@ def test_a_collective_in_flight_is_issued_not_completed_and_ages_from_its_issue(
     assert counts(later) == (3, 2) and [i.op for i in later.inflight] == ["all_gather"]
 
 
+def test_an_in_flight_collective_keeps_its_since_and_reports_its_age_on_the_monotonic_clock() -> None:
+    """The age is what the daemon serves (no wall clock in it); `since` stays for older daemons, the same
+    in every report."""
+    state = RankState()
+    state.issue(state.sequences(GROUP), "all_reduce", time.perf_counter() - 5.0)
+    began = time.perf_counter()
+    first = state.report(IDENTITY, seq=1)
+    second = state.report(IDENTITY, seq=2)
+    elapsed = time.perf_counter() - began
+
+    assert first.inflight == second.inflight and [GROUP] == list(first.inflight_age)
+    assert 5.0 <= first.inflight_age[GROUP] <= second.inflight_age[GROUP] <= first.inflight_age[GROUP] + elapsed
+
+
 def test_collectives_wait_for_a_report_but_never_pile_up_unbounded() -> None:
     state = RankState()
     seqs = state.sequences(GROUP)

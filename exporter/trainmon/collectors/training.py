@@ -24,7 +24,7 @@ from trainmon.families import Metric, ValueFamily, counter, gauge, histogram, in
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
 from trainmon.settings import Settings
-from trainmon.wire import DRIVER_RANK, PARALLEL_KEYS, STEP_BUCKETS, Report
+from trainmon.wire import DRIVER_RANK, PARALLEL_KEYS, STEP_BUCKETS, Inflight, Report
 
 RANK = ("job_id", "rank")
 INFO_LABELS = ("local_rank", "world_size", "uuid", "backend", "framework", "loss_scaler", "pid", "pod", "namespace")
@@ -106,7 +106,7 @@ class TrainingCollector:
         view = self._ingest.table.view()
         ranks = sorted(view.ranks, key=lambda s: (s.report.job_id, s.report.rank))
         return Collection(
-            families=(*rank_families(ranks, time.time()), *ingest_families(view, self._ingest.rebinds)),
+            families=(*rank_families(ranks, time.time(), view.taken_at), *ingest_families(view, self._ingest.rebinds)),
             found=(*(f"ingest listening on {e}" for e in self._ingest.endpoints()),
                    *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps" for s in ranks)),
             details={"ranks": [rank_details(s) for s in ranks]},
@@ -126,14 +126,16 @@ def rank_series(r: Report) -> int:
             + len(r.hook_errors))
 
 
-def rank_families(ranks: Iterable[RankSlot], now: float) -> list[Metric]:
-    """The per-rank families; `now` (Unix time) ages the in-flight collectives.
+def rank_families(ranks: Iterable[RankSlot], now: float, clock: float) -> list[Metric]:
+    """The per-rank families; `clock` (the rank table's monotonic clock) and `now` (Unix time, for a hook
+    that sends no ages) age the in-flight collectives (`inflight_age`).
 
     A framework driver's report (`DRIVER_RANK`) gives only its phase times and job gauges, so that
     the rules, which count and compare ranks, never see it as one.
     """
     drivers = [s.report for s in ranks if s.report.rank == DRIVER_RANK]
-    reports = [s.report for s in ranks if s.report.rank != DRIVER_RANK]
+    slots = [s for s in ranks if s.report.rank != DRIVER_RANK]
+    reports = [s.report for s in slots]
     out: list[Metric] = []
     rank_info = info("train_rank", "A training process reporting through the hook.", (*RANK, *INFO_LABELS))
     for r in reports:
@@ -149,7 +151,7 @@ def rank_families(ranks: Iterable[RankSlot], now: float) -> list[Metric]:
         out.append(family)
     out.append(_step_histogram(reports))
     out.extend(_collective_families(reports))
-    out.extend(_group_families(reports, now))
+    out.extend(_group_families(slots, now, clock))
     out.extend(_label_families(reports, drivers))
     out.extend(_job_gauge_families(drivers))
     return out
@@ -214,19 +216,30 @@ def _collective_families(reports: Iterable[Report]) -> list[Metric]:
     return [time_, calls, sent, size]
 
 
-def _group_families(reports: Iterable[Report], now: float) -> list[Metric]:
+def _group_families(slots: Iterable[RankSlot], now: float, clock: float) -> list[Metric]:
     issued = counter("nccl_issued_total", "Collectives this rank has issued on the group (its sequence number).",
                      (*RANK, "group"))
     completed = counter("nccl_completed_total", "Collectives this rank has completed on the group.", (*RANK, "group"))
     inflight = gauge("nccl_inflight_oldest_seconds", "Age of the oldest issued-but-not-completed collective on the "
                      "group; absent when none.", (*RANK, "group", "op"))
-    for r in reports:
+    for slot in slots:
+        r = slot.report
         for g in r.group_seqs:
             issued.add_metric([*_key(r), g.group], g.issued)
             completed.add_metric([*_key(r), g.group], g.completed)
         for f in r.inflight:
-            inflight.add_metric([*_key(r), f.group, f.op], max(0.0, now - f.since))
+            inflight.add_metric([*_key(r), f.group, f.op], inflight_age(slot, f, now, clock))
     return [issued, completed, inflight]
+
+
+def inflight_age(slot: RankSlot, collective: Inflight, now: float, clock: float) -> float:
+    """Seconds `collective` has been in flight: its age when the hook made the report, on the hook's monotonic
+    clock, plus the table's monotonic time since the report came in, so that no step of a wall clock moves
+    it. A hook older than `inflight_age` gives only `since`: Unix time now minus then."""
+    age = slot.report.inflight_age.get(collective.group)
+    if age is None:
+        return max(0.0, now - collective.since)
+    return age + max(0.0, clock - slot.received_at)
 
 
 def _job_gauge_families(drivers: Iterable[Report]) -> list[Metric]:

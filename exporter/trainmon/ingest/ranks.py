@@ -116,6 +116,7 @@ class TableView:
     evicted: Mapping[str, int]
     exits: Mapping[tuple[str, str], int]  # (job_id, "clean" | "error" | "lost") -> count
     series: int  # training series of the live ranks
+    taken_at: float  # the table's clock when it was copied
 
 
 class RankTable:
@@ -219,6 +220,7 @@ class RankTable:
                 evicted=dict(self._evicted),
                 exits=self._exits.counts(),
                 series=self._series,
+                taken_at=now,
             )
 
     def _apply(self, report: Report, sender_pid: int | None, sender_uid: int | None) -> None:

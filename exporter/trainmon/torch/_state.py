@@ -143,6 +143,7 @@ class RankState:
         self._in_flight: list[OpenCollective] = []  # settle's: entries it found not completed, in issue order
         self.group_seqs: tuple[GroupSeq, ...] = ()  # as of the last report (`_settle_sequences`)
         self.inflight: tuple[Inflight, ...] = ()
+        self.inflight_age: dict[str, float] = {}
 
     @property
     def phase(self) -> str | None:
@@ -285,7 +286,8 @@ class RankState:
         return seqs.totals[op]
 
     def _settle_sequences(self) -> None:
-        """Under the lock: settle, and set `group_seqs` and `inflight` (oldest per group, as Unix time)."""
+        """Under the lock: settle, and set `group_seqs`, `inflight` (oldest per group, issued when as Unix time)
+        and `inflight_age` (its age now on the monotonic clock, which no step of the wall clock moves)."""
         self._settle()
         pending: dict[GroupSeqs, int] = {}
         oldest: dict[GroupSeqs, tuple[float, str]] = {}
@@ -299,6 +301,8 @@ class RankState:
                                 for g in groups)
         self.inflight = tuple(Inflight(group=g.label, op=oldest[g][1], since=oldest[g][0] + WALL_MINUS_PERF_COUNTER)
                               for g in groups if g in oldest)
+        now = perf_counter()
+        self.inflight_age = {g.label: max(0.0, now - oldest[g][0]) for g in groups if g in oldest}
 
     @property
     def collectives(self) -> tuple[Collective, ...]:
