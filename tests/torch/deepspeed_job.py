@@ -4,14 +4,23 @@
 
 MODE: `zero1`, `zero2`, `zero3`, with the suffixes `-overlap` for `overlap_comm=True` and `-fp16` for fp16
 with DeepSpeed's dynamic loss scaler (its first steps overflow and are skipped). The monitor is
-the README's (made before `deepspeed.initialize`, then `mon.watch(model=engine)`), one `mon.step()` per
-`engine.step()`, the loss and `engine.get_global_grad_norm()` passed by hand.
+made as a user's job makes it (before `deepspeed.initialize`, then `mon.watch(model=engine)`), one
+`mon.step()` per `engine.step()`, the loss and `engine.get_global_grad_norm()` passed by hand.
 
-OUT_DIR/<MODE>-<rank>.json: what `tests.torch.framework_job.window` measured (the profiler's `c10d::*`
-ops and `gloo:*` events against the hook's calls, bytes and seconds per op over the same steps), the
-training thread's time in the collective calls DeepSpeed made (`exposed`, timed around each call of
-`deepspeed.comm`'s torch backend), the engine's own step count and skipped steps, the report's loss scale.
-JOB_RAISE=1 makes the rank raise after the job is done, as a crash would (its goodbye must say `error`).
+OUT_DIR/<MODE>-<rank>.json: what `tests.torch.framework_job.window` measured over STEPS steps after a
+warm-up step (the profiler's `c10d::*` ops and `gloo:*` events against the hook's calls, bytes and
+seconds per op; comm_wait, steps, loss, grad norm), the training thread's time in DeepSpeed's collective
+calls and their waits (`exposed`, see `time_calls`), the engine's step count over the window, what the
+engine said after each step, the warm-up's first (`engine`: loss, grad norm, skipped steps, loss scale),
+and the report's loss scaler, loss scale and skipped steps.
+JOB_RAISE=1 makes the rank raise once the job is done, as a crash would (its goodbye must say `error`).
+
+fp16 on CPU: DeepSpeed's CPU accelerator says fp16 is unsupported unless mkldnn has fp16 kernels (not
+on most x86 CPUs) and the engine refuses the config; this job alone says it is supported (torch runs
+fp16 on the CPU, slowly), so that the engine's real loss scaler runs. On CPU, DeepSpeed's comm backend
+also JIT-compiles its shared-memory op (`deepspeed_shm_comm`, a C++ build of ~40 s needing g++) at
+`init_distributed`; only `inference_all_reduce` (inference's tensor parallelism) uses it, not training,
+so this job skips the build, as a GPU accelerator has no such op.
 """
 
 from __future__ import annotations
@@ -49,7 +58,8 @@ def config(mode: str) -> dict[str, Any]:
             "zero_allow_untested_optimizer": True, "fp16": fp16,
             "zero_optimization": {"stage": stage, "overlap_comm": "-overlap" in mode,
                                   "reduce_bucket_size": 40_000, "allgather_bucket_size": 40_000,
-                                  "stage3_prefetch_bucket_size": 40_000, "stage3_param_persistence_threshold": 0}}
+                                  "stage3_prefetch_bucket_size": 40_000,
+                                  "stage3_param_persistence_threshold": 0}}  # ZeRO-3: no parameter stays whole
 
 
 class TimedWork:
@@ -93,8 +103,9 @@ def time_calls(exposed: list[float]) -> None:
 
 
 def main(mode: str, steps: int, out: Path) -> None:
-    # DeepSpeed refuses fp16 on a CPU without mkldnn fp16 (most x86 CPUs); torch runs it, slowly
-    CPU_Accelerator.is_fp16_supported = lambda self: True
+    CPU_Accelerator.is_fp16_supported = lambda self: True  # see above
+    # see above; `deepspeed.comm.torch` names the torch package there, hence the module by its class
+    sys.modules[TorchBackend.__module__].build_shm_op = lambda: None
     mon = TrainingMonitor(job_id=f"deepspeed-{mode}")  # TRAINMON_* from the environment, as a user's job
     deepspeed.init_distributed(dist_backend="gloo")
     exposed = [0.0]
