@@ -87,7 +87,7 @@ def test_collective_time_covers_gloos_and_comm_wait_is_the_exposed_wait(run: Run
         backend = sum(seconds for _, _, seconds in seen["gloo"].values())
         assert hook >= 0.9 * backend, seen
         assert seen["comm_wait"] > 0, seen
-        assert 0.8 <= seen["comm_wait"] / seen["exposed"] <= 1.02, seen
+        assert 0.75 <= seen["comm_wait"] / seen["exposed"] <= 1.02, seen
 
 
 def test_loss_grad_norm_and_the_engines_loss_scale(run: Run) -> None:
