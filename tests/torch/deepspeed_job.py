@@ -105,7 +105,8 @@ def time_calls(exposed: list[float]) -> None:
 def main(mode: str, steps: int, out: Path) -> None:
     CPU_Accelerator.is_fp16_supported = lambda self: True  # see above
     # see above; `deepspeed.comm.torch` names the torch package there, hence the module by its class
-    sys.modules[TorchBackend.__module__].build_shm_op = lambda: None
+    comm_backend: Any = sys.modules[TorchBackend.__module__]
+    comm_backend.build_shm_op = lambda: None
     mon = TrainingMonitor(job_id=f"deepspeed-{mode}")  # TRAINMON_* from the environment, as a user's job
     deepspeed.init_distributed(dist_backend="gloo")
     exposed = [0.0]
