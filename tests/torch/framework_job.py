@@ -70,8 +70,9 @@ def window(mon: TrainingMonitor, train: Callable[[], dict[str, Any]]) -> dict[st
         if e.name.startswith("gloo:"):
             totals = gloo.setdefault(e.name, [0, 0, 0.0])
             totals[0] += 1
-            totals[1] += sum(_numel(shape) * DTYPE_BYTES[dtype]
-                             for shape, dtype in zip(e.input_shapes, e.input_dtypes, strict=False) if shape)
+            totals[1] += sum(_numel(shape) * DTYPE_BYTES[dtype]  # a 0-dim tensor's shape is [] too
+                             for shape, dtype in zip(e.input_shapes, e.input_dtypes, strict=False)
+                             if dtype in DTYPE_BYTES)
             totals[2] += e.cpu_time_total / 1e6
     first, last = hook_totals(before), hook_totals(after)
     return {

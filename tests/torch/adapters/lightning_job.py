@@ -1,9 +1,10 @@
 """One rank of a 2-process Lightning DDP run with gradient accumulation (tests/torch/adapters/test_lightning.py).
 
 `python -m tests.torch.adapters.lightning_job ACCUMULATE STEPS OUT`, launched like torchrun (RANK,
-LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT). Writes OUT/rank-N.json: the monitor's last report, what
-the LightningModule itself saw (raw micro-batch losses, the grad norm before each optimizer step) and
-the all_reduce calls torch.profiler counted.
+LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT). Writes OUT/rank-N.json: what `tests.torch.framework_job.window`
+measured over `fit` (the profiler's `c10d::*` ops and `gloo:*` events against the hook's calls, bytes and
+seconds per op; comm_wait, steps, loss, grad norm), the samples counted, and what the LightningModule itself
+saw (raw micro-batch losses, the grad norm before each optimizer step).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
 
+from tests.torch.framework_job import window
 from trainmon.torch import TrainingMonitor
 from trainmon.torch.adapters.lightning import TrainmonCallback
 
@@ -53,17 +56,16 @@ def main(accumulate: int, steps: int, out: Path) -> None:
     trainer = pl.Trainer(max_steps=steps, accumulate_grad_batches=accumulate, accelerator="cpu", devices=2,
                          strategy="ddp", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, default_root_dir=str(out), callbacks=[TrainmonCallback(mon)])
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+
+    def train() -> dict[str, Any]:
         trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=BATCH))
-    report = mon.report()
-    # the ground truth: every all_reduce torch dispatched, from Python or from DDP's C++ reducer
-    profiled = sum(1 for event in profile.events() if event.name == "c10d::allreduce_")
+        return {"losses": module.losses, "norms": module.norms, "global_step": trainer.global_step}
+
+    # the ground truth: every collective torch dispatched, from Python or from DDP's C++ reducer
+    result = window(mon, train)
+    result["samples"] = mon.report().samples
     mon.close()
-    calls = {c.op: c.calls for c in report.collectives}
-    (out / f"rank-{trainer.global_rank}.json").write_text(json.dumps({
-        "steps": report.steps, "samples": report.samples, "loss": report.loss, "grad_norm": report.grad_norm,
-        "calls": calls, "profiled_all_reduce": profiled, "losses": module.losses, "norms": module.norms,
-        "global_step": trainer.global_step}))
+    (out / f"rank-{trainer.global_rank}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec
 
 STEPS = 4
 BATCH = 8
+DDP_ACCUMULATE = 3
+# DDP's own start-up traffic from C++ (the parameter broadcast, the param-shape all-gather, the bucket-order
+# broadcasts of its first rebuild): not seen (docs/frameworks.md, "Still unseen")
+DDP_FROM_CPP = {"c10d::broadcast_": 4, "c10d::allgather_": 1}
 
 
 def fit(tmp_path: Path, accumulate: int, **callback: Any) -> tuple[wire.Report, list[float], list[float]]:
@@ -71,19 +75,42 @@ def test_grad_norm_can_be_turned_off(tmp_path: Path) -> None:
     assert report.grad_norm is None
 
 
-def test_two_ddp_ranks_under_accumulation_report_each_ranks_exact_numbers(tmp_path: Path) -> None:
-    """`strategy="ddp"` over 2 gloo processes, 3 micro-batches per step: DDP syncs gradients once per step."""
+@pytest.fixture(scope="module")
+def ddp_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """`strategy="ddp"` over 2 gloo processes, 3 micro-batches per step, under `torch.profiler`: what each rank saw."""
     require_module("pytorch_lightning")
-    accumulate = 3
-    run_job(str(accumulate), STEPS, tmp_path, ranks=2, module="tests.torch.adapters.lightning_job",
-            env={"TRAINMON_INGEST_SOCKET": str(tmp_path / "absent.sock")})
-    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    out = tmp_path_factory.mktemp("lightning-ddp")
+    run_job(str(DDP_ACCUMULATE), STEPS, out, ranks=2, module="tests.torch.adapters.lightning_job",
+            env={"TRAINMON_INGEST_SOCKET": str(out / "absent.sock")})
+    return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
 
-    for seen in ranks:
-        assert (STEPS, STEPS * accumulate * BATCH) == (seen["steps"], seen["samples"])
+
+@pytest.mark.slow  # the 2-rank run takes 20-50 s on the shared 2-core VM
+def test_two_ddp_ranks_under_accumulation_report_each_ranks_exact_numbers(ddp_ranks: list[dict[str, Any]]) -> None:
+    """DDP syncs gradients once per optimizer step; every all-reduce (the gradient's and Lightning's own) counted."""
+    for seen in ddp_ranks:
+        assert (STEPS, STEPS * DDP_ACCUMULATE * BATCH) == (seen["steps"], seen["samples"])
         assert STEPS == seen["global_step"] == len(seen["norms"])
-        assert seen["loss"] == pytest.approx(sum(seen["losses"][-accumulate:]) / accumulate, rel=1e-6)
+        assert seen["loss"] == pytest.approx(sum(seen["losses"][-DDP_ACCUMULATE:]) / DDP_ACCUMULATE, rel=1e-6)
         assert seen["grad_norm"] == pytest.approx(seen["norms"][-1], rel=1e-6)
-        assert seen["profiled_all_reduce"] == seen["calls"]["all_reduce"]
-    assert ranks[0]["grad_norm"] == pytest.approx(ranks[1]["grad_norm"], rel=1e-6)  # all-reduced gradients
-    assert ranks[0]["loss"] != pytest.approx(ranks[1]["loss"], rel=1e-6)  # each rank's own batches
+        assert seen["c10d"]["c10d::allreduce_"] == seen["hook"]["all_reduce"][0] >= STEPS, seen
+    assert ddp_ranks[0]["grad_norm"] == pytest.approx(ddp_ranks[1]["grad_norm"], rel=1e-6)  # all-reduced gradients
+    assert ddp_ranks[0]["loss"] != pytest.approx(ddp_ranks[1]["loss"], rel=1e-6)  # each rank's own batches
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_collectives_bytes_and_time_match_the_profiler(ddp_ranks: list[dict[str, Any]]) -> None:
+    """The all-reduces' bytes are gloo's, their time (a gradient bucket's from launch to completion, through
+    the comm hook the callback registers) of the order of gloo's own (measured 0.9-2.4x: not the 1% of a
+    call that only launches), and it shows in comm_wait; every other collective is counted but DDP's own
+    from C++."""
+    ops = {"c10d::allreduce_": "all_reduce", "c10d::broadcast_": "broadcast", "c10d::barrier": "barrier",
+           "c10d::allgather_": "all_gather"}
+    for seen in ddp_ranks:
+        _, nbytes, seconds = seen["hook"]["all_reduce"]
+        assert nbytes == seen["gloo"]["gloo:all_reduce"][1], seen
+        assert seconds >= 0.5 * seen["gloo"]["gloo:all_reduce"][2] > 0, seen
+        assert 0 < seen["comm_wait"], seen
+        for name, count in seen["c10d"].items():
+            assert count - DDP_FROM_CPP.get(name, 0) == seen["hook"].get(ops[name], [0])[0], (name, seen)
+        assert (0, "lightning") == (seen["inflight"], seen["framework"]), seen
