@@ -23,7 +23,11 @@ the collective into `RankState.open` (in flight from here), with the group as to
   `wait()`); the collective completes when the end event has passed, polled, never synchronised;
 * inside torch's `_coalescing_manager` (wrapped too) a call only queues its op: the wrapper notes
   its op and payload, and the manager's launch at its exit is one collective with all their bytes
-  (`_coalescing`), completed as a blocking call or through the real `Work` left in `cm.works`.
+  (`_coalescing`), completed as a blocking call or through the real `Work` left in `cm.works`. On the
+  CPU it is issued again from the `ProcessGroup` method that launches it, and ends when its work's
+  future completes, stamped on the thread that completes it (`WorkEnd`): Megatron's buckets are few
+  and large, so the callback's 40-50 µs are worth the training thread's wake-up (and, overlapped, the
+  wait for `cm.wait()`) no longer counted as communication.
 
 Every `DistributedDataParallel` built while the recorder is installed gets the comm hook (`_patch_ddp`).
 
