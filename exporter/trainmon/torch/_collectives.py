@@ -276,6 +276,8 @@ class WorkEnd:
 
 # (work or future, its entry, CUDA start event or a coalesced CPU work's end)
 Pending = tuple[Any, OpenCollective, "torch.cuda.Event | WorkEnd | None"]
+
+
 @dataclass(frozen=True, slots=True)
 class CoalescedLaunch:
     """A coalescing manager's launch: its collective, how its end is seen, and when its exit began (a
@@ -617,8 +619,9 @@ class CollectiveRecorder:
         complete = self.state.complete
         try:
             if event is None or isinstance(event, WorkEnd):
-                complete(collective, now - collective[ISSUED_AT] if event is None else event.seconds(
-                    collective[ISSUED_AT], now), now - blocked_since if blocked_since is not None else 0.0)
+                issued = collective[ISSUED_AT]
+                seconds = now - issued if event is None else event.seconds(issued, now)
+                complete(collective, seconds, now - blocked_since if blocked_since is not None else 0.0)
             elif waited and self.spans is not None:  # the current stream waits for the collective from here
                 self.spans.close(event, lambda s: complete(collective, s or 0.0, 0.0))
             else:
