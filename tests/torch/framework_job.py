@@ -9,9 +9,13 @@ megatron-core's own `DistributedDataParallel` and `finalize_model_grads`, its st
 `trainmon.torch.adapters.megatron.monitored_train_step`.
 
 OUT_DIR/<MODE>-<rank>.json: what the profiler saw over the training window (`c10d::*` ops by name,
-`gloo:*` events by name with their input bytes and seconds) and what the hook reported over the same
-window (per op calls, bytes, seconds; comm_wait; steps; in flight), and for Megatron the time the
-training thread spent in Megatron's grad-sync waits (`time_waits`).
+`gloo:*` events by name with their input bytes and seconds, and per `c10d::*` op the `backend_spans`)
+and what the hook reported over the same window (per op calls, bytes, seconds; comm_wait; steps; in
+flight), and for Megatron the time the training thread spent in Megatron's grad-sync waits (`time_waits`).
+
+The Megatron model is wide enough (`MEGATRON_WIDTH`: 17 MB of gradients, each bucket's collective tens
+of milliseconds) that a thread hand-off of a few hundred microseconds on a busy 2-core machine is a few
+percent of a collective's time, not a third of it.
 
 Megatron on CPU: megatron-core 0.16.1 allocates its grad buffer on `torch.cuda.current_device()`
 (`param_and_grad_buffer.py`), which asserts without CUDA; this job alone points it at the CPU. Its
@@ -40,6 +44,11 @@ from trainmon.torch import TrainingMonitor
 from trainmon.wire import Report
 
 FEATURES = 64
+MEGATRON_WIDTH = 2048
+# The gloo event each coalesced op runs as (gloo reduce-scatters with an all-reduce).
+GLOO_EVENT_OF = {"c10d::allreduce_coalesced_": "gloo:all_reduce",
+                 "c10d::reduce_scatter_tensor_coalesced_": "gloo:all_reduce",
+                 "c10d::allgather_into_tensor_coalesced_": "gloo:all_gather"}
 
 
 def monitor(mode: str, out: Path) -> TrainingMonitor:
@@ -78,6 +87,7 @@ def window(mon: TrainingMonitor, train: Callable[[], dict[str, Any]]) -> dict[st
     return {
         **extra,
         "c10d": dict(Counter(e.name for e in prof.events() if e.name.startswith("c10d::"))),
+        "spans": backend_spans(prof.events()),
         "gloo": gloo,
         "hook": {op: [v - w for v, w in zip(totals, first.get(op, [0, 0, 0.0]), strict=True)]
                  for op, totals in last.items()},
@@ -88,6 +98,21 @@ def window(mon: TrainingMonitor, train: Callable[[], dict[str, Any]]) -> dict[st
         "loss": after.loss,
         "grad_norm": after.grad_norm,
     }
+
+
+def backend_spans(events: Any) -> dict[str, float]:
+    """Per coalesced `c10d::*` op, the seconds from each call's start on the calling thread to the end of
+    the gloo event it ran as (the first one of its name starting after it): gloo's reduce-scatter clones
+    its input there before its all-reduce event starts."""
+    spans: dict[str, float] = {}
+    for c10d, gloo in GLOO_EVENT_OF.items():
+        runs = sorted((e.time_range for e in events if e.name == gloo), key=lambda r: r.start)
+        for call in sorted((e.time_range for e in events if e.name == c10d), key=lambda r: r.start):
+            run = next((r for r in runs if r.start >= call.start), None)
+            if run is not None:
+                runs.remove(run)
+                spans[c10d] = spans.get(c10d, 0.0) + (run.end - call.start) / 1e6
+    return spans
 
 
 def hf(steps: int, out: Path) -> dict[str, Any]:
@@ -161,8 +186,9 @@ def megatron(mode: str, steps: int, out: Path) -> dict[str, Any]:
     ddp_config = DistributedDataParallelConfig(overlap_grad_reduce="-overlap" in mode,
                                                use_distributed_optimizer="-distopt" in mode, bucket_size=40_000)
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                              torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    width = MEGATRON_WIDTH
+    net = torch.nn.Sequential(torch.nn.Linear(FEATURES, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                              torch.nn.ReLU(), torch.nn.Linear(width, 1))
     model = DistributedDataParallel(config, ddp_config, net)
     x, y = torch.randn(8, FEATURES), torch.randn(8, 1)
 

@@ -197,6 +197,31 @@ def test_a_healthy_job_with_overlapped_grad_sync_never_reads_as_hung(gloo: None,
     assert [(2 * steps, 2 * steps)] == [(g.issued, g.completed) for g in final.group_seqs]
 
 
+def test_an_overlapped_bucket_ends_when_its_work_completes_not_when_it_is_waited(gloo: None) -> None:
+    """Megatron's overlapped bucket, done while backward still runs, waited on later (`cm.wait()`): its time
+    ends where gloo's worker completed it (before: at `cm.wait()`, backward's time included), and the
+    blocked part is the wait. Torch's `ProcessGroup` methods come back when the monitor closes."""
+    torch_launch = dist.ProcessGroup.allreduce_coalesced
+    backward = 0.2
+    mon = TrainingMonitor(job_id="unit", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    start = time.perf_counter()
+    with _coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(torch.ones(1024), async_op=True)
+    cm.works[-1].get_future().wait()  # done, and unseen by the hook: its future, not its `Work`
+    time.sleep(backward)
+    waited = time.perf_counter()
+    cm.wait()
+    end = time.perf_counter()
+    report = mon.report()
+    mon.close()
+
+    (collective,) = report.collectives
+    assert ("all_reduce", 1, 4096) == (collective.op, collective.calls, collective.bytes)
+    assert 0 < collective.seconds <= end - start - backward / 2, collective
+    assert 0 < report.comm_wait <= end - waited
+    assert torch_launch is dist.ProcessGroup.allreduce_coalesced
+
+
 def hang_alerts_on(tmp_path: Path, issued: list[int], oldest: list[int | None], interval: int) -> str:
     """promtool's verdict on "no `TrainmonCollectiveHang` at the end" for a 2-rank job whose ranks both
     report these values, one sample each `interval` seconds."""

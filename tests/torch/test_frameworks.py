@@ -21,6 +21,9 @@ STEPS = 6
 MEGATRON = ("megatron", "megatron-overlap", "megatron-distopt", "megatron-overlap-distopt")
 # The hook's op, and the gloo event the backend runs it as (gloo reduce-scatters with an all-reduce).
 GRAD_OPS = {"all_reduce": "gloo:all_reduce", "reduce_scatter": "gloo:all_reduce", "all_gather": "gloo:all_gather"}
+# The c10d op each hook op is launched as: the profiler's span of each call, from the op's start on the
+# calling thread to the end of its gloo event (`framework_job.backend_spans`), is what the hook can see.
+C10D_OPS = {"all_reduce": "c10d::allreduce_coalesced_", "all_gather": "c10d::allgather_into_tensor_coalesced_"}
 Result = dict[str, Any]
 Run = tuple[str, tuple[Result, Result]]  # the mode and what each rank saw
 
@@ -63,16 +66,26 @@ def test_megatron_grad_sync_wait_is_the_exposed_wait(megatron: Run) -> None:
         assert 0.9 <= seen["comm_wait"] / seen["exposed"] <= 1.02, seen
 
 
-def test_megatron_grad_sync_time_covers_the_backends(megatron: Run) -> None:
-    """The hook times each bucket from its launch to its completion: never less than gloo's own time for it
-    (before, 1%), and without overlap, where the launch and the wait are one call, the time of that call."""
+def test_megatron_grad_sync_time_is_the_backends_time(megatron: Run) -> None:
+    """Each bucket is timed from its launch to its work's completion as gloo's worker stamps it, not when
+    the training thread wakes up or next looks (before: overlapped buckets 47% over gloo's events, the
+    distributed optimizer's all-gathers 17-19% over). Per op, summed over the window: never under gloo's
+    events; all-reduce and all-gather within 10% of each call's span from launch to gloo's end, and without
+    overlap within 10% of gloo's events. Not bounded above: overlapped buckets against gloo's events (a
+    bucket launched in backward waits for a gloo thread to get a core: 2-12% here), and reduce-scatter, whose
+    gloo work is a `LambdaWork` without a future: it copies its whole input on the calling thread before its
+    all-reduce event and its share out in `wait()`, after the training thread wakes (30-110% over here)."""
     mode, ranks = megatron
     for seen in ranks:
-        hook = sum(seconds for _, _, seconds in seen["hook"].values())
-        backend = sum(seconds for _, _, seconds in seen["gloo"].values())
-        assert hook >= 0.9 * backend, seen
+        for op, (_, _, seconds) in seen["hook"].items():
+            gloo = seen["gloo"][GRAD_OPS[op]][2]
+            assert 0.9 * gloo <= seconds, (op, seen)
+            if op in C10D_OPS:
+                assert 0.9 <= seconds / seen["spans"][C10D_OPS[op]] <= 1.1, (op, seen)
+                if "overlap" not in mode:
+                    assert seconds <= 1.1 * gloo, (op, seen)
         if "overlap" not in mode:
-            assert 0.9 <= hook / seen["exposed"] <= 1.02, seen
+            assert sum(seconds for _, _, seconds in seen["hook"].values()) <= 1.02 * seen["exposed"], seen
 
 
 @pytest.mark.parametrize("mode", ["hf", "accelerate"])

@@ -23,7 +23,11 @@ the collective into `RankState.open` (in flight from here), with the group as to
   `wait()`); the collective completes when the end event has passed, polled, never synchronised;
 * inside torch's `_coalescing_manager` (wrapped too) a call only queues its op: the wrapper notes
   its op and payload, and the manager's launch at its exit is one collective with all their bytes
-  (`_coalescing`), completed as a blocking call or through the real `Work` left in `cm.works`.
+  (`_coalescing`), completed as a blocking call or through the real `Work` left in `cm.works`. On the
+  CPU it is issued again from the `ProcessGroup` method that launches it, and ends when its work's
+  future completes, stamped on the thread that completes it (`WorkEnd`): Megatron's buckets are few
+  and large, so the callback's 40-50 µs are worth the training thread's wake-up (and, overlapped, the
+  wait for `cm.wait()`) no longer counted as communication.
 
 Every `DistributedDataParallel` built while the recorder is installed gets the comm hook (`_patch_ddp`).
 
@@ -252,8 +256,42 @@ def group_label(pg: Any) -> str:
     return f"{desc if desc and desc != 'undefined' else 'group'}:{name}"
 
 
-# (work or future, its entry, CUDA start event)
-Pending = tuple[Any, OpenCollective, "torch.cuda.Event | None"]
+class WorkEnd:
+    """When a coalesced CPU work completed, stamped by its future's callback on the thread that completes
+    it (gloo's worker, just before it wakes the waiting thread): the training thread sees it complete
+    later, by its own wake-up (milliseconds on busy cores) and, overlapped, by when it next looks."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def __call__(self, _future: object) -> None:
+        self.at = perf_counter()
+
+    def seconds(self, issued_at: float, now: float) -> float:
+        """Issue to completion: to this stamp, or to `now` where there is none (a future-less backend)."""
+        return (now if self.at is None else min(self.at, now)) - issued_at
+
+
+# (work or future, its entry, CUDA start event or a coalesced CPU work's end)
+Pending = tuple[Any, OpenCollective, "torch.cuda.Event | WorkEnd | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class CoalescedLaunch:
+    """A coalescing manager's launch: its collective, how its end is seen, and when its exit began (a
+    blocking exit waits too: from there on the training thread is blocked)."""
+
+    entry: OpenCollective
+    end: torch.cuda.Event | WorkEnd | None  # CUDA: the start event of its pair; CPU: its work's end
+    async_ops: bool
+    exit_at: float
+
+
+# The `ProcessGroup` methods torch's `_coalescing_manager` launches a coalesced operation with.
+COALESCED_LAUNCHES = ("allreduce_coalesced", "all_gather_single_coalesced", "reduce_scatter_single_coalesced",
+                      "_end_coalescing")
 
 
 class HookSlot:
@@ -276,7 +314,8 @@ class CollectiveRecorder:
         self._groups: dict[int, tuple[GroupSeqs | None, Any]] = {}  # id(group) -> (its numbers, group kept alive)
         self._pending: dict[int, Pending] = {}  # async works not yet seen complete, by id; popping one claims it
         self._patches: list[tuple[dict[str, Any], str, Any, Any]] = []
-        self._work_methods: list[tuple[str, Any]] = []
+        self._class_patches: list[tuple[type, str, Any]] = []  # (class, method name, torch's method)
+        self._launching: tuple[OpenCollective, WorkEnd] | None = None  # while a coalescing manager launches
         self._waits: tuple[Any, Any] = (None, None)  # Work.wait: (torch's, ours)
         self._ddp_init: Callable[..., None] | None = None  # torch's DistributedDataParallel.__init__ while ours is set
         state.resolve = self._resolve
@@ -287,6 +326,7 @@ class CollectiveRecorder:
         """Wrap the collectives wherever the original functions are bound; return how many names."""
         self._patch_work()  # before the wrappers, which need our `Work.wait`
         self._patch_ddp()
+        self._patch_coalesced_launches()
         wrappers = {id(fn): (fn, self._wrap(fn, signature)) for fn, signature in collective_functions().values()}
         destroy = getattr(dist.destroy_process_group, "__trainmon_original__", dist.destroy_process_group)
         wrappers[id(destroy)] = (destroy, self._settle_before(destroy))
@@ -314,9 +354,9 @@ class CollectiveRecorder:
             if namespace.get(key) is wrapper:
                 namespace[key] = original
         self._patches.clear()
-        for name, original in self._work_methods:
-            setattr(dist.Work, name, original)
-        self._work_methods.clear()
+        for cls, name, original in reversed(self._class_patches):
+            setattr(cls, name, original)
+        self._class_patches.clear()
         ddp = torch.nn.parallel.DistributedDataParallel
         if self._ddp_init is not None and getattr(ddp.__init__, "__trainmon_original__", None) is self._ddp_init:
             ddp.__init__ = self._ddp_init  # type: ignore[method-assign,assignment]
@@ -341,6 +381,35 @@ class CollectiveRecorder:
         __init__.__trainmon_original__ = original  # type: ignore[attr-defined]  # a marker on a function object
         ddp.__init__ = __init__  # type: ignore[method-assign,assignment]
         self._ddp_init = original
+
+    def _patch_coalesced_launches(self) -> None:
+        """The `ProcessGroup` methods a coalescing manager launches with (`_launched_from_here`)."""
+        for name in COALESCED_LAUNCHES:
+            method = getattr(dist.ProcessGroup, name, None)
+            if method is not None:
+                original = getattr(method, "__trainmon_original__", method)
+                setattr(dist.ProcessGroup, name, self._launched_from_here(original))
+                self._class_patches.append((dist.ProcessGroup, name, original))
+
+    def _launched_from_here(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """While our coalescing manager launches (`_launching`), its collective is issued again from here,
+        next to the work, and the work's future stamps its end (`WorkEnd`); otherwise a pass-through."""
+
+        @functools.wraps(method)
+        def launch(pg: Any, *args: Any, **kwargs: Any) -> Any:
+            launching = self._launching
+            if launching is None:
+                return method(pg, *args, **kwargs)
+            self._launching = None
+            entry, end = launching
+            entry[ISSUED_AT] = perf_counter()
+            work = method(pg, *args, **kwargs)
+            with contextlib.suppress(Exception):  # a backend without futures: the end is when it is seen
+                work.get_future().add_done_callback(end)
+            return work
+
+        launch.__trainmon_original__ = method  # type: ignore[attr-defined]  # a marker on a function object
+        return launch
 
     def _patch_work(self) -> None:
         """`Work.wait`/`is_completed` complete our pending works; other works pass straight through.
@@ -378,7 +447,7 @@ class CollectiveRecorder:
                     finish(entry, perf_counter(), None, waited=False)
             return bool(done)
 
-        self._work_methods = [("wait", original_wait), ("is_completed", original_completed)]
+        self._class_patches += [(dist.Work, "wait", original_wait), (dist.Work, "is_completed", original_completed)]
         self._waits = (original_wait, wait)
         dist.Work.is_completed = is_completed  # type: ignore[method-assign,assignment]  # on the class: Work has no __dict__
 
@@ -490,22 +559,27 @@ class CollectiveRecorder:
                     yield cm
                 return
             calls: list[tuple[str, object]] = []
-            with manager(*args, **kwargs) as cm:
-                self.suppressed, self.coalesced = True, calls
-                try:
-                    yield cm
-                finally:
-                    self.suppressed, self.coalesced = False, None
-                launched = self._launch_coalesced(parameters.bind(*args, **kwargs).arguments, calls)
+            launched = None
+            try:
+                with manager(*args, **kwargs) as cm:
+                    self.suppressed, self.coalesced = True, calls
+                    try:
+                        yield cm
+                    finally:
+                        self.suppressed, self.coalesced = False, None
+                    launched = self._launch_coalesced(parameters.bind(*args, **kwargs).arguments, calls)
+            finally:
+                self._launching = None
             if launched is not None:  # the manager has launched (and, blocking, waited)
-                self._coalesced_launched(cm, *launched)
+                self._coalesced_launched(cm, launched)
 
         trainmon_coalescing_manager.__trainmon_original__ = manager  # type: ignore[attr-defined]
         return trainmon_coalescing_manager
 
     def _launch_coalesced(self, arguments: dict[str, Any], calls: list[tuple[str, object]],
-                          ) -> tuple[OpenCollective, torch.cuda.Event | None, bool] | None:
-        """Issue the coalesced collective of `calls` (None when there are none) as the manager launches it."""
+                          ) -> CoalescedLaunch | None:
+        """Issue the coalesced collective of `calls` (None when there are none) as the manager launches it;
+        on the CPU, the `ProcessGroup` method it launches with issues it again (`_patch_coalesced_launches`)."""
         if not calls:
             return None
         try:
@@ -516,32 +590,38 @@ class CollectiveRecorder:
                 counts[1] += _nbytes(payload)
             parts: CoalescedCalls = tuple((op, n, nbytes) for op, (n, nbytes) in by_op.items())
             cuda = self.spans is not None and any(_is_cuda(payload) for _, payload in calls)
-            event = self.spans.mark() if cuda and self.spans is not None else None
-            entry = self.state.issue(arguments.get("group"), calls[0][0], perf_counter(), sum(n for _, _, n in parts))
+            end = self.spans.mark() if cuda and self.spans is not None else WorkEnd()
+            exit_at = perf_counter()
+            entry = self.state.issue(arguments.get("group"), calls[0][0], exit_at, sum(n for _, _, n in parts))
             entry.append(parts)
-            return entry, event, bool(arguments.get("async_ops", False))
+            if isinstance(end, WorkEnd):
+                self._launching = (entry, end)
+            return CoalescedLaunch(entry, end, bool(arguments.get("async_ops", False)), exit_at)
         except Exception:
             self.errors += 1
             return None
 
-    def _coalesced_launched(self, cm: Any, entry: OpenCollective, event: torch.cuda.Event | None,
-                            async_ops: bool) -> None:
+    def _coalesced_launched(self, cm: Any, launch: CoalescedLaunch) -> None:
         works = getattr(cm, "works", None)
-        if async_ops and works:
-            self._pending[id(works[-1])] = (works[-1], entry, event)
+        if launch.async_ops and works:
+            self._pending[id(works[-1])] = (works[-1], launch.entry, launch.end)
             if dist.Work.wait is not self._waits[1]:
                 self._intercept_waits(True)
-        else:  # blocking (the exit waited) or nothing to wait for
-            self._finished(None, entry, event)
+        elif isinstance(launch.end, WorkEnd):  # CPU, blocking: the exit launched and waited
+            now = perf_counter()
+            self.state.complete(launch.entry, launch.end.seconds(launch.entry[ISSUED_AT], now), now - launch.exit_at)
+        else:  # CUDA, or nothing to wait for
+            self._finished(None, launch.entry, launch.end)
 
     def _finish(self, entry: Pending, now: float, blocked_since: float | None, waited: bool) -> None:
         """Complete a claimed async collective: CPU timed at once, CUDA through its event pair after `wait()`."""
         _, collective, event = entry
         complete = self.state.complete
         try:
-            if event is None:
-                complete(collective, now - collective[ISSUED_AT],
-                         now - blocked_since if blocked_since is not None else 0.0)
+            if event is None or isinstance(event, WorkEnd):
+                issued = collective[ISSUED_AT]
+                seconds = now - issued if event is None else event.seconds(issued, now)
+                complete(collective, seconds, now - blocked_since if blocked_since is not None else 0.0)
             elif waited and self.spans is not None:  # the current stream waits for the collective from here
                 self.spans.close(event, lambda s: complete(collective, s or 0.0, 0.0))
             else:
