@@ -7,22 +7,30 @@ median that is not positive judges nothing (a negative loss has no "twice as lar
 value enters its window, spikes included: a lasting new level becomes the reference after half a
 window (median) and stops counting, which a divergence rule over the loss itself catches instead.
 
-Both statistics are exact, not estimates. The mean is a running sum over a fixed ring, recomputed
-from the ring once per wrap so that float drift never builds up. The median keeps the window's
-values in a sorted list: each step one `bisect` finds the value leaving and one the value entering
-(O(log n) comparisons) and the list moves at most `window` pointers in C, never a sort. Judging and
-recording one value costs about 0.6 µs of Python (`tests/bench/bench_hook`: a step that passes a loss
-and a grad norm went from 2.7 to 3.9 µs of hook time).
+The training thread only appends the value to a pending list (`SpikeCounter.observe`, about 60 ns);
+the values are judged a window's worth at a time, or whenever anything is read (the reporter thread
+reads before every report, so a report counts every step before it). Both statistics stay exact, and
+most batches need no statistic at all: the mean and the median of windows of positive values are at
+least the smallest of them, so when the batch's largest value is at most `factor` x the smallest
+value of the batch and the window before it, no value in the batch can be a spike, and the batch costs
+a `sum`, a `min` and a `max` in C (about 40 ns a value). A batch that bound cannot clear (a spike, the
+fast fall of a warm-up, a value at or below zero) is judged value by value: a running sum for the
+mean, a sorted copy of the window kept with `bisect` for the median (about 0.3 µs a value).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import threading
 from dataclasses import dataclass
 
 DEFAULT_WINDOW = 100
 DEFAULT_MIN_HISTORY = 20
+MIN_BATCH = 64  # values judged together at least (a tiny window would otherwise judge every few steps)
+# A batch is cleared by its bound only this far below the threshold: the rounding of `factor x bound`
+# (or of a running sum) must never clear a value that the exact rule would count.
+BOUND_MARGIN = 1.0 - 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,56 +52,139 @@ class SpikeRules:
 
 
 class SpikeCounter:
-    """One value's spikes over a fixed ring of its last `window` finite values: `observe` judges a value against
-    the ring's mean (or median), then adds it. One method and local names: it runs twice every step."""
+    """One value's last value, maximum since the last `take_peak`, non-finite count and spikes.
 
-    __slots__ = ("_factor", "_min_history", "_next", "_ring", "_size", "_sorted", "_total", "spikes")
+    `observe` is the training thread's: one append, and every `batch` values the judging of them, unless
+    another thread is judging at that moment (then the next step's `observe` does it). Every read judges
+    the pending values first, under the lock, so any thread may read.
+    """
+
+    __slots__ = ("_batch", "_factor", "_history", "_history_low", "_judging", "_last", "_median", "_min_history",
+                 "_nonfinite", "_peak", "_pending", "_spikes", "_window")
 
     def __init__(self, factor: float, rules: SpikeRules, *, median: bool) -> None:
         self._factor = factor
+        self._median = median
         self._min_history = rules.min_history
-        self._size = rules.window
-        self._ring: list[float] = []
-        self._sorted: list[float] | None = [] if median else None  # the ring's values in order (median only)
-        self._next = 0  # the ring slot the next value replaces once the ring is full
-        self._total = 0.0  # the ring's sum (mean only)
-        self.spikes = 0
-
-    def reference(self) -> float:
-        """The ring's median or mean (the ring must not be empty)."""
-        ordered, count = self._sorted, len(self._ring)
-        if ordered is None:
-            return self._total / count
-        middle = count // 2
-        return ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        self._window = rules.window
+        self._batch = max(rules.window, MIN_BATCH)
+        self._pending: list[float] = []  # observed, not judged yet; appended without the lock
+        self._judging = threading.Lock()  # held while pending values are judged; guards everything below
+        self._history: list[float] = []  # the last `window` finite values, oldest first
+        self._history_low = math.inf  # the smallest of them
+        self._last: float | None = None
+        self._peak: float | None = None
+        self._nonfinite = 0
+        self._spikes = 0
 
     def observe(self, value: float) -> None:
-        ring, ordered = self._ring, self._sorted
-        count = len(ring)
-        if count >= self._min_history:
-            if ordered is None:
-                reference = self._total / count
-            else:
-                middle = count // 2
-                reference = ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-            if reference > 0.0 and value > self._factor * reference:
-                self.spikes += 1
-        if count < self._size:
-            ring.append(value)
-            old = None
+        pending = self._pending
+        pending.append(value)
+        if len(pending) >= self._batch and self._judging.acquire(blocking=False):
+            try:
+                self._judge_pending()
+            finally:
+                self._judging.release()
+
+    @property
+    def last(self) -> float | None:
+        """The last value observed, finite or not."""
+        with self._judging:
+            self._judge_pending()
+            return self._last
+
+    @last.setter
+    def last(self, value: float) -> None:
+        """A last value from elsewhere (a Megatron-style optimizer's `step()`), not judged."""
+        with self._judging:
+            self._judge_pending()
+            self._last = value
+
+    @property
+    def peak(self) -> float | None:
+        """The largest finite value since the last `take_peak` (None: none since)."""
+        with self._judging:
+            self._judge_pending()
+            return self._peak
+
+    def take_peak(self) -> float | None:
+        """`peak`, which starts again from nothing."""
+        with self._judging:
+            self._judge_pending()
+            peak, self._peak = self._peak, None
+            return peak
+
+    @property
+    def nonfinite(self) -> int:
+        with self._judging:
+            self._judge_pending()
+            return self._nonfinite
+
+    @property
+    def spikes(self) -> int:
+        with self._judging:
+            self._judge_pending()
+            return self._spikes
+
+    def reference(self) -> float:
+        """The window's median or mean, exactly, from scratch (the window must not be empty)."""
+        with self._judging:
+            self._judge_pending()
+            window = self._history
+            if not self._median:
+                return math.fsum(window) / len(window)
+            ordered, middle = sorted(window), len(window) // 2
+            return ordered[middle] if len(window) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+    def _judge_pending(self) -> None:
+        """Judge the pending values in the order observed (the caller holds `_judging`)."""
+        pending = self._pending
+        count = len(pending)  # `observe` may append meanwhile (from another thread): those wait for the next call
+        if not count:
+            return
+        values = pending[:count]
+        del pending[:count]
+        self._last = values[-1]
+        total = sum(values)
+        if not math.isfinite(total):  # a NaN or an infinity among them (or finite values too large to add up)
+            values = [value for value in values if math.isfinite(value)]
+            self._nonfinite += count - len(values)
+            if not values:
+                return
+        low, top = min(values), max(values)
+        if self._peak is None or top > self._peak:
+            self._peak = top
+        history, window = self._history, self._window
+        bound = min(low, self._history_low)  # every window of this batch holds values no smaller than this
+        if not (bound > 0.0 and top <= self._factor * bound * BOUND_MARGIN):
+            self._judge_each(history, values)
+        if len(values) == window:
+            self._history, self._history_low = values, low
         else:
-            slot = self._next
-            old = ring[slot]
-            ring[slot] = value
-            self._next = (slot + 1) % count
-        if ordered is None:
-            if old is None:
-                self._total += value
-            elif self._next:
-                self._total += value - old
-            else:  # once per wrap, re-summed exactly: float drift never builds up
-                self._total = math.fsum(ring)
-        else:
-            if old is not None:
-                del ordered[bisect.bisect_left(ordered, old)]
-            bisect.insort(ordered, value)
+            self._history = (history + values)[-window:]
+            self._history_low = min(self._history)
+
+    def _judge_each(self, history: list[float], values: list[float]) -> None:
+        """Judge each of `values` against the window before it: the exact rule, in O(log window) a value."""
+        window, min_history, factor = self._window, self._min_history, self._factor
+        ordered = sorted(history) if self._median else None
+        total = math.fsum(history)  # the mean's running sum: re-summed exactly per batch, so no drift builds up
+        series = history + values
+        for index in range(len(history), len(series)):
+            value, count = series[index], min(index, window)
+            if count >= min_history:
+                if ordered is None:
+                    reference = total / count
+                else:
+                    middle = count // 2
+                    reference = ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+                if reference > 0.0 and value > factor * reference:
+                    self._spikes += 1
+            if index >= window:
+                leaving = series[index - window]
+                total -= leaving
+                if ordered is not None:
+                    del ordered[bisect.bisect_left(ordered, leaving)]
+            total += value
+            if ordered is not None:
+                bisect.insort(ordered, value)
