@@ -201,11 +201,17 @@ class TrainingMonitor:
             self._timer.end()
             self.state.finish_step(int(samples), int(tokens))
             self._count_flops(int(samples), int(tokens), flops_per_token, flops_per_sample, flops_per_step)
-            if loss is not None:  # a float is observed here: one call (a tensor's `isinstance` alone costs more)
-                self.state.losses.observe(loss) if type(loss) is float else self._read(loss, self.state.losses)
+            # A float is observed here, in one call: `_read`'s isinstance(torch.Tensor) alone costs more (90 ns).
+            if loss is not None:
+                if type(loss) is float:
+                    self.state.losses.observe(loss)
+                else:
+                    self._read(loss, self.state.losses)
             if grad_norm is not None:
-                self.state.grad_norms.observe(grad_norm) if type(grad_norm) is float else self._read(
-                    grad_norm, self.state.grad_norms)
+                if type(grad_norm) is float:
+                    self.state.grad_norms.observe(grad_norm)
+                else:
+                    self._read(grad_norm, self.state.grad_norms)
             if self._spans is not None:
                 self._spans.poll()
             self._copies.poll()
