@@ -1,4 +1,4 @@
-"""Loss and grad-norm spikes, per rank and O(1) per step (SPEC §5). Standard library only.
+"""Loss and grad-norm spikes, per rank, judged in batches for a few hundred ns a step (SPEC §5). Standard library only.
 
 A grad-norm spike is a value above `grad_norm_factor` x the median of the previous `window` finite
 values; a loss spike a value above `loss_factor` x their mean (llm-foundry's rule; Megatron's is
