@@ -5,7 +5,8 @@
 Prints figures; asserts nothing. One gloo process (world size 1) so that peers add no noise:
 what is measured is the Python the hook runs around each call, which is what the budget is about
 (SPEC §5: at most 20 µs per step, 3 µs per blocking collective and 5 µs per async collective +
-`wait()`, in-flight bookkeeping included). Each figure is the median over alternating rounds.
+`wait()`, in-flight bookkeeping included). Each figure is the median over alternating rounds. The last
+line is what the loss and grad-norm numerics add to a step (tests/bench/bench_numerics.py: on other series).
 """
 
 from __future__ import annotations
@@ -104,10 +105,20 @@ def main() -> None:
           f"the machine's fast and slow states")
     print(f"{'operation':<34}{'off µs':>10}{'on µs':>10}{'added µs':>10}{'quartiles':>16}{'added refs':>12}")
     for name, (off_us, on_us) in results.items():
-        paired = [b - a for a, b in zip(off_us, on_us, strict=True)]  # paired: same drift
-        added, (low, _, high) = statistics.median(paired), statistics.quantiles(paired, n=4)
+        added, low, high = paired_difference(off_us, on_us)
         print(f"{name:<34}{statistics.median(off_us):>10.2f}{statistics.median(on_us):>10.2f}{added:>10.2f}"
               f"{f'{low:.2f}..{high:.2f}':>16}{added / unit:>12.1f}")
+    added, low, high = paired_difference(results["step boundary (begin+end)"][True],
+                                         results["step with loss+grad_norm"][True])
+    print(f"numerics (hook on, a step with loss+grad_norm minus a bare step in the same round): {added * 1e3:.0f} ns "
+          f"per step, quartiles {low * 1e3:.0f}..{high * 1e3:.0f} ns")
+
+
+def paired_difference(before_us: list[float], after_us: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles of the round-by-round differences: paired, so the machine's drift cancels."""
+    paired = [b - a for a, b in zip(before_us, after_us, strict=True)]
+    low, _, high = statistics.quantiles(paired, n=4)
+    return statistics.median(paired), low, high
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import socket
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -139,16 +139,23 @@ def test_losses_phases_and_data_wait(mon: TrainingMonitor) -> None:
     assert [0, 1, 2] == batches and report.data_wait > 0
 
 
-def test_spikes_in_tensors_passed_to_step_end_are_counted_with_the_monitors_factors(
-        transport: ListTransport) -> None:
+class NumpyLikeFloat(float):
+    """A float subclass, as `numpy.float64` is: not the plain float that `step_end` observes at once."""
+
+
+@pytest.mark.parametrize("passed", [torch.tensor, float, NumpyLikeFloat])
+def test_spikes_in_values_passed_to_step_end_are_counted_with_the_monitors_factors(
+        transport: ListTransport, passed: Callable[[float], object]) -> None:
     mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"},
                           loss_spike_factor=1.5, grad_norm_spike_factor=4.0, spike_window=10)
     for loss, grad_norm in [(2.0, 0.3)] * 10 + [(3.5, 1.5), (2.0, 0.3)]:  # 3.5 > 1.5 x 2.0; 1.5 > 4 x 0.3
         mon.step_begin()
-        mon.step_end(samples=1, loss=torch.tensor(loss), grad_norm=torch.tensor(grad_norm))
+        mon.step_end(samples=1, loss=passed(loss), grad_norm=passed(grad_norm))
     report = mon.report()
     mon.close()
     assert (report.loss_spikes, report.grad_norm_spikes, report.loss_max, report.grad_norm_max) == (1, 1, 3.5, 1.5)
+    assert type(report.loss) is float and report.loss == 2.0  # the last values, as floats
+    assert report.grad_norm == pytest.approx(0.3)
 
 
 def test_spike_factors_that_cannot_work_are_refused() -> None:

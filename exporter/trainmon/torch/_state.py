@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import collections
 import itertools
-import math
 import os
 import threading
 import time
@@ -123,15 +122,10 @@ class RankState:
         self.exit_reason = "clean"
         self.loss_scale: float | None = None
         self.skipped_steps = 0
-        self.loss: float | None = None
-        self.grad_norm: float | None = None
-        self.nonfinite_losses = 0
-        # Finite values only; the maxima are since the previous report (`report` clears them).
+        # The loss and grad norm of each step (`step_end` observes them); the maxima are since the previous report.
         rules = spike_rules or SpikeRules()
-        self._loss_spikes = SpikeCounter(rules.loss_factor, rules, median=False)
-        self._grad_norm_spikes = SpikeCounter(rules.grad_norm_factor, rules, median=True)
-        self.loss_max: float | None = None
-        self.grad_norm_max: float | None = None
+        self.losses = SpikeCounter(rules.loss_factor, rules, median=False)
+        self.grad_norms = SpikeCounter(rules.grad_norm_factor, rules, median=True)
         self.cuda_alloc_retries: int | None = None
         self.cuda_ooms: int | None = None
         self.hook_errors: dict[str, int] = {}
@@ -188,29 +182,42 @@ class RankState:
         self.step_seconds_sum += seconds
 
     def set_loss(self, loss: float) -> None:
-        self.loss = loss
-        if not math.isfinite(loss):
-            self.nonfinite_losses += 1
-            return
-        if self.loss_max is None or loss > self.loss_max:
-            self.loss_max = loss
-        self._loss_spikes.observe(loss)
+        self.losses.observe(loss)
 
     def set_grad_norm(self, grad_norm: float) -> None:
-        self.grad_norm = grad_norm
-        if not math.isfinite(grad_norm):
-            return
-        if self.grad_norm_max is None or grad_norm > self.grad_norm_max:
-            self.grad_norm_max = grad_norm
-        self._grad_norm_spikes.observe(grad_norm)
+        self.grad_norms.observe(grad_norm)
+
+    @property
+    def loss(self) -> float | None:
+        return self.losses.last
+
+    @property
+    def grad_norm(self) -> float | None:
+        return self.grad_norms.last
+
+    @grad_norm.setter
+    def grad_norm(self, value: float) -> None:
+        self.grad_norms.last = value
+
+    @property
+    def nonfinite_losses(self) -> int:
+        return self.losses.nonfinite
+
+    @property
+    def loss_max(self) -> float | None:
+        return self.losses.peak
+
+    @property
+    def grad_norm_max(self) -> float | None:
+        return self.grad_norms.peak
 
     @property
     def loss_spikes(self) -> int:
-        return self._loss_spikes.spikes
+        return self.losses.spikes
 
     @property
     def grad_norm_spikes(self) -> int:
-        return self._grad_norm_spikes.spikes
+        return self.grad_norms.spikes
 
     def group_label(self, label: str, size: int) -> str:
         """`label`, or `other` once `MAX_GROUPS` distinct groups are known; records its size."""
@@ -319,7 +326,8 @@ class RankState:
             self._settle_sequences()
             # Any: each of the type `Report` declares for it, as this state holds it.
             values: dict[str, Any] = {name: _copy(getattr(self, name)) for name in STATE_FIELDS}
-            self.loss_max = self.grad_norm_max = None  # a maximum since the previous report
+            # the maxima since the previous report, read and cleared at once
+            values.update(loss_max=self.losses.take_peak(), grad_norm_max=self.grad_norms.take_peak())
         values.update((name, _copy(getattr(identity, name))) for name in IDENTITY_FIELDS)
         return Report(kind=kind, pid=os.getpid(), seq=seq, sent_at=time.time(), **values)
 
