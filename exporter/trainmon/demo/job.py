@@ -32,7 +32,7 @@ from functools import partial
 from trainmon import wire
 from trainmon.demo.tree import Traffic
 from trainmon.settings import Settings
-from trainmon.simulation.incidents import HUNG_RANK, STRAGGLER_RANK, Plan, checkpointing
+from trainmon.simulation.incidents import HUNG_RANK, STRAGGLER_RANK, Plan
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
 from trainmon.torch._state import Identity, RankState
 
@@ -140,7 +140,7 @@ class SimulatedJob:
         while not self._stop.wait(TICK_SECONDS):
             visited = visited or self._earlier_visitors()
             hung = self._plan.active("hang")
-            in_phase = checkpointing(time.monotonic() - started) and not hung
+            in_phase = self._plan.checkpointing(time.monotonic() - started) and not hung
             # no rank steps, heartbeats go on: a hung input pipeline (stall), or a rank stuck before a collective
             stalled = self._plan.active("stall") or hung
             if hung and not self._hang_issued:
