@@ -49,7 +49,7 @@ mypy_pid=$!
 # 4 workers on 2 cores: the suite mostly waits (processes starting, Prometheus evaluating). One file at a time
 # per worker (its module-scoped fixtures built once), the slow files first, longest first (tests/conftest.py);
 # --durations shows where time went. Then the `serial` tests, one at a time: they time real processes (gloo ranks,
-# fifteen demos) and miss their windows when three other workers load the two cores beside them.
+# a numerics job) and miss their windows when three other workers load the two cores beside them.
 # Exit status 5 is "no test selected", which a subset given in "$@" may leave to either run.
 pytest_ok() { "$@" || [ $? -eq 5 ]; }
 tests=0

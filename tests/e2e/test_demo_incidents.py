@@ -14,7 +14,7 @@ includes a checkpoint phase, fires nothing and has no alert pending for longer t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import pytest
@@ -59,7 +59,7 @@ def active(prom: Prometheus, demo: tuple[str, str], incident: str, state: str | 
                for a in alerts_of(prom, *demo))
 
 
-def all_active(prom: Prometheus, demos: dict[str, tuple[str, str]], incidents: Iterable[str],
+def all_active(prom: Prometheus, demos: dict[str, tuple[str, str]], incidents: Collection[str],
                state: str | None = None) -> Callable[[], bool]:
     """For `wait_until`: true once every incident's alert is active; until then it raises, naming those that
     are not, so that a wait that runs out says which."""
@@ -77,7 +77,6 @@ def all_active(prom: Prometheus, demos: dict[str, tuple[str, str]], incidents: I
 INCIDENT_WAIT = 420
 
 
-@pytest.mark.serial
 @pytest.mark.timeout(1200)
 def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
     tmp_path: Path, daemons: list[Daemon]
