@@ -15,19 +15,35 @@ from trainmon.simulation.incidents import Plan
 def test_no_demo_options_are_the_plans_defaults_and_settings_has_no_field_of_them() -> None:
     plan = plan_from({})
 
-    assert (Plan().incident, Plan().after) == (plan.incident, plan.after)
+    default = Plan()
+    assert (default.incident, default.after, default.checkpoint_every) == (plan.incident, plan.after,
+                                                                           plan.checkpoint_every)
     demo_only = {"simulated", "simulated_pids", *(o.field_name for o in DEMO_OPTIONS)}
     assert set() == demo_only & {f.name for f in dataclasses.fields(Settings)}
 
 
 def test_the_demo_options_become_the_plan() -> None:
-    plan = plan_from({"incident": "gpu-lost", "incident_after": "2.5"})
+    plan = plan_from({"incident": "gpu-lost", "incident_after": "2.5", "checkpoint_every": "24"})
 
-    assert ("gpu-lost", 2.5) == (plan.incident, plan.after)
+    assert ("gpu-lost", 2.5, 24.0) == (plan.incident, plan.after, plan.checkpoint_every)
+
+
+def test_a_shorter_checkpoint_period_compresses_the_whole_schedule() -> None:
+    """The default: first checkpoint 20 s after start, 8 s long, every 2 minutes; a fifth of the period, a fifth
+    of each."""
+    def phases(plan: Plan, seconds: list[float]) -> list[bool]:
+        return [plan.checkpointing(t) for t in seconds]
+
+    default = [19.5, 20.5, 27.5, 28.5, 139.5, 140.5, 147.5, 148.5]
+    expected = [False, True, True, False, False, True, True, False]
+
+    assert expected == phases(Plan(), default)
+    assert expected == phases(Plan(checkpoint_every=24), [t / 5 for t in default])
 
 
 @pytest.mark.parametrize(("values", "flag"), [({"incident": "fire"}, "--incident='fire'"),
-                                              ({"incident_after": "-1"}, "--incident-after='-1'")])
+                                              ({"incident_after": "-1"}, "--incident-after='-1'"),
+                                              ({"checkpoint_every": "0"}, "--checkpoint-every='0'")])
 def test_a_bad_demo_option_names_its_flag(values: dict[str, str], flag: str) -> None:
     with pytest.raises(ConfigError, match=flag):
         plan_from(values)

@@ -23,13 +23,13 @@ from trainmon.simulation.incidents import SLOW_MOUNT
 
 pytestmark = pytest.mark.slow
 
-HEALTHY_SECONDS = 60  # the window before the incident is the "before" diagnose compares with
-WINDOW = "1m"
+# The incident fills the last window, the window before it is healthy: diagnose compares the two (15 scrapes each).
+WINDOW_SECONDS = 30
 
 
 def diagnose(url: str, job_id: str) -> tuple[int, dict[str, object]]:
     done = subprocess.run([sys.executable, "-m", "trainmon", "diagnose", "--prometheus", url, "--job", job_id,
-                           "--since", WINDOW, "--json"], capture_output=True, text=True, timeout=60)
+                           "--since", f"{WINDOW_SECONDS}s", "--json"], capture_output=True, text=True, timeout=60)
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, json.loads(done.stdout)
 
@@ -43,11 +43,10 @@ def test_a_slow_lustre_mount_is_storage_with_its_mount_and_a_healthy_demo_is_not
                     "2s") as prom:
         for name in ("healthy", "slow"):  # the slow one last: its clock is the one the windows follow
             (tmp_path / name).mkdir()
-            args = ["--incident", "storage-slow", "--incident-after", str(HEALTHY_SECONDS)] if name == "slow" else []
+            args = ["--incident", "storage-slow", "--incident-after", str(WINDOW_SECONDS)] if name == "slow" else []
             started = time.monotonic()
             daemons.append(start_daemon(tmp_path / name, args, command="demo", port=ports[name]))
-        # The incident fills the last minute, the minute before it is healthy: diagnose compares the two.
-        time.sleep(max(0.0, started + HEALTHY_SECONDS + 65 - time.monotonic()))
+        time.sleep(max(0.0, started + 2 * WINDOW_SECONDS + 5 - time.monotonic()))
 
         slow_rc, slow = diagnose(prom.url, f"{JOB_ID}-storage-slow")
         _, healthy = diagnose(prom.url, JOB_ID)  # on a loaded machine it may find other causes; never storage

@@ -32,7 +32,8 @@ from functools import partial
 from trainmon import wire
 from trainmon.demo.tree import Traffic
 from trainmon.settings import Settings
-from trainmon.simulation.incidents import HUNG_RANK, STRAGGLER_RANK, Plan, checkpointing
+from trainmon.simulation.incidents import HUNG_RANK, STRAGGLER_RANK, Plan
+from trainmon.torch._numerics import DEFAULT_MIN_HISTORY
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
 from trainmon.torch._state import Identity, RankState
 
@@ -140,7 +141,7 @@ class SimulatedJob:
         while not self._stop.wait(TICK_SECONDS):
             visited = visited or self._earlier_visitors()
             hung = self._plan.active("hang")
-            in_phase = checkpointing(time.monotonic() - started) and not hung
+            in_phase = self._plan.checkpointing(time.monotonic() - started) and not hung
             # no rank steps, heartbeats go on: a hung input pipeline (stall), or a rank stuck before a collective
             stalled = self._plan.active("stall") or hung
             if hung and not self._hang_issued:
@@ -153,8 +154,12 @@ class SimulatedJob:
                 if not in_phase and not stalled:
                     allreduce[sim.identity.rank] = self._advance(sim, skip)
                 sim.reporter.send_now()
-            if self._plan.active("loss-spike") and not in_phase and not stalled:
-                self._spike_step += 1  # every rank took the same step of the spike
+            # Every rank takes the same step of the spike, once their spike detectors have the history they judge
+            # by: on a loaded machine the job steps less often than the plan's clock runs, and a spike played
+            # earlier would go uncounted (no TrainmonLossSpike).
+            if (self._plan.active("loss-spike") and not in_phase and not stalled
+                    and all(sim.state.steps > DEFAULT_MIN_HISTORY for sim in self.ranks)):
+                self._spike_step += 1
             if self._traffic is not None:
                 stepped = not in_phase and not stalled
                 self._traffic(Traffic(read_bytes=len(self.ranks) * READ_BYTES_PER_STEP if stepped else 0,

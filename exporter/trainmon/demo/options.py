@@ -1,4 +1,5 @@
-"""`trainmon demo`'s own flags: which incident to plant and when. They make the demo's `Plan`, not `Settings`."""
+"""`trainmon demo`'s own flags: which incident to plant and when, how often the job checkpoints. They make
+the demo's `Plan`, not `Settings`."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ INCIDENT = Option("incident", parse_incident,
                   own_default="")
 INCIDENT_AFTER = Option("incident-after", parse_seconds, "seconds of healthy running before the incident",
                         own_default=f"{Plan().after:g}")
-DEMO_OPTIONS = (INCIDENT, INCIDENT_AFTER)
+CHECKPOINT_EVERY = Option("checkpoint-every", parse_seconds,
+                          "seconds between the job's checkpoints; the first comes after a sixth of them, each lasts "
+                          "a fifteenth (a shorter period compresses the healthy run's time)",
+                          own_default=f"{Plan().checkpoint_every:g}")
+DEMO_OPTIONS = (INCIDENT, INCIDENT_AFTER, CHECKPOINT_EVERY)
 
 
 def plan_from(values: Mapping[str, str]) -> Plan:
@@ -35,4 +40,5 @@ def plan_from(values: Mapping[str, str]) -> Plan:
         return values.get(option.field_name, option.default)
 
     return Plan(parse_incident(INCIDENT.flag, given(INCIDENT)),
-                parse_seconds(INCIDENT_AFTER.flag, given(INCIDENT_AFTER)))
+                parse_seconds(INCIDENT_AFTER.flag, given(INCIDENT_AFTER)),
+                checkpoint_every=parse_seconds(CHECKPOINT_EVERY.flag, given(CHECKPOINT_EVERY)))

@@ -33,22 +33,21 @@ DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down
 SLOW_NAMESPACE = "nvme3n1"
 SLOW_MOUNT = "/lustre"  # the Lustre mount whose servers slow down; the job then waits for its data
 # The healthy run's checkpoints, in seconds since start: the job enters its phase and the GPUs go quiet
-# at the same moments (the phase keeps the idle-GPU and stall alerts quiet).
+# at the same moments (the phase keeps the idle-GPU and stall alerts quiet). Another period
+# (`--checkpoint-every`) scales all three.
 CHECKPOINT_FIRST_S, CHECKPOINT_EVERY_S, CHECKPOINT_S = 20.0, 120.0, 8.0
-
-
-def checkpointing(elapsed: float) -> bool:
-    return elapsed >= CHECKPOINT_FIRST_S and (elapsed - CHECKPOINT_FIRST_S) % CHECKPOINT_EVERY_S < CHECKPOINT_S
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Which incident, if any, and when it starts (seconds after the plan was made)."""
+    """Which incident, if any, and when it starts (seconds after the plan was made); how often the job
+    checkpoints."""
 
     incident: str | None = None
     after: float = 60.0
     clock: Callable[[], float] = time.monotonic
     started: float = field(default=0.0)
+    checkpoint_every: float = CHECKPOINT_EVERY_S
 
     def __post_init__(self) -> None:
         if not self.started:
@@ -56,3 +55,9 @@ class Plan:
 
     def active(self, incident: str) -> bool:
         return self.incident == incident and self.clock() - self.started >= self.after
+
+    def checkpointing(self, elapsed: float) -> bool:
+        """Whether the job is in its checkpoint phase `elapsed` seconds after it started."""
+        scale = self.checkpoint_every / CHECKPOINT_EVERY_S
+        since_first = elapsed - CHECKPOINT_FIRST_S * scale
+        return since_first >= 0 and since_first % self.checkpoint_every < CHECKPOINT_S * scale

@@ -22,7 +22,7 @@ from typing import Any
 
 import pynvml
 
-from trainmon.simulation.incidents import LOST_GPU, RESET_XID, RESET_XID_GPU, Plan, checkpointing
+from trainmon.simulation.incidents import LOST_GPU, RESET_XID, RESET_XID_GPU, Plan
 from trainmon.simulation.scenario import Scenario, ScenarioLibrary
 
 GPUS = 8
@@ -91,8 +91,8 @@ class _GpuState:
     corrected_ecc: float = 0.0
 
 
-def _load(index: int, t: float) -> _Load:
-    if checkpointing(t):  # GPUs wait on storage while the job writes its checkpoint
+def _load(index: int, t: float, plan: Plan) -> _Load:
+    if plan.checkpointing(t):  # GPUs wait on storage while the job writes its checkpoint
         return _Load(0.02, 0.0, 0.03, 0.02, IDLE_W + 25, 0.0, 0.4e9)
     slow = 1.08 if index == 5 else 1.0  # the straggler: longer compute, less time waiting
     phase = (t / STEP_S) % 1.0
@@ -107,9 +107,9 @@ def _load(index: int, t: float) -> _Load:
                  nvlink_bps=NVLINK_COMM_BPS * (1 + wobble), pcie_bps=0.05e9)
 
 
-def _window_mean(index: int, t: float, points: int = 16) -> _Load:
+def _window_mean(index: int, t: float, plan: Plan, points: int = 16) -> _Load:
     """GPM reports averages over its window: the mean load over the last step."""
-    loads = [_load(index, t - STEP_S * k / points) for k in range(points)]
+    loads = [_load(index, t - STEP_S * k / points, plan) for k in range(points)]
     return _Load(*(sum(getattr(x, f) for x in loads) / points for f in _Load.__slots__))
 
 
@@ -144,7 +144,7 @@ class SimulatedNode:
     def _advance(self, t: float) -> None:
         dt = t - self._last_t
         for state in self._states:
-            load = _load(state.index, t)
+            load = _load(state.index, t, self._plan)
             state.energy_mj += load.power_w * dt * 1e3
             settled = 31.0 + 0.06 * load.power_w
             state.temperature_c += (settled - state.temperature_c) * (1 - math.exp(-dt / THERMAL_TAU_S))
@@ -170,8 +170,8 @@ class SimulatedNode:
 
     def _gpu(self, state: _GpuState, t: float) -> dict[str, Any]:
         i = state.index
-        load = _load(i, t)
-        mean = _window_mean(i, t)
+        load = _load(i, t, self._plan)
+        mean = _window_mean(i, t, self._plan)
         capped = load.power_w > POWER_LIMIT_W * 0.96
         used = int(FB_TOTAL * (0.86 if load.sm > 0.05 else 0.83)) - FB_RESERVED
         reasons = pynvml.nvmlClocksEventReasonSwPowerCap if capped else 0
