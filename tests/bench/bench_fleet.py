@@ -1,7 +1,7 @@
 """N simulated nodes under a real Prometheus 2.42 running the shipped rules: rule-group evaluation time and
 the range-query time of every dashboard panel, per N.
 
-    python -m tests.bench.bench_fleet                          # --mode backfill --nodes 100,300,1000 --minutes 30
+    python -m tests.bench.bench_fleet --minutes 6              # --mode backfill --nodes 100,300,1000
     python -m tests.bench.bench_fleet --mode scrape --minutes 2
 
 One real node (the daemon on the fake NVML and a synthetic tree, 8 ranks fed through the hook's wire)
@@ -18,8 +18,19 @@ slice after slice until the data reaches the present; then Prometheus starts on 
 rules and no scrape targets, so rules and panels read the fleet's data without any ingestion load.
 Slices do not overlap in time, so Prometheus has no vertical compaction to do while it is measured.
 
-Either way the 24 h range queries cover only the minutes of data there are, so they measure the step
-count, not 24 h of chunks.
+What is measured, load-proof where it can be: the groups' durations as Prometheus reports them (every
+group at once, on the cpus there are), then, with the rules unloaded, every rule expression and every panel
+query one at a time: the Prometheus process's CPU time around it (nearly independent of other load on the
+machine) and the samples the engine read (`stats=all`: the same on any machine). The last tables put the
+sizes side by side per node: flat columns are linear growth.
+
+The 24 h range queries cover only the minutes of data there are, so they measure the step count, not 24 h
+of chunks; a panel's "24h est." is the CPU of one step that has data times the 960 steps of 24 h. Rules
+that read a day of raw samples (`[1d]`) likewise read minutes here: `--families` with `--minutes 1440`
+backfills a full day of only the families those windows read, e.g.
+
+    python -m tests.bench.bench_fleet --nodes 50 --minutes 1440 --settle 0 --evaluations 1 --dashboards none \
+        --families 'trainmon_collector_success|trainmon_infiniband_state_id|trainmon_gpus_expected'
 """
 
 from __future__ import annotations
@@ -288,6 +299,7 @@ class Engine:
 
     url: str
     pid: int
+    client: httpx.Client  # one keep-alive connection: a new client per query costs more than many queries
 
     def cost(self, params: Query, rounds: int = 1) -> Cost:
         """The cost of one query (`/api/v1/query` with `time`, else `/api/v1/query_range`), run `rounds` times
@@ -295,7 +307,7 @@ class Engine:
         path = "/api/v1/query" if "time" in params else "/api/v1/query_range"
         before, started, engine, answer = process_cpu_seconds(self.pid), time.perf_counter(), [], {}
         for _ in range(rounds):
-            answer = httpx.get(self.url + path, params={**params, "stats": "all"}, timeout=300).json()
+            answer = self.client.get(self.url + path, params={**params, "stats": "all"}).json()
             if answer["status"] != "success":
                 raise RuntimeError(f"{params['query']}: {answer}")
             engine.append(float(answer["data"]["stats"]["timings"]["evalTotalTime"]))
@@ -307,7 +319,7 @@ class Engine:
     def series(self, params: Query) -> int:
         """How many series the query answers."""
         path = "/api/v1/query" if "time" in params else "/api/v1/query_range"
-        return len(httpx.get(self.url + path, params=params, timeout=300).json()["data"]["result"])
+        return len(self.client.get(self.url + path, params=params).json()["data"]["result"])
 
 
 def unload_rules(work: Path, engine: Engine) -> float:
@@ -319,7 +331,7 @@ def unload_rules(work: Path, engine: Engine) -> float:
     return time.time()
 
 
-def alone_costs(setup: Setup, engine: Engine, at: float, rounds: int = 3) -> dict[str, Cost]:
+def alone_costs(setup: Setup, engine: Engine, at: float) -> dict[str, Cost]:
     """Each group's cost on its own, the rules unloaded: every group's expressions run one after another
     as instant queries at `at`, the group's cost being the sum of its expressions' (`Engine.cost`). On two
     cores the groups' concurrent evaluations slow each other down; this is what a group takes where there
@@ -327,7 +339,7 @@ def alone_costs(setup: Setup, engine: Engine, at: float, rounds: int = 3) -> dic
     costs: dict[str, Cost] = {}
     for path in setup.rule_files:
         for group in yaml.safe_load(path.read_text())["groups"]:
-            costs[group["name"]] = sum((engine.cost({"query": f"count(({rule['expr']}))", "time": at}, rounds)
+            costs[group["name"]] = sum((engine.cost({"query": f"count(({rule['expr']}))", "time": at}, setup.rounds)
                                         for rule in group["rules"]), NO_COST)
     return costs
 
@@ -362,7 +374,7 @@ class PanelCost:
     dashboard: str
     title: str
     ranges: dict[str, Cost]  # RANGES name -> the range query's cost, as Grafana sends it
-    full_step: Cost  # one 15 s step of the last FULL_WINDOW seconds, where every series has data
+    full_step: Cost  # one step of a query over the last FULL_WINDOW seconds, where every series has data
     series: int
 
     @property
@@ -383,9 +395,11 @@ def panel_costs(engine: Engine, now: float, dashboards: list[Path]) -> list[Pane
         for title, expr in panel_queries(dashboard):
             ranges = {name: engine.cost({"query": expr, "start": now - seconds, "end": now, "step": step})
                       for name, (seconds, step) in RANGES.items()}
-            full: Query = {"query": expr, "start": now - FULL_WINDOW, "end": now, "step": SCRAPE_SECONDS}
+            # Steps 1 s apart: the query's fixed cost (parsing, the index, the answer's envelope) is spread
+            # over 121 steps instead of counted in each of them.
+            full: Query = {"query": expr, "start": now - FULL_WINDOW, "end": now, "step": 1}
             panels.append(PanelCost(dashboard.stem.removeprefix("trainmon-"), title[:40], ranges,
-                                    engine.cost(full).per(FULL_WINDOW // SCRAPE_SECONDS + 1), engine.series(full)))
+                                    engine.cost(full).per(FULL_WINDOW + 1), engine.series(full)))
     return panels
 
 
@@ -409,6 +423,7 @@ class Setup:
     dashboards: list[Path]
     evaluations: int  # reads of the groups' durations, 30 s apart
     settle: float  # seconds Prometheus evaluates the backfilled data before it is measured
+    rounds: int  # runs of each rule expression measured alone (their CPU time is averaged)
     families: re.Pattern[str]  # the metric families each node serves (empty: all)
 
 
@@ -441,10 +456,10 @@ def scraped_fleet(setup: Setup, bodies: list[bytes], work: Path) -> Iterator[Fle
         url = f"http://127.0.0.1:{prom_port}"
         argv = prometheus_argv(setup, work, {"scrape_configs": [{"job_name": JOB, "static_configs": targets}]},
                                prom_port)
-        with served(argv, work / "prometheus.log", url + "/-/ready") as process:
+        with served(argv, work / "prometheus.log", url + "/-/ready") as process, httpx.Client(timeout=300) as client:
             wait_until(lambda: _query(url, "sum(up)") == nodes, timeout=300, interval=2)
             time.sleep(minutes * 60)
-            yield Fleet(Engine(url, process.pid), time.time(),
+            yield Fleet(Engine(url, process.pid, client), time.time(),
                         f"scraped for {minutes} min, {_query(url, 'sum(up)'):.0f} targets up, "
                         f"mean scrape {_query(url, 'avg(scrape_duration_seconds)') * 1000:.0f} ms")
 
@@ -545,9 +560,10 @@ def backfilled_fleet(setup: Setup, bodies: list[bytes], work: Path) -> Iterator[
     time.sleep(max(0.0, data_end + 1 - time.time()))
     prom_port = free_port()
     url = f"http://127.0.0.1:{prom_port}"
-    with served(prometheus_argv(setup, work, {}, prom_port), work / "prometheus.log", url + "/-/ready") as process:
+    argv = prometheus_argv(setup, work, {}, prom_port)
+    with served(argv, work / "prometheus.log", url + "/-/ready") as process, httpx.Client(timeout=300) as client:
         time.sleep(setup.settle)
-        yield Fleet(Engine(url, process.pid), data_end,
+        yield Fleet(Engine(url, process.pid, client), data_end,
                     f"backfilled {minutes} min: {samples / 1e6:.1f} M samples in {slices} slices, "
                     f"{len(list((work / 'tsdb').glob('01*')))} blocks, in {backfill_seconds:.0f} s; "
                     f"rules evaluated {setup.settle} s from the start, the newest sample "
@@ -664,6 +680,7 @@ def main() -> None:
                         help="reads of every rule group's last duration, 30 s apart; the median is printed")
     parser.add_argument("--settle", type=float, default=SETTLE_SECONDS,
                         help="seconds the rules run on backfilled data before anything is measured")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each rule expression timed alone")
     parser.add_argument("--families", default="",
                         help="regular expression: only these families on every node, e.g. those that rules read "
                              "over a day, with --minutes 1440 to time those windows over a full day of data")
@@ -675,7 +692,8 @@ def main() -> None:
                   minutes=args.minutes if args.minutes is not None else (30.0 if args.mode == "backfill" else 2.0),
                   slice_samples=args.slice_samples, rule_files=[path.resolve() for path in args.rules],
                   dashboards=[d for d in DASHBOARDS if not chosen or d.stem.removeprefix("trainmon-") in chosen],
-                  evaluations=args.evaluations, settle=args.settle, families=re.compile(args.families))
+                  evaluations=args.evaluations, settle=args.settle, rounds=args.rounds,
+                  families=re.compile(args.families))
     with started_node(interval=1.0, with_node_exporter=False) as node:
         template = httpx.get(node.trainmon.url + "/metrics", headers={"Accept": "text/plain"}, timeout=10).text
     print(f"machine: {machine()}")

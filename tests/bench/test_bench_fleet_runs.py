@@ -12,8 +12,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("args", [
-    ["--nodes", "2", "--minutes", "1", "--settle", "0", "--dashboards", "fleet", "--evaluations", "1"],
-    ["--mode", "scrape", "--nodes", "2", "--minutes", "0.1", "--dashboards", "fleet", "--evaluations", "1"],
+    ["--nodes", "2", "--minutes", "1", "--settle", "0", "--dashboards", "fleet", "--evaluations", "1", "--rounds", "1"],
+    ["--mode", "scrape", "--nodes", "2", "--minutes", "0.1", "--dashboards", "fleet", "--evaluations", "1",
+     "--rounds", "1"],
 ])
 def test_bench_fleet_prints_its_table(args: list[str]) -> None:
     assert_prints_table("bench_fleet", args, "alone of interval")
