@@ -331,16 +331,36 @@ def unload_rules(work: Path, engine: Engine) -> float:
     return time.time()
 
 
-def alone_costs(setup: Setup, engine: Engine, at: float) -> dict[str, Cost]:
+# A recorded series (level:metric:operations) or the alerts' own series: what rules write.
+WRITTEN_BY_RULES = re.compile(r"\bALERTS\b|\b[a-z_]+:\w+:\w+\b")
+
+
+@dataclass(frozen=True)
+class DataEnds:
+    """Where each kind of data ends: raw samples at the newest backfilled (or scraped) one, the rules'
+    results when the rules were unloaded. With backfilled data the rules only started after the raw data
+    ended, so no time has both full: an expression is measured at the end of what it reads (a raw `[5m]`
+    window read minutes after the data ended would hold a fraction of its samples)."""
+
+    raw: float
+    recorded: float
+
+    def of(self, expr: str) -> float:
+        return self.recorded if WRITTEN_BY_RULES.search(expr) else self.raw
+
+
+def alone_costs(setup: Setup, engine: Engine, ends: DataEnds) -> dict[str, Cost]:
     """Each group's cost on its own, the rules unloaded: every group's expressions run one after another
-    as instant queries at `at`, the group's cost being the sum of its expressions' (`Engine.cost`). On two
-    cores the groups' concurrent evaluations slow each other down; this is what a group takes where there
-    are cores to spare. Alert template expansion and writing the results are not in it."""
+    as instant queries at the end of their data, the group's cost being the sum of its expressions'
+    (`Engine.cost`). On two cores the groups' concurrent evaluations slow each other down; this is what a
+    group takes where there are cores to spare. Alert template expansion and writing the results are not
+    in it."""
     costs: dict[str, Cost] = {}
     for path in setup.rule_files:
         for group in yaml.safe_load(path.read_text())["groups"]:
-            costs[group["name"]] = sum((engine.cost({"query": f"count(({rule['expr']}))", "time": at}, setup.rounds)
-                                        for rule in group["rules"]), NO_COST)
+            costs[group["name"]] = sum(
+                (engine.cost({"query": f"count(({rule['expr']}))", "time": ends.of(rule["expr"])}, setup.rounds)
+                 for rule in group["rules"]), NO_COST)
     return costs
 
 
@@ -389,10 +409,11 @@ class PanelCost:
 FULL_WINDOW = 120
 
 
-def panel_costs(engine: Engine, now: float, dashboards: list[Path]) -> list[PanelCost]:
+def panel_costs(engine: Engine, ends: DataEnds, dashboards: list[Path]) -> list[PanelCost]:
     panels = []
     for dashboard in dashboards:
         for title, expr in panel_queries(dashboard):
+            now = ends.of(expr)
             ranges = {name: engine.cost({"query": expr, "start": now - seconds, "end": now, "step": step})
                       for name, (seconds, step) in RANGES.items()}
             # Steps 1 s apart: the query's fixed cost (parsing, the index, the answer's envelope) is spread
@@ -611,9 +632,9 @@ def measure(setup: Setup, template: str, nodes: int) -> Measured:
                   f"the hypervisor took {evaluations.steal:.1%} (steal)")
             print(table(["slowest rules", "group", "last eval ms"], slowest_rules(url)))
             print(table(["active alert", "state", "instances"], alert_counts(url)))
-            unloaded = unload_rules(work, engine)
-            alone = alone_costs(setup, engine, unloaded)
-            panels = panel_costs(engine, unloaded, setup.dashboards)
+            ends = DataEnds(raw=prometheus.data_end, recorded=unload_rules(work, engine))
+            alone = alone_costs(setup, engine, ends)
+            panels = panel_costs(engine, ends, setup.dashboards)
             print("panels, slowest first: wall ms as Grafana waits; the 24 h query's CPU ms and samples (the data "
                   "holds minutes, so most of its steps are empty); samples per node and wall ms of one step that "
                   "has data, and the CPU s of 24 h of such steps (estimate)")
