@@ -101,13 +101,13 @@ def webhook() -> Iterator[Webhook]:
 
 
 @contextmanager
-def served(argv: list[str], log: Path, ready_url: str) -> Iterator[None]:
-    """Run a server process until the block ends; wait until `ready_url` answers 200."""
+def served(argv: list[str], log: Path, ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a server process until the block ends; wait until `ready_url` answers 200. Yields the process."""
     with open(log, "wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: process.poll() is None and httpx.get(ready_url, timeout=2).status_code == 200, timeout=60)
-        yield
+        yield process
     finally:
         process.terminate()
         try:
