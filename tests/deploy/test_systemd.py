@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,20 @@ KMSG_PROBE = ("from pathlib import Path\n"
               "print(status.readable, status.records > 0, status.error)\n")
 
 
+def readable_copy_of_the_reader(root: Path) -> Path:
+    """trainmon and pynvml copied where uid 10001 can read them: the test's venv (and the interpreter it came
+    from) may sit under root's home, which another user cannot enter."""
+    import pynvml
+
+    root.mkdir(mode=0o755)
+    shutil.copytree(REPO / "exporter" / "trainmon", root / "trainmon",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(pynvml.__file__, root / "pynvml.py")
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return root
+
+
 def test_the_units_capabilities_let_trainmons_reader_follow_dev_kmsg_and_it_needs_them() -> None:
     """trainmon's kernel-log reader as an unprivileged user (uid 10001) holding only the unit's ambient
     capabilities reads the host's /dev/kmsg; with none it cannot and names CAP_SYSLOG (dmesg_restrict=1)."""
@@ -140,12 +155,24 @@ def test_the_units_capabilities_let_trainmons_reader_follow_dev_kmsg_and_it_need
     require(Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() == "1",
             "needs kernel.dmesg_restrict=1 for the case without the capability to mean anything")
     setpriv = require_tool("setpriv")
+    python = Path("/usr/bin/python3")  # Debian's, readable by any user (python3-venv, scripts/apt-packages.txt)
+    require(python.exists(), "needs /usr/bin/python3")
+    library = Path(tempfile.mkdtemp(prefix="trainmon-kmsg-probe-"))  # pytest's tmp_path is root's alone
+    library.chmod(0o755)
+    code = f"import sys\nsys.path.insert(0, {str(readable_copy_of_the_reader(library / 'lib'))!r})\n{KMSG_PROBE}"
+    try:
+        check_the_reader_as_uid_10001(setpriv, python, code)
+    finally:
+        shutil.rmtree(library)
+
+
+def check_the_reader_as_uid_10001(setpriv: str, python: Path, code: str) -> None:
     [ambient] = directives(UNIT)["AmbientCapabilities"]
     caps = ",".join("+" + name.removeprefix("CAP_").lower() for name in ambient.split())
     user = [setpriv, "--reuid=10001", "--regid=10001", "--clear-groups"]
 
     def probe(*capabilities: str) -> str:
-        result = subprocess.run([*user, *capabilities, "--", sys.executable, "-c", KMSG_PROBE],
+        result = subprocess.run([*user, *capabilities, "--", str(python), "-I", "-c", code],
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
