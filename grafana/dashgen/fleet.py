@@ -103,10 +103,9 @@ def build(config: DashboardConfig) -> DashboardModel:
         ),
         graph(
             "Idle GPUs by node",
-            f"GPUs with SM activity under {config.idle_sm_ratio:.0%}, per node; only nodes that have one (a line per "
-            "node of a large fleet would be unreadable and slow over 24 h).",
+            f"GPUs with SM activity under {config.idle_sm_ratio:.0%}, per node.",
             "none",
-            Query(f"sum by (instance) ({idle}) > 0", "{{instance}}"),
+            Query(f"sum by (instance) ({idle})", "{{instance}}"),
         ),
         graph(
             "Power by node",
@@ -144,11 +143,11 @@ def build(config: DashboardConfig) -> DashboardModel:
         ),
         graph(
             "GPU errors by node",
-            "XID events in the last 5 minutes and uncorrectable ECC error counts per node; only nodes that have some.",
+            "XID events in the last 5 minutes and uncorrectable ECC error counts per node.",
             "none",
-            Query(f"sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}}) > 0",
+            Query(f"sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}})",
                   "{{instance}} XID"),
-            Query(f"sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}}) > 0",
+            Query(f"sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}})",
                   "{{instance}} uncorrectable ECC"),
         ),
         graph(
@@ -161,16 +160,16 @@ def build(config: DashboardConfig) -> DashboardModel:
         ),
         graph(
             "InfiniBand errors by node",
-            "Symbol and receive errors per second over 5 minutes, per node; only nodes that have some.",
+            "Symbol and receive errors per second over 5 minutes, per node.",
             "cps",
-            Query(f"sum by (instance) (instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}}) > 0",
+            Query(f"sum by (instance) (instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}})",
                   "{{instance}}"),
         ),
         graph(
             "Failing collectors",
-            "Collectors whose last run failed, per node; only nodes that have one.",
+            "Collectors whose last run failed, per node.",
             "none",
-            Query(f"sum by (instance) (instance:trainmon_collector_failures:count{{{fleet_matchers}}}) > 0",
+            Query(f"sum by (instance) (instance:trainmon_collector_failures:count{{{fleet_matchers}}})",
                   "{{instance}}"),
         ),
     )

@@ -4051,7 +4051,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "GPUs with SM activity under " + std.format('%d%%', std.round($._config.idle_sm_ratio * 100)) + ", per node; only nodes that have one (a line per node of a large fleet would be unreadable and slow over 24 h).",
+          "description": "GPUs with SM activity under " + std.format('%d%%', std.round($._config.idle_sm_ratio * 100)) + ", per node.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4075,7 +4075,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_gpu_idle:count{" + $._config.selector + ", job=~\"$job\"}) > 0",
+              "expr": "sum by (instance) (instance:trainmon_gpu_idle:count{" + $._config.selector + ", job=~\"$job\"})",
               "legendFormat": "{{instance}}",
               "refId": "A",
             },
@@ -4450,7 +4450,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "XID events in the last 5 minutes and uncorrectable ECC error counts per node; only nodes that have some.",
+          "description": "XID events in the last 5 minutes and uncorrectable ECC error counts per node.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4474,7 +4474,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{" + $._config.selector + ", job=~\"$job\"}) > 0",
+              "expr": "sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{" + $._config.selector + ", job=~\"$job\"})",
               "legendFormat": "{{instance}} XID",
               "refId": "A",
             },
@@ -4483,7 +4483,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{" + $._config.selector + ", job=~\"$job\"}) > 0",
+              "expr": "sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{" + $._config.selector + ", job=~\"$job\"})",
               "legendFormat": "{{instance}} uncorrectable ECC",
               "refId": "B",
             },
@@ -4535,7 +4535,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "Symbol and receive errors per second over 5 minutes, per node; only nodes that have some.",
+          "description": "Symbol and receive errors per second over 5 minutes, per node.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4559,7 +4559,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_infiniband_errors:rate5m{" + $._config.selector + ", job=~\"$job\"}) > 0",
+              "expr": "sum by (instance) (instance:trainmon_infiniband_errors:rate5m{" + $._config.selector + ", job=~\"$job\"})",
               "legendFormat": "{{instance}}",
               "refId": "A",
             },
@@ -4573,7 +4573,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "Collectors whose last run failed, per node; only nodes that have one.",
+          "description": "Collectors whose last run failed, per node.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4597,7 +4597,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_collector_failures:count{" + $._config.selector + ", job=~\"$job\"}) > 0",
+              "expr": "sum by (instance) (instance:trainmon_collector_failures:count{" + $._config.selector + ", job=~\"$job\"})",
               "legendFormat": "{{instance}}",
               "refId": "A",
             },
