@@ -18,6 +18,13 @@ def rank(r: int, instance: str = NODE_A, **values: object) -> Rank:
     return Rank(rank=r, instance=instance, **{**base, **values})  # type: ignore[arg-type]
 
 
+def test_goodput_is_never_over_one_when_the_windows_extrapolate_compute_past_the_ranks_time() -> None:
+    """Seen in a CI run: 1.006 from two increase() queries over the same 15 s."""
+    result = diagnose("j", "15s", [rank(0, step_seconds=100.6), rank(1, step_seconds=100.6)], [])
+
+    assert 1.0 == result.goodput
+
+
 def test_a_healthy_job_has_no_findings_and_its_goodput() -> None:
     result = diagnose("j", "1h", [rank(0), rank(1)], [])
 

@@ -61,8 +61,11 @@ def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[
                                thresholds, signals))
     kept = [f for f in findings if f.share >= thresholds.min_share or f.cause in ALWAYS_REPORTED]
     mfu, mfu_detail = _mfu(ranks)
+    # Compute and rank time are separate increase() queries, each extrapolated to the window's edges: their
+    # ratio can come out a little over 1, which a share of time cannot be.
+    goodput = min(sum(r.compute for r in ranks) / total, 1.0)
     return Diagnosis(job_id=job_id, since=since, findings=tuple(sorted(kept, key=lambda f: -f.share)), mfu=mfu,
-                     goodput=sum(r.compute for r in ranks) / total, ranks=len(ranks), rank_seconds=total,
+                     goodput=goodput, ranks=len(ranks), rank_seconds=total,
                      mfu_detail=mfu_detail)
 
 
