@@ -9,6 +9,19 @@ from .node import job_variable
 from .panels import Board, Query, graph, single
 
 FLEET = 'job=~"$job"'  # after the selector (DashboardConfig.matchers)
+# The "by node" panels draw this many nodes, not one line per node: 1,000 lines of 960 points were the slowest
+# panels at 1,000 nodes (docs/performance.md, "Fleet scale at 1,000 nodes").
+TOP_NODES = 10
+
+
+def by_node(series: str, legend: str, *, lowest: bool = False) -> Query:
+    """One line for each of the TOP_NODES nodes with the highest (`lowest`: the lowest) value anywhere in the
+    range shown. The nodes are ranked once, at the range's end (`@ end()`), so every step draws the same nodes;
+    `topk` at each step would draw whichever nodes led at that step, hundreds of broken lines on a fleet
+    whose values differ little."""
+    over_time, rank = ("min", "bottomk") if lowest else ("max", "topk")
+    ranking = f"{rank}({TOP_NODES}, {over_time} by (instance) ({over_time}_over_time({series}[$__range] @ end())))"
+    return Query(f"sum by (instance) ({series}) and on (instance) {ranking}", legend)
 
 
 # Owners (SPEC §4 "GPU ownership"), from prometheus/rules.yml's trainmon.ownership.rules:
@@ -94,24 +107,29 @@ def build(config: DashboardConfig) -> DashboardModel:
             Query(f"sum({busy}) or vector(0)", "busy"),
         ),
         graph(
-            "SM activity by node",
-            "Mean SM activity of each node's GPUs.",
+            "Least active nodes",
+            f"Mean SM activity of each node's GPUs: the {TOP_NODES} nodes lowest at any point of the range shown, "
+            "and the fleet's mean.",
             "percentunit",
-            Query(f"sum by (instance) (instance:trainmon_gpu_sm_utilization_ratio:avg{{{fleet_matchers}}})",
-                  "{{instance}}"),
+            by_node(f"instance:trainmon_gpu_sm_utilization_ratio:avg{{{fleet_matchers}}}", "{{instance}}", lowest=True),
+            Query(f"avg(instance:trainmon_gpu_sm_utilization_ratio:avg{{{fleet_matchers}}})", "fleet mean"),
             max_value=1,
         ),
         graph(
-            "Idle GPUs by node",
-            f"GPUs with SM activity under {config.idle_sm_ratio:.0%}, per node.",
+            "Nodes with the most idle GPUs",
+            f"GPUs with SM activity under {config.idle_sm_ratio:.0%}: the {TOP_NODES} nodes with the most at any "
+            "point of the range shown, and all nodes together.",
             "none",
-            Query(f"sum by (instance) ({idle})", "{{instance}}"),
+            by_node(idle, "{{instance}}"),
+            Query(f"sum({idle}) or vector(0)", "all nodes"),
         ),
         graph(
-            "Power by node",
-            "Total GPU power draw per node.",
+            "Nodes drawing the most power",
+            f"Total GPU power draw per node: the {TOP_NODES} nodes highest at any point of the range shown, and "
+            "the fleet's mean per node.",
             "watt",
-            Query(f"sum by (instance) (instance:trainmon_gpu_power_watts:sum{{{fleet_matchers}}})", "{{instance}}"),
+            by_node(f"instance:trainmon_gpu_power_watts:sum{{{fleet_matchers}}}", "{{instance}}"),
+            Query(f"avg(instance:trainmon_gpu_power_watts:sum{{{fleet_matchers}}})", "fleet mean"),
         ),
     )
     _owners(board, config)
@@ -142,13 +160,16 @@ def build(config: DashboardConfig) -> DashboardModel:
             ),
         ),
         graph(
-            "GPU errors by node",
-            "XID events in the last 5 minutes and uncorrectable ECC error counts per node.",
+            "Nodes with the most GPU errors",
+            f"XID events in the last 5 minutes and uncorrectable ECC error counts: the {TOP_NODES} nodes with the "
+            "most at any point of the range shown, and all nodes together.",
             "none",
-            Query(f"sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}})",
-                  "{{instance}} XID"),
-            Query(f"sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}})",
-                  "{{instance}} uncorrectable ECC"),
+            by_node(f"instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}}", "{{instance}} XID"),
+            by_node(f"instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}}",
+                    "{{instance}} uncorrectable ECC"),
+            Query(f"sum(instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}})", "XID, all nodes"),
+            Query(f"sum(instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}})",
+                  "uncorrectable ECC, all nodes"),
         ),
         graph(
             "GPUs needing action",
@@ -159,18 +180,20 @@ def build(config: DashboardConfig) -> DashboardModel:
                   "{{instance}} {{action}}"),
         ),
         graph(
-            "InfiniBand errors by node",
-            "Symbol and receive errors per second over 5 minutes, per node.",
+            "Nodes with the most InfiniBand errors",
+            f"Symbol and receive errors per second over 5 minutes: the {TOP_NODES} nodes with the most at any point "
+            "of the range shown, and all nodes together.",
             "cps",
-            Query(f"sum by (instance) (instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}})",
-                  "{{instance}}"),
+            by_node(f"instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}}", "{{instance}}"),
+            Query(f"sum(instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}})", "all nodes"),
         ),
         graph(
             "Failing collectors",
-            "Collectors whose last run failed, per node.",
+            f"Collectors whose last run failed: the {TOP_NODES} nodes with the most at any point of the range "
+            "shown, and all nodes together.",
             "none",
-            Query(f"sum by (instance) (instance:trainmon_collector_failures:count{{{fleet_matchers}}})",
-                  "{{instance}}"),
+            by_node(f"instance:trainmon_collector_failures:count{{{fleet_matchers}}}", "{{instance}}"),
+            Query(f"sum(instance:trainmon_collector_failures:count{{{fleet_matchers}}})", "all nodes"),
         ),
     )
     return board.build()

@@ -4011,7 +4011,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "Mean SM activity of each node's GPUs.",
+          "description": "Mean SM activity of each node's GPUs: the 10 nodes lowest at any point of the range shown, and the fleet's mean.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4037,12 +4037,21 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_gpu_sm_utilization_ratio:avg{" + $._config.selector + ", job=~\"$job\"})",
+              "expr": "sum by (instance) (instance:trainmon_gpu_sm_utilization_ratio:avg{" + $._config.selector + ", job=~\"$job\"}) and on (instance) bottomk(10, min by (instance) (min_over_time(instance:trainmon_gpu_sm_utilization_ratio:avg{" + $._config.selector + ", job=~\"$job\"}[$__range] @ end())))",
               "legendFormat": "{{instance}}",
               "refId": "A",
             },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "avg(instance:trainmon_gpu_sm_utilization_ratio:avg{" + $._config.selector + ", job=~\"$job\"})",
+              "legendFormat": "fleet mean",
+              "refId": "B",
+            },
           ],
-          "title": "SM activity by node",
+          "title": "Least active nodes",
           "transparent": false,
           "type": "timeseries",
         },
@@ -4051,7 +4060,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "GPUs with SM activity under " + std.format('%d%%', std.round($._config.idle_sm_ratio * 100)) + ", per node.",
+          "description": "GPUs with SM activity under " + std.format('%d%%', std.round($._config.idle_sm_ratio * 100)) + ": the 10 nodes with the most at any point of the range shown, and all nodes together.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4075,12 +4084,21 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_gpu_idle:count{" + $._config.selector + ", job=~\"$job\"})",
+              "expr": "sum by (instance) (instance:trainmon_gpu_idle:count{" + $._config.selector + ", job=~\"$job\"}) and on (instance) topk(10, max by (instance) (max_over_time(instance:trainmon_gpu_idle:count{" + $._config.selector + ", job=~\"$job\"}[$__range] @ end())))",
               "legendFormat": "{{instance}}",
               "refId": "A",
             },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "sum(instance:trainmon_gpu_idle:count{" + $._config.selector + ", job=~\"$job\"}) or vector(0)",
+              "legendFormat": "all nodes",
+              "refId": "B",
+            },
           ],
-          "title": "Idle GPUs by node",
+          "title": "Nodes with the most idle GPUs",
           "transparent": false,
           "type": "timeseries",
         },
@@ -4089,7 +4107,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "Total GPU power draw per node.",
+          "description": "Total GPU power draw per node: the 10 nodes highest at any point of the range shown, and the fleet's mean per node.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4113,12 +4131,21 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_gpu_power_watts:sum{" + $._config.selector + ", job=~\"$job\"})",
+              "expr": "sum by (instance) (instance:trainmon_gpu_power_watts:sum{" + $._config.selector + ", job=~\"$job\"}) and on (instance) topk(10, max by (instance) (max_over_time(instance:trainmon_gpu_power_watts:sum{" + $._config.selector + ", job=~\"$job\"}[$__range] @ end())))",
               "legendFormat": "{{instance}}",
               "refId": "A",
             },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "avg(instance:trainmon_gpu_power_watts:sum{" + $._config.selector + ", job=~\"$job\"})",
+              "legendFormat": "fleet mean",
+              "refId": "B",
+            },
           ],
-          "title": "Power by node",
+          "title": "Nodes drawing the most power",
           "transparent": false,
           "type": "timeseries",
         },
@@ -4450,7 +4477,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "XID events in the last 5 minutes and uncorrectable ECC error counts per node.",
+          "description": "XID events in the last 5 minutes and uncorrectable ECC error counts: the 10 nodes with the most at any point of the range shown, and all nodes together.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4474,7 +4501,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{" + $._config.selector + ", job=~\"$job\"})",
+              "expr": "sum by (instance) (instance:trainmon_gpu_xid_errors:increase5m{" + $._config.selector + ", job=~\"$job\"}) and on (instance) topk(10, max by (instance) (max_over_time(instance:trainmon_gpu_xid_errors:increase5m{" + $._config.selector + ", job=~\"$job\"}[$__range] @ end())))",
               "legendFormat": "{{instance}} XID",
               "refId": "A",
             },
@@ -4483,12 +4510,30 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{" + $._config.selector + ", job=~\"$job\"})",
+              "expr": "sum by (instance) (instance:trainmon_gpu_ecc_uncorrected_errors:sum{" + $._config.selector + ", job=~\"$job\"}) and on (instance) topk(10, max by (instance) (max_over_time(instance:trainmon_gpu_ecc_uncorrected_errors:sum{" + $._config.selector + ", job=~\"$job\"}[$__range] @ end())))",
               "legendFormat": "{{instance}} uncorrectable ECC",
               "refId": "B",
             },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "sum(instance:trainmon_gpu_xid_errors:increase5m{" + $._config.selector + ", job=~\"$job\"})",
+              "legendFormat": "XID, all nodes",
+              "refId": "C",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "sum(instance:trainmon_gpu_ecc_uncorrected_errors:sum{" + $._config.selector + ", job=~\"$job\"})",
+              "legendFormat": "uncorrectable ECC, all nodes",
+              "refId": "D",
+            },
           ],
-          "title": "GPU errors by node",
+          "title": "Nodes with the most GPU errors",
           "transparent": false,
           "type": "timeseries",
         },
@@ -4535,7 +4580,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "Symbol and receive errors per second over 5 minutes, per node.",
+          "description": "Symbol and receive errors per second over 5 minutes: the 10 nodes with the most at any point of the range shown, and all nodes together.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4559,12 +4604,21 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_infiniband_errors:rate5m{" + $._config.selector + ", job=~\"$job\"})",
+              "expr": "sum by (instance) (instance:trainmon_infiniband_errors:rate5m{" + $._config.selector + ", job=~\"$job\"}) and on (instance) topk(10, max by (instance) (max_over_time(instance:trainmon_infiniband_errors:rate5m{" + $._config.selector + ", job=~\"$job\"}[$__range] @ end())))",
               "legendFormat": "{{instance}}",
               "refId": "A",
             },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "sum(instance:trainmon_infiniband_errors:rate5m{" + $._config.selector + ", job=~\"$job\"})",
+              "legendFormat": "all nodes",
+              "refId": "B",
+            },
           ],
-          "title": "InfiniBand errors by node",
+          "title": "Nodes with the most InfiniBand errors",
           "transparent": false,
           "type": "timeseries",
         },
@@ -4573,7 +4627,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "Collectors whose last run failed, per node.",
+          "description": "Collectors whose last run failed: the 10 nodes with the most at any point of the range shown, and all nodes together.",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -4597,9 +4651,18 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "sum by (instance) (instance:trainmon_collector_failures:count{" + $._config.selector + ", job=~\"$job\"})",
+              "expr": "sum by (instance) (instance:trainmon_collector_failures:count{" + $._config.selector + ", job=~\"$job\"}) and on (instance) topk(10, max by (instance) (max_over_time(instance:trainmon_collector_failures:count{" + $._config.selector + ", job=~\"$job\"}[$__range] @ end())))",
               "legendFormat": "{{instance}}",
               "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "sum(instance:trainmon_collector_failures:count{" + $._config.selector + ", job=~\"$job\"})",
+              "legendFormat": "all nodes",
+              "refId": "B",
             },
           ],
           "title": "Failing collectors",

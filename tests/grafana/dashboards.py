@@ -35,6 +35,7 @@ def exprs(board: dict[str, Any]) -> list[str]:
     return [t["expr"] for p in data_panels(board) for t in p["targets"]]
 
 
-def substitute(expr: str, rate_interval: str = "1m") -> str:
+def substitute(expr: str, rate_interval: str = "1m", time_range: str = "1h") -> str:
     """A panel expression as Prometheus would receive it with every variable set to "All"."""
-    return re.sub(r"\$\{?\w+\}?", ".+", expr.replace("$__rate_interval", rate_interval))
+    expr = expr.replace("$__rate_interval", rate_interval).replace("$__range", time_range)
+    return re.sub(r"\$\{?\w+\}?", ".+", expr)

@@ -90,10 +90,13 @@ def test_every_panel_has_a_unit_description_and_the_datasource_variable(board: d
 
 @pytest.mark.parametrize("board", BOARDS)
 def test_every_range_uses_the_rate_interval(board: dict[str, Any]) -> None:
-    """rate()/increase() windows are `$__rate_interval`; recorded `:rate5m` series need none."""
+    """rate()/increase() windows are `$__rate_interval`; recorded `:rate5m` series need none. The range shown
+    (`$__range`) is read once, at its end, to rank the nodes a Fleet panel draws (fleet.by_node)."""
     ranges = {r for e in exprs(board) for r in re.findall(r"\[([^\]]+)\]", e)}
+    whole_range = [m for e in exprs(board) for m in re.findall(r"\[\$__range\][^)]*\)", e)]
 
-    assert ranges <= {"$__rate_interval"}
+    assert ranges <= {"$__rate_interval", "$__range"}
+    assert set(whole_range) <= {"[$__range] @ end()"}
     assert all("$__rate_interval" in e for e in exprs(board) if re.search(r"\b(rate|increase|irate)\(", e))
 
 
