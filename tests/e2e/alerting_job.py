@@ -3,14 +3,16 @@
     python -m tests.e2e.alerting_job OUT_DIR
 
 Before every step each rank reads OUT_DIR/phase:
-  healthy    every rank computes the same short time, then all-reduces its gradients
-  comm       the ranks take turns computing longer, so each waits for the other in half of its steps
-  straggler  rank 1 computes longer in every step while rank 0 waits for it
+  healthy    every rank computes the same time, then all-reduces its gradients
+  comm       the ranks take turns computing 20x longer, so each waits for the other in half of its steps
+  straggler  rank 1 computes 20x longer in every step while rank 0 waits for it
   stall      rank 1 stops inside a step; rank 0 blocks in its all-reduce
-  spike      every rank passes a grad norm 1000x and a loss 100x the real ones (the values the hook judges)
-  slow       the last rank computes 50% longer in every step (a slow GPU among its peers)
   stop       leave the loop and exit cleanly
 The job id, ingest socket and GPU uuid come from TRAINMON_* variables, as in a real job.
+
+A healthy step computes 100 ms, so a rank that waits tens of ms for a core on a loaded machine (and its peer
+that waits for it in the all-reduce) stays far below the 40% communication share that pages; a waiting rank
+in the other phases waits 380 ms of a 400 ms step.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import torch.distributed as dist
 
 from trainmon.torch import TrainingMonitor
 
-COMPUTE_S = 0.03
-SLOW_COMPUTE_S = 0.15
+HEALTHY_COMPUTE_S = 0.1
+FAST_COMPUTE_S = 0.02
+SLOW_COMPUTE_S = 0.4
 BATCH = 8
 
 
@@ -46,10 +49,11 @@ def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def compute_seconds(phase: str, rank: int, step: int) -> float:
-    slow = (phase == "comm" and step % 2 == rank) or (phase == "straggler" and rank == 1)
-    if phase == "slow" and rank == dist.get_world_size() - 1:
-        return COMPUTE_S * 1.5
-    return SLOW_COMPUTE_S if slow else COMPUTE_S
+    if phase == "comm":
+        return SLOW_COMPUTE_S if step % 2 == rank else FAST_COMPUTE_S
+    if phase == "straggler":
+        return SLOW_COMPUTE_S if rank == 1 else FAST_COMPUTE_S
+    return HEALTHY_COMPUTE_S
 
 
 def main(out: Path) -> None:
@@ -80,13 +84,11 @@ def main(out: Path) -> None:
                                                               if p.grad is not None]))
             scaler.step(opt)
             scaler.update()
-            planted = phase == "spike"
             # The loss of one 8-sample random batch swings past 2x its mean by chance (a real job averages
             # millions of tokens): the job reports the loss on a fixed batch, which moves smoothly.
             with torch.no_grad():
-                probe_loss = torch.nn.functional.mse_loss(model(probe_x), probe_y)
-            timed.loss = probe_loss * (100 if planted else 1)
-            timed.grad_norm = grad_norm * (1000 if planted else 1)
+                timed.loss = torch.nn.functional.mse_loss(model(probe_x), probe_y)
+            timed.grad_norm = grad_norm
     mon.close()
     dist.destroy_process_group()
 

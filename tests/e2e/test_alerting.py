@@ -86,9 +86,6 @@ def kubelet_socket() -> Iterator[Path]:
             yield socket
 
 
-# serial: its healthy minute is two 2-rank gloo jobs stepping every 30 ms; beside four workers on 2 cores the
-# ranks' scheduling delays read as communication wait (TrainmonCommunicationBound fired in a fresh-clone CI run).
-@pytest.mark.serial
 def test_planted_regressions_fire_and_reach_the_webhook(
     tmp_path: Path,
     fake_nvml_dir: Path,  # noqa: F811

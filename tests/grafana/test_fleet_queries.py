@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from grafana.dashgen.fleet import TOP_NODES
+
 from tests.grafana.dashboards import DASHBOARD_DIR, data_panels, exprs, load, substitute
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import PROMETHEUS, rules
