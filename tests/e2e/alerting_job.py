@@ -7,6 +7,8 @@ Before every step each rank reads OUT_DIR/phase:
   comm       the ranks take turns computing 20x longer, so each waits for the other in half of its steps
   straggler  rank 1 computes 20x longer in every step while rank 0 waits for it
   stall      rank 1 stops inside a step; rank 0 blocks in its all-reduce
+  spike      every rank passes a grad norm 1000x and a loss 100x the real ones (the values the hook judges)
+  slow       the last rank computes 50% longer in every step (a slow GPU among its peers)
   stop       leave the loop and exit cleanly
 The job id, ingest socket and GPU uuid come from TRAINMON_* variables, as in a real job.
 
@@ -53,6 +55,8 @@ def compute_seconds(phase: str, rank: int, step: int) -> float:
         return SLOW_COMPUTE_S if step % 2 == rank else FAST_COMPUTE_S
     if phase == "straggler":
         return SLOW_COMPUTE_S if rank == 1 else FAST_COMPUTE_S
+    if phase == "slow" and rank == dist.get_world_size() - 1:
+        return HEALTHY_COMPUTE_S * 1.5
     return HEALTHY_COMPUTE_S
 
 
@@ -84,11 +88,13 @@ def main(out: Path) -> None:
                                                               if p.grad is not None]))
             scaler.step(opt)
             scaler.update()
+            planted = phase == "spike"
             # The loss of one 8-sample random batch swings past 2x its mean by chance (a real job averages
             # millions of tokens): the job reports the loss on a fixed batch, which moves smoothly.
             with torch.no_grad():
-                timed.loss = torch.nn.functional.mse_loss(model(probe_x), probe_y)
-            timed.grad_norm = grad_norm
+                probe_loss = torch.nn.functional.mse_loss(model(probe_x), probe_y)
+            timed.loss = probe_loss * (100 if planted else 1)
+            timed.grad_norm = grad_norm * (1000 if planted else 1)
     mon.close()
     dist.destroy_process_group()
 
