@@ -49,6 +49,8 @@ def test_requests_beyond_the_limit_get_503_at_once(tmp_path: Path, daemons: list
     assert isinstance(third, httpx.Response)
     known = daemon.get("/healthz", auth=("probe", "pw"))  # verified at start-up: its own lane
     first_two = [c.getresponse().status for c in in_flight]
+    for connection in in_flight:
+        connection.close()
     after = daemon.get("/healthz", auth=("probe", "pw"))
 
     assert 200 == known.status_code

@@ -30,18 +30,18 @@ def test_hostile_datagrams_are_rejected_counted_and_bounded(tmp_path: Path, daem
     daemon = start_daemon(tmp_path, ["--collectors", "training", "--interval", "0.2", "--max-ranks", "16",
                                      "--ingest-udp", f"127.0.0.1:{udp_port}"])
     daemons.append(daemon)
-    unix = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    unix.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
     path = str(tmp_path / "ingest.sock")
     hostile = [b"{oops", wire.encode(VALID)[:50], b"\x00" * 100, json.dumps({"v": 1, "rank": "0"}).encode()]
-    unix.sendto(wire.encode(VALID), path)
-    for data in hostile:
-        unix.sendto(data, path)
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.sendto(b"z" * (wire.MAX_DATAGRAM + 100), ("127.0.0.1", udp_port))
-    for i in range(200):  # a flood of distinct job ids
-        udp.sendto(wire.encode(wire.Report(job_id=f"flood-{i}", rank=0, pid=1, start_time=1.0, seq=1)),
-                   ("127.0.0.1", udp_port))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as unix:
+        unix.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+        unix.sendto(wire.encode(VALID), path)
+        for data in hostile:
+            unix.sendto(data, path)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.sendto(b"z" * (wire.MAX_DATAGRAM + 100), ("127.0.0.1", udp_port))
+        for i in range(200):  # a flood of distinct job ids
+            udp.sendto(wire.encode(wire.Report(job_id=f"flood-{i}", rank=0, pid=1, start_time=1.0, seq=1)),
+                       ("127.0.0.1", udp_port))
     text = metrics_when(daemon, lambda t: total(t, "trainmon_ingest_rejected_total") >= 4 + 1 + 200 - 15)
 
     assert 16 == total(text, "trainmon_ingest_ranks")

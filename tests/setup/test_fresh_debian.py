@@ -82,7 +82,9 @@ def run_until_metrics(root: Path, script: str, port: int, pip_env: dict[str, str
         return run, time.monotonic() - started, text
     finally:
         stop_group(process)
-        reader.join(timeout=10)
+        reader.join(timeout=10)  # the pipe ends with the group
+        if process.stdout is not None and not reader.is_alive():
+            process.stdout.close()
 
 
 def stop_group(process: subprocess.Popen[str]) -> None:
