@@ -57,6 +57,12 @@ def build(config: DashboardConfig) -> DashboardModel:
     fleet_matchers = config.matchers(FLEET)
     idle = f"instance:trainmon_gpu_idle:count{{{fleet_matchers}}}"
     busy = f"instance:trainmon_gpu_busy:count{{{fleet_matchers}}}"
+    sm_activity = f"instance:trainmon_gpu_sm_utilization_ratio:avg{{{fleet_matchers}}}"
+    power = f"instance:trainmon_gpu_power_watts:sum{{{fleet_matchers}}}"
+    xids = f"instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}}"
+    ecc = f"instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}}"
+    infiniband = f"instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}}"
+    failures = f"instance:trainmon_collector_failures:count{{{fleet_matchers}}}"
     board = Board(
         config=config,
         name="fleet",
@@ -111,8 +117,8 @@ def build(config: DashboardConfig) -> DashboardModel:
             f"Mean SM activity of each node's GPUs: the {TOP_NODES} nodes lowest at any point of the range shown, "
             "and the fleet's mean.",
             "percentunit",
-            by_node(f"instance:trainmon_gpu_sm_utilization_ratio:avg{{{fleet_matchers}}}", "{{instance}}", lowest=True),
-            Query(f"avg(instance:trainmon_gpu_sm_utilization_ratio:avg{{{fleet_matchers}}})", "fleet mean"),
+            by_node(sm_activity, "{{instance}}", lowest=True),
+            Query(f"avg({sm_activity})", "fleet mean"),
             max_value=1,
         ),
         graph(
@@ -128,8 +134,8 @@ def build(config: DashboardConfig) -> DashboardModel:
             f"Total GPU power draw per node: the {TOP_NODES} nodes highest at any point of the range shown, and "
             "the fleet's mean per node.",
             "watt",
-            by_node(f"instance:trainmon_gpu_power_watts:sum{{{fleet_matchers}}}", "{{instance}}"),
-            Query(f"avg(instance:trainmon_gpu_power_watts:sum{{{fleet_matchers}}})", "fleet mean"),
+            by_node(power, "{{instance}}"),
+            Query(f"avg({power})", "fleet mean"),
         ),
     )
     _owners(board, config)
@@ -164,12 +170,10 @@ def build(config: DashboardConfig) -> DashboardModel:
             f"XID events in the last 5 minutes and uncorrectable ECC error counts: the {TOP_NODES} nodes with the "
             "most at any point of the range shown, and all nodes together.",
             "none",
-            by_node(f"instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}}", "{{instance}} XID"),
-            by_node(f"instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}}",
-                    "{{instance}} uncorrectable ECC"),
-            Query(f"sum(instance:trainmon_gpu_xid_errors:increase5m{{{fleet_matchers}}})", "XID, all nodes"),
-            Query(f"sum(instance:trainmon_gpu_ecc_uncorrected_errors:sum{{{fleet_matchers}}})",
-                  "uncorrectable ECC, all nodes"),
+            by_node(xids, "{{instance}} XID"),
+            by_node(ecc, "{{instance}} uncorrectable ECC"),
+            Query(f"sum({xids})", "XID, all nodes"),
+            Query(f"sum({ecc})", "uncorrectable ECC, all nodes"),
         ),
         graph(
             "GPUs needing action",
@@ -184,16 +188,16 @@ def build(config: DashboardConfig) -> DashboardModel:
             f"Symbol and receive errors per second over 5 minutes: the {TOP_NODES} nodes with the most at any point "
             "of the range shown, and all nodes together.",
             "cps",
-            by_node(f"instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}}", "{{instance}}"),
-            Query(f"sum(instance:trainmon_infiniband_errors:rate5m{{{fleet_matchers}}})", "all nodes"),
+            by_node(infiniband, "{{instance}}"),
+            Query(f"sum({infiniband})", "all nodes"),
         ),
         graph(
             "Failing collectors",
             f"Collectors whose last run failed: the {TOP_NODES} nodes with the most at any point of the range "
             "shown, and all nodes together.",
             "none",
-            by_node(f"instance:trainmon_collector_failures:count{{{fleet_matchers}}}", "{{instance}}"),
-            Query(f"sum(instance:trainmon_collector_failures:count{{{fleet_matchers}}})", "all nodes"),
+            by_node(failures, "{{instance}}"),
+            Query(f"sum({failures})", "all nodes"),
         ),
     )
     return board.build()
