@@ -1,6 +1,6 @@
 """Series count of one node, how it grows with GPUs, training ranks and IB ports, and the training worst case.
 
-    python -m tests.bench.bench_cardinality
+    python -m tests.bench.bench_cardinality [--minimal] [--flood-ranks N] [--scrapes N]
 
 The worst case: 1,024 ranks of the widest report the wire schema allows (every op on 9 groups, 32
 NCCL variables, every map full) sent to a daemon with the default caps; it prints the training
@@ -9,6 +9,7 @@ samples served, what was refused, and the scrape time of a freshly rendered snap
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import socket
@@ -28,8 +29,8 @@ from trainmon.collectors.training import rank_series
 BASE = {"gpus": 8, "namespaces": 16, "ports": 8, "ranks": 8}
 VARIATIONS = [BASE, {**BASE, "gpus": 1}, {**BASE, "gpus": 4}, {**BASE, "ranks": 0}, {**BASE, "ranks": 1},
               {**BASE, "ranks": 32}, {**BASE, "ports": 1}, {**BASE, "ports": 32}, {**BASE, "namespaces": 1}]
-FLOOD_RANKS = 1024
-SCRAPES = 5
+# One variation of each dimension beside the base: all the slopes need (a smoke run's node rows).
+MINIMAL_VARIATIONS = [BASE, {**BASE, "gpus": 1}, {**BASE, "ranks": 0}, {**BASE, "ports": 1}, {**BASE, "namespaces": 1}]
 
 
 def widest_report(job_id: str, rank: int) -> wire.Report:
@@ -49,34 +50,34 @@ def widest_report(job_id: str, rank: int) -> wire.Report:
     )
 
 
-def node_rows() -> list[list[object]]:
+def node_rows(variations: list[dict[str, int]]) -> list[list[object]]:
     rows: list[list[object]] = []
-    for variation in VARIATIONS:
+    for variation in variations:
         with started_node(interval=1.0, with_node_exporter=False, **variation) as node:  # type: ignore[arg-type]
             rows.append([variation["gpus"], variation["namespaces"], variation["ports"], variation["ranks"],
                          series_count(node.trainmon.url + "/metrics")])
     return rows
 
 
-def worst_case() -> list[list[object]]:
+def worst_case(flood_ranks: int, scrapes: int) -> list[list[object]]:
     """Flood a training-only daemon with the widest ranks; one row per exposition format."""
     with tempfile.TemporaryDirectory(prefix="trainmon-bench-") as tmp:
         root = Path(tmp)
         daemon = start_daemon(root, ["--collectors", "training", "--interval", "1"])
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-                for rank in range(FLOOD_RANKS):
+                for rank in range(flood_ranks):
                     with contextlib.suppress(BlockingIOError):
                         sock.sendto(wire.encode(widest_report("wide", rank)), str(root / "ingest.sock"))
             text = wait_until(lambda: (t := daemon.metrics_text()) and _total(t, "trainmon_ingest_ranks")
-                              + _total(t, "trainmon_ingest_rejected_total") >= FLOOD_RANKS and t, timeout=60)
+                              + _total(t, "trainmon_ingest_rejected_total") >= flood_ranks and t, timeout=60)
             training = sum(1 for line in str(text).splitlines()
                            if line.startswith(("trainmon_train_", "trainmon_nccl_")))
             ranks, refused = int(_total(str(text), "trainmon_ingest_ranks")), _refused(str(text))
             rows = []
             for accept in (PROMETHEUS_ACCEPT, "text/plain"):
                 times = []
-                for _ in range(SCRAPES):
+                for _ in range(scrapes):
                     time.sleep(1.1)  # a new snapshot: the scrape renders it
                     start = time.perf_counter()
                     httpx.get(daemon.url + "/metrics", headers={"Accept": accept}, timeout=30).raise_for_status()
@@ -98,11 +99,17 @@ def _refused(text: str) -> str:
 
 
 def main() -> None:
-    rows = node_rows()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minimal", action="store_true", help="one variation per dimension (the slopes only)")
+    parser.add_argument("--flood-ranks", type=int, default=1024, help="ranks of the worst case")
+    parser.add_argument("--scrapes", type=int, default=5, help="timed scrapes per exposition format")
+    args = parser.parse_args()
+    variations = MINIMAL_VARIATIONS if args.minimal else VARIATIONS
+    rows = node_rows(variations)
     base = rows[0][4]
 
     def slope(index: int, key: str) -> float:
-        other = next(r for r, v in zip(rows, VARIATIONS, strict=True)
+        other = next(r for r, v in zip(rows, variations, strict=True)
                      if v[key] != BASE[key] and v == {**BASE, key: v[key]})
         return (base - other[4]) / (BASE[key] - other[index])  # type: ignore[operator]
 
@@ -112,9 +119,9 @@ def main() -> None:
           f"per IB port {slope(2, 'ports'):.0f}, per training rank {slope(3, 'ranks'):.0f} "
           "(process_* and self-metrics are the constant rest)")
     print(f"worst case per training rank: {rank_series(widest_report('wide', 0))} series; "
-          f"{FLOOD_RANKS} such ranks against the default caps:")
+          f"{args.flood_ranks} such ranks against the default caps:")
     print(table(["format", "training samples", "live ranks", "refused", "render p50 ms", "render max ms"],
-                worst_case()))
+                worst_case(args.flood_ranks, args.scrapes)))
 
 
 if __name__ == "__main__":

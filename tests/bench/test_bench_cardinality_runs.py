@@ -10,4 +10,4 @@ pytestmark = pytest.mark.slow
 
 
 def test_bench_cardinality_prints_its_table() -> None:
-    assert_prints_table("bench_cardinality", [], "per GPU")
+    assert_prints_table("bench_cardinality", ["--minimal", "--flood-ranks", "64", "--scrapes", "1"], "per GPU")

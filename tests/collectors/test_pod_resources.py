@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
+import re
 import subprocess
 import sys
 import tempfile
@@ -257,8 +259,22 @@ def test_the_base_daemon_never_imports_grpc() -> None:
     assert "False" == result.stdout.strip().splitlines()[-1]
 
 
+KUBELET_STUBS = Path(__file__).resolve().parents[2] / "exporter" / "trainmon" / "kubelet"
+
+
+def test_test_extra_pins_the_grpcio_tools_that_generated_the_committed_stubs() -> None:
+    """generate.sh writes grpcio-tools' own version into the stubs: with `>=` a new release on the index
+    made the byte comparison below fail on every fresh install while cached venvs kept passing."""
+    pins = re.findall(r'"(grpcio-tools[^"]*)"', (KUBELET_STUBS.parents[2] / "pyproject.toml").read_text())
+    generated = re.search(r"^GRPC_GENERATED_VERSION = '([0-9.]+)'$", (KUBELET_STUBS / "api_pb2_grpc.py").read_text(),
+                          re.MULTILINE)
+    assert generated is not None
+    assert pins == [f"grpcio-tools=={generated.group(1)}"]
+    assert importlib.metadata.version("grpcio-tools") == generated.group(1)
+
+
 def test_committed_stubs_are_what_generate_sh_makes(tmp_path: Path) -> None:
-    kubelet = Path(__file__).resolve().parents[2] / "exporter" / "trainmon" / "kubelet"
+    kubelet = KUBELET_STUBS
     copy = tmp_path / "exporter" / "trainmon" / "kubelet"
     copy.mkdir(parents=True)
     for name in ("api.proto", "generate.sh"):
