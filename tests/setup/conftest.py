@@ -9,7 +9,7 @@ import pytest
 from filelock import FileLock
 
 from tests.helpers.tools import require, require_tool
-from tests.setup.debian import apt_source_files, debian_mirror, debootstrap
+from tests.setup.debian import COLD_BUILD_TIMEOUT_S, apt_source_files, debian_mirror, debootstrap
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,7 @@ def minbase_tarball(tmp_path_factory: pytest.TempPathFactory, worker_id: str) ->
         require_tool(tool)
     base = tmp_path_factory.getbasetemp()
     tarball = (base if worker_id == "master" else base.parent) / "minbase.tar"
-    with FileLock(f"{tarball}.lock"):
+    with FileLock(f"{tarball}.lock", timeout=COLD_BUILD_TIMEOUT_S):
         if not tarball.exists():
             _build_minbase(tarball, tmp_path_factory.mktemp("minbase") / "rootfs")
     return tarball

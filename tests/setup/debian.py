@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SUITE = "bookworm"
+# pytest-timeout counts a test's fixtures too: the first test of tests/setup/test_container_image.py waits for
+# the session's debootstrap (up to 3.5 min on a cold, loaded 2-core machine) and then builds the image (about
+# 5 min cold), so the files that build from nothing get this budget instead of the 300 s of other `slow` tests.
+COLD_BUILD_TIMEOUT_S = 1200
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.tools import require_tool
-from tests.setup.debian import git_archive_into, host_pip_files
+from tests.setup.debian import COLD_BUILD_TIMEOUT_S, git_archive_into, host_pip_files
 from trainmon import __version__
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(COLD_BUILD_TIMEOUT_S)]
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = "deploy/docker/Dockerfile"

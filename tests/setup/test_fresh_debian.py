@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.net import free_port
 from tests.setup.debian import (
+    COLD_BUILD_TIMEOUT_S,
     chroot_command,
     chroot_environment,
     copy_into,
@@ -29,7 +30,7 @@ from tests.setup.debian import (
     unpack,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(COLD_BUILD_TIMEOUT_S)]
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKOUT = "/root/trainmon"
