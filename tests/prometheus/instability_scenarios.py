@@ -21,9 +21,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.prometheus.rulefiles import PROMETHEUS, alert_rules, group_names
+from tests.prometheus.rulefiles import INSTABILITY_TESTS, alert_rules, group_names
 
-OUTPUT = PROMETHEUS / "tests" / "instability.test.yml"
+OUTPUT = INSTABILITY_TESTS
 ALERTS = ("TrainmonGradNormSpike", "TrainmonLossSpike", "TrainmonLossDiverging", "TrainmonThroughputDrift",
           "TrainmonSlowRank")
 WORLD = 64

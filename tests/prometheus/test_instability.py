@@ -1,11 +1,21 @@
-"""prometheus/tests/instability.test.yml is its generator's output (promtool runs it in test_rules.py)."""
+"""prometheus/tests/instability.test.yml: its generator's output, and promtool passes it (a file of its own, so
+that pytest-xdist runs its minutes of promtool beside test_rules.py's other promtool files)."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
+
 from tests.prometheus import instability_scenarios as scenarios
-from tests.prometheus.rulefiles import load
+from tests.prometheus.rulefiles import INSTABILITY_TESTS, assert_promtool_tests_pass, load
+
+
+@pytest.mark.slow
+def test_promtool_passes_the_instability_scenarios() -> None:
+    """Six hours of a 64-rank job: each numerics alert fires on its incident and stays silent on the healthy
+    runs (Debian promtool 2.42)."""
+    assert_promtool_tests_pass(INSTABILITY_TESTS)
 
 
 def test_the_committed_scenarios_are_the_generators_output() -> None:

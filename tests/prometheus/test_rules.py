@@ -14,11 +14,13 @@ from prometheus.rulegen.render import rule_files
 
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import (
+    INSTABILITY_TESTS,
     PROMETHEUS,
     RULE_FILES,
     RULE_TESTS,
     RUNBOOK,
     alert_rules,
+    assert_promtool_tests_pass,
     group_names,
     load,
     rules,
@@ -47,19 +49,11 @@ def test_promtool_check_rules_passes() -> None:
     assert 0 == result.returncode, result.stdout + result.stderr
 
 
-# instability.test.yml holds six hours of 64-rank series (1.2 MB): promtool takes 30-60 s on it in CI, a slow test.
-PROMTOOL_CASES = [pytest.param(path, marks=pytest.mark.slow) if path.stat().st_size > 1_000_000 else path
-                  for path in RULE_TESTS]
-
-
-@pytest.mark.parametrize("test_file", PROMTOOL_CASES, ids=lambda p: p.name)
+@pytest.mark.parametrize("test_file", [p for p in RULE_TESTS if p != INSTABILITY_TESTS], ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(test_file: Path) -> None:
-    """Each alert fires on a realistic series and stays silent on a healthy one (Debian promtool 2.42)."""
-    promtool = require_tool("promtool")
-
-    result = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True)
-
-    assert 0 == result.returncode, result.stdout + result.stderr
+    """Each alert fires on a realistic series and stays silent on a healthy one (Debian promtool 2.42);
+    instability.test.yml, the long one, runs in test_instability.py, on a worker of its own."""
+    assert_promtool_tests_pass(test_file)
 
 
 def test_committed_rule_files_equal_the_generator_output() -> None:
