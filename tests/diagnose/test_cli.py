@@ -88,6 +88,10 @@ def cut_short(handler: BaseHTTPRequestHandler, query: str, stopping: threading.E
     handler.wfile.write(b'{"status":"succ')
 
 
+def bad_status(handler: BaseHTTPRequestHandler, query: str, stopping: threading.Event) -> None:
+    handler.wfile.write(b"HTTP/1.1 two hundred\r\n\r\n")
+
+
 def declared_huge(handler: BaseHTTPRequestHandler, query: str, stopping: threading.Event) -> None:
     headers(handler, 300_000_000)
     while not stopping.is_set():
@@ -104,6 +108,7 @@ def streamed_huge(handler: BaseHTTPRequestHandler, query: str, stopping: threadi
     (drip_body, "1", "gave no complete answer within 1 s (--timeout sets the limit)"),
     (drip_headers, "1", "gave no complete answer within 1 s (--timeout sets the limit)"),
     (cut_short, "60", "cut its answer short: IncompleteRead (15 of 1000 bytes)"),
+    (bad_status, "60", "answered malformed HTTP: BadStatusLine"),
     (declared_huge, "60", "answered over 64 MiB: refused"),
     (streamed_huge, "60", "answered over 64 MiB: refused"),
 ])

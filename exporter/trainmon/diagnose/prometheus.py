@@ -114,9 +114,12 @@ class PrometheusClient:
                 body = self._read(exc)
                 if not body:
                     raise PrometheusUnreadable(f"{self.url}: HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
-            raise PrometheusUnreadable(f"cannot read Prometheus at {self.url}: {reason}") from None
+        except http.client.HTTPException as exc:  # a malformed status line or headers, a chunk cut short
+            raise PrometheusUnreadable(f"Prometheus at {self.url} answered malformed HTTP: "
+                                       f"{type(exc).__name__} {exc}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PrometheusUnreadable(f"cannot reach Prometheus at {self.url}: {reason}") from None
         return parse_vector(body)
 
     def _read(self, answer: _Answer) -> bytes:
