@@ -81,15 +81,15 @@ def parse_vector(body: bytes) -> list[Sample]:
             raise PrometheusUnreadable(f"expected a vector, got {data['resultType']}")
         samples = [Sample(_labels(r["metric"]), float(r["value"][1])) for r in data["result"]]
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        raise PrometheusUnreadable(f"not a Prometheus query answer ({type(exc).__name__})") from None
+        raise PrometheusUnreadable(f"not a Prometheus query answer ({type(exc).__name__}: {exc})") from None
     return [s for s in samples if not math.isnan(s.value)]
 
 
 def _labels(metric: Mapping[str, object]) -> dict[str, str]:
-    labels = dict(metric)
-    if not all(isinstance(v, str) for v in labels.values()):
+    labels = {name: value for name, value in dict(metric).items() if isinstance(value, str)}
+    if len(labels) != len(metric):
         raise TypeError("a label value that is not a string")
-    return labels  # type: ignore[return-value]  # every value checked above
+    return labels
 
 
 @dataclass(frozen=True, slots=True)
