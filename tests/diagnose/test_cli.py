@@ -92,6 +92,14 @@ def bad_status(handler: BaseHTTPRequestHandler, query: str, stopping: threading.
     handler.wfile.write(b"HTTP/1.1 two hundred\r\n\r\n")
 
 
+def error_with_escapes(handler: BaseHTTPRequestHandler, query: str, stopping: threading.Event) -> None:
+    body = json.dumps({"status": "error", "error": "bad\nquery \x1b[2J\x1b[31mred"}).encode()
+    handler.send_response(400)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 def declared_huge(handler: BaseHTTPRequestHandler, query: str, stopping: threading.Event) -> None:
     headers(handler, 300_000_000)
     while not stopping.is_set():
@@ -109,6 +117,7 @@ def streamed_huge(handler: BaseHTTPRequestHandler, query: str, stopping: threadi
     (drip_headers, "1", "gave no complete answer within 1 s (--timeout sets the limit)"),
     (cut_short, "60", "cut its answer short: IncompleteRead (15 of 1000 bytes)"),
     (bad_status, "60", "answered malformed HTTP: BadStatusLine"),
+    (error_with_escapes, "60", "query failed: bad query [2J [31mred"),  # no newline, no escape reaches a terminal
     (declared_huge, "60", "answered over 64 MiB: refused"),
     (streamed_huge, "60", "answered over 64 MiB: refused"),
 ])
@@ -119,6 +128,8 @@ def test_an_answer_it_cannot_use_is_exit_2_with_one_line(reply: Reply, timeout: 
     assert 2 == result.returncode, result.stderr
     assert says in result.stderr
     assert 1 == len(result.stderr.splitlines()), result.stderr
+    assert "Traceback" not in result.stderr
+    assert "\x1b" not in result.stderr
     assert "" == result.stdout
 
 
