@@ -66,14 +66,26 @@ def read_attribute(path: str | Path, limit: int = PAGE_BYTES) -> str | Unavailab
     Raises:
         OSError: an error that means the collector itself is broken (EMFILE, ENOMEM), not the value absent.
     """
+    return _read_text(path, limit)
+
+
+def read_owned_file(path: str | Path, limit: int, owners: frozenset[int]) -> str | Unavailable:
+    """`read_attribute` for a file outside procfs and sysfs that only `owners` (uids) may have written: a
+    symbolic link is not followed (`ELOOP`), and a file of another owner is not read."""
+    return _read_text(path, limit, os.O_NOFOLLOW, owners)
+
+
+def _read_text(path: str | Path, limit: int, flags: int = 0, owners: frozenset[int] | None = None) -> str | Unavailable:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | flags)
     except OSError as exc:
         return _unavailable(exc)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            return Unavailable("EISDIR" if stat.S_ISDIR(mode) else "not a regular file")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return Unavailable("EISDIR" if stat.S_ISDIR(info.st_mode) else "not a regular file")
+        if owners is not None and info.st_uid not in owners:
+            return Unavailable(f"owned by uid {info.st_uid}, not by uid {' or '.join(map(str, sorted(owners)))}")
         data = os.read(fd, min(_CHUNK_BYTES, limit + 1))
         if limit > PAGE_BYTES:
             chunks, size = [data], len(data)

@@ -541,6 +541,28 @@ def test_a_non_fatal_nvlink5_xid_is_counted_and_asks_for_nothing_a_fatal_one_for
         node.collector.close()
 
 
+
+def test_a_user_cannot_make_a_healthy_gpu_ask_for_a_reboot(tmp_path: Path) -> None:
+    """GPU 0's XID 79 in a segfault report (a program mapped from a file so named) and in a user-facility record
+    counts nothing; GPU 1's own XID 119 from the driver still asks for a reset."""
+    stamp = int((time.clock_gettime(time.CLOCK_MONOTONIC) - 30) * 1e6)
+    spoof = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    (tmp_path / "kmsg").write_text(
+        f"6,1,{stamp},-;a.out[4242]: segfault at 0 ip 00007f3c1e2a1000 sp 00007ffd5e8b3c40 error 4 in {spoof}"
+        "[1000,7f3c1e2a0000+1000] likely on CPU 0 (core 0, socket 0)\n"
+        f"14,2,{stamp},-;{spoof}\n" + kmsg_xid(3, 119, 30).replace("0000:18:00", "0000:28:00"))
+    node = Node(scenarios.node(2), tmp_path)
+    try:
+        collection = node.collect()
+        verdicts = health(collection)
+
+        assert ("none", set()) == verdicts["0"]
+        assert "XID 119 GSP_RPC_TIMEOUT: reset the GPU" in verdicts["1"][1]  # beside the scenario's ECC
+        assert ["1"] == [dict(labels)["gpu"] for name, labels in samples(collection)
+                         if name == "trainmon_gpu_xid_errors_total"]
+    finally:
+        node.collector.close()
+
 def test_a_corrupt_state_file_is_reported_and_the_verdict_still_served(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "health.json").write_text("not json")

@@ -169,7 +169,8 @@ def test_kernel_log_history_and_nvml_events_count_each_xid_once(tmp_path: Path, 
     now = time.clock_gettime(time.CLOCK_MONOTONIC)
     kmsg = tmp_path / "kmsg"
     kmsg.write_text(
-        f"4,1,{int((now - 3600) * 1e6)},-;NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=python3, Graphics Exception\n"
+        f"4,1,{int(max(now - 3600, 0) * 1e6)},-;NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=python3, Graphics "
+        "Exception\n"  # an hour ago, or at boot on a machine up for less (the kernel's clock is never negative)
         f"4,2,{int((now - 1) * 1e6)},-;NVRM: Xid (PCI:0000:28:00): 79, pid=1, name=python3, fallen off the bus\n"
         f"4,3,{int(now * 1e6)},-;NVRM: Xid (PCI:0000:c1:00): 48, pid=1, name=python3, DBE\n")
     daemon, path = start(tmp_path, fake_nvml_dir, base, "--kmsg", str(kmsg))

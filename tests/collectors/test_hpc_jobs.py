@@ -60,6 +60,18 @@ def test_prolog_mapping_and_cgroup_fallback(tmp_path: Path) -> None:
     assert {"0": "mapping", "3": "mapping", "4": "cgroup"}.items() <= dict(got.details["job_sources"]).items()  # type: ignore[call-overload]
 
 
+
+def test_a_users_own_cgroup_named_like_a_job_claims_nothing(tmp_path: Path) -> None:
+    """A user may make cgroups under their delegated slice and call one job_31337: only slurmd's count."""
+    procfs = tmp_path / "proc"
+    write(procfs / "4000" / "cgroup", "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_31337/x\n")
+    write(procfs / "4001" / "cgroup", CGROUP_V2.format(job=6001))
+    settings = Settings(procfs=procfs)
+
+    got = HpcJobsCollector(settings, NodeResources(gpus=inventory_of({0: (4000,), 1: (4001,)}))).collect()
+
+    assert {job(1, "6001")} == set(samples_of(got.families))
+
 def test_epilog_removal_is_seen_at_the_next_refresh_only(tmp_path: Path) -> None:
     mapping = tmp_path / "job-mapping"
     run_script("prolog.sh", mapping, "4242", SLURM_JOB_GPUS="0")
@@ -86,7 +98,7 @@ def test_bad_mapping_files_drop_only_their_gpu(tmp_path: Path, caplog: pytest.Lo
     write(mapping / "2", "9" * (MAX_MAPPING_BYTES + 10))
     (mapping / "3").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\xff\xfe")
     write(mapping / "4", "4244\n$(reboot)\n")
-    os.symlink(mapping / "gone", mapping / "5")  # listed, then missing when opened: a file removed mid-read
+    os.symlink(mapping / "gone", mapping / "5")
     os.mkfifo(mapping / "6")  # must not block the collector
     write(mapping / "9", "4249\n")  # no GPU 9 here
     write(mapping / "README", "not a mapping file\n")
@@ -102,12 +114,62 @@ def test_bad_mapping_files_drop_only_their_gpu(tmp_path: Path, caplog: pytest.Lo
     assert {job(0, "4242"), job(1, "7001"), job(4, "4244")} == set(samples_of(first.families))
     assert ["mapping file 1: empty", "mapping file 2: over 65536 bytes",
             "mapping file 3: binary, not job ids a line",
-            "mapping file 4: 1 line(s) that are not job ids, first '$(reboot)'",
-            "mapping file 5: removed while being read", "mapping file 6: not a regular file",
+            "mapping file 4: 1 line(s) that are not job ids, first line 2",
+            "mapping file 5: a symbolic link, not followed", "mapping file 6: not a regular file",
             "mapping file 9: no GPU 9 on this node"] == list(first.skipped)
     assert first.skipped == second.skipped
     assert len(first.skipped) == len([r for r in caplog.records if "collector dropped data" in r.getMessage()])
 
+
+
+SECRET = "token: s3cr3t-only-root-reads-this"
+
+
+def hostile_mapping(tmp_path: Path) -> Path:
+    """What a user who could write in the mapping directory plants: links to a root-only file and to
+    /proc/self/status, a FIFO, a file of their own, and a root-owned file whose first line is a secret."""
+    mapping, secret = tmp_path / "job-mapping", tmp_path / "secret"
+    write(secret, SECRET + "\n")
+    secret.chmod(0o600)
+    mapping.mkdir()
+    os.symlink(secret, mapping / "0")
+    os.symlink("/proc/self/status", mapping / "1")
+    os.mkfifo(mapping / "2")
+    write(mapping / "3", "4243\n")
+    os.chown(mapping / "3", 1000, 1000)
+    write(mapping / "4", SECRET + "\n4244\n")
+    return mapping
+
+
+def test_links_fifos_and_foreign_files_are_refused_and_no_note_quotes_a_file(tmp_path: Path) -> None:
+    settings = Settings(hpc_job_mapping_dir=hostile_mapping(tmp_path), procfs=tmp_path / "proc")
+
+    got = HpcJobsCollector(settings, NodeResources(gpus=inventory_of({}))).collect()
+
+    assert {job(4, "4244")} == set(samples_of(got.families))
+    assert ["mapping file 0: a symbolic link, not followed", "mapping file 1: a symbolic link, not followed",
+            "mapping file 2: not a regular file", "mapping file 3: owned by uid 1000, not by uid 0",
+            "mapping file 4: 1 line(s) that are not job ids, first line 1"] == list(got.skipped)
+
+
+@pytest.mark.slow
+def test_the_daemon_serves_no_mapping_files_content(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                    daemons: list[Daemon]) -> None:
+    """Neither the status API, nor /metrics, nor the log holds a planted file's first line."""
+    mapping = hostile_mapping(tmp_path)
+    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.node(8))
+    daemon = start_daemon(tmp_path, ["--collectors", "gpu", "--interval", "0.5", "--sysfs", str(tmp_path),
+                                     "--procfs", str(tmp_path / "proc"), "--hpc-job-mapping-dir", str(mapping)],
+                          env={"FAKE_NVML_SCENARIO": str(scenario), "LD_LIBRARY_PATH": str(fake_nvml_dir)})
+    daemons.append(daemon)
+
+    wait_until(lambda: job(4, "4244") in parse_samples(daemon.metrics_text()), timeout=20)
+    status = daemon.get("/api/v1/status").text
+    served = status + daemon.metrics_text() + daemon.log()
+    assert "s3cr3t" not in served
+    assert "Name:" not in served  # /proc/self/status's first line
+    assert "mapping file 4: 1 line(s) that are not job ids, first line 1" in status
+    assert job(3, "4243") not in parse_samples(daemon.metrics_text())
 
 def test_absent_directory_is_no_job_yet(tmp_path: Path) -> None:
     assert ({}, ()) == (read_mapping(tmp_path / "none").jobs, read_mapping(tmp_path / "none").problems)

@@ -97,6 +97,15 @@ def test_no_time_at_all_is_nothing_found() -> None:
     assert ((), None, None) == (result.findings, result.goodput, result.mfu)
 
 
+def test_a_rank_that_starts_after_now_counts_for_no_time_and_no_mfu() -> None:
+    """Its process start time is past `now` (a node's clock ahead): no time in the window, and MFU from none."""
+    ranks = [rank(0, seconds=0.0, steps=0.0, step_seconds=0.0, model_flops=1e15, peak_flops=989e12), rank(1)]
+
+    result = diagnose("j", "1h", ranks, [])
+
+    assert (None, 0.9) == (result.mfu, result.goodput)
+
+
 def slow_mount(instance: str = NODE_A, **values: float) -> MountSignals:
     """A Lustre mount whose RPCs took 1 ms in the window before and `rpc_latency` now (default 12 ms)."""
     base = {"read_rate": 2e9, "read_rate_before": 2e9, "rpc_latency": 0.012, "rpc_latency_before": 0.001,

@@ -20,6 +20,9 @@ def test_a_vector_answer_becomes_samples_and_nan_is_dropped() -> None:
     (b'{"status":"error","error":"parse error at char 3"}', "parse error at char 3"),
     (b'{"status":"success","data":{"resultType":"matrix","result":[]}}', "expected a vector"),
     (b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{}}]}}', "not a Prometheus"),
+    (b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"rank":0},"value":[1,"1"]}]}}',
+     "a label value that is not a string"),
+    (b"[" * 100_000, "RecursionError"),
 ])
 def test_anything_else_is_unreadable(body: bytes, message: str) -> None:
     with pytest.raises(PrometheusUnreadable, match=message):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.net import wait_until
-from trainmon.health.kmsg_reader import KmsgReader
+from trainmon.health.kmsg_reader import MAX_PARTIAL, READ_SIZE, KmsgReader
 from trainmon.nvml.xid import Source, XidCounts, XidKey
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kmsg"
@@ -133,3 +133,23 @@ def test_a_flood_of_distinct_garbage_codes_stays_bounded(tmp_path: Path, counts:
 
     assert 999 == len(counts.snapshot())  # codes 1..999; 0 and >= 1000 are garbled
     assert 10 + 10_000 + 1 == reader.status().malformed  # code 0, codes >= 1000, the unterminated line
+
+
+
+def test_forged_records_count_nothing_and_the_drivers_own_still_counts(tmp_path: Path, counts: XidCounts) -> None:
+    """A segfault report naming a file called like an XID (kernel facility, not at the start), a user-facility
+    record, and the tail of a line too long to keep (cut where a read ends), which is no record of its own."""
+    path = tmp_path / "kmsg"
+    spoof = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    head = (f"6,1,1000000,-;a.out[4242]: segfault at 0 ip 00007f3c1e2a1000 sp 00007ffd5e8b3c40 error 4 in {spoof}"
+            "[1000,7f3c1e2a0000+1000] likely on CPU 0 (core 0, socket 0)\n"
+            f"14,2,2000000,-;{spoof}\n")
+    too_long = MAX_PARTIAL + 1 + (-(len(head) + MAX_PARTIAL + 1)) % READ_SIZE  # ends where a read ends
+    path.write_text(head + "y" * too_long + f"4,3,3000000,-;{spoof}\n"
+                    "4,4,4000000,-;NVRM: Xid (PCI:0000:28:00): 13, pid=1, name=x, Graphics Exception\n")
+    reader = KmsgReader(path, counts, boot=lambda: BOOT)
+    reader.start()
+    reader.stop()
+
+    assert {("0000:28:00", 13): 1} == counts_by_key(counts)
+    assert (1, 1) == (reader.status().xids, reader.status().malformed)

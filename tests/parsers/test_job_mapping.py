@@ -27,9 +27,9 @@ def test_gpu_index_of(name: str, expected: int | None) -> None:
     ("4242\n4243\n4242\n", JobLines(("4242", "4243"), ())),  # shared GPU, a repeat kept once
     ("  77  \r\n", JobLines(("77",), ())),
     ("123_4\n123+0\n", JobLines(("123_4", "123+0"), ())),  # array task, heterogeneous component
-    ("4242\nnot a job id\n", JobLines(("4242",), ("not a job id",))),
-    ("-rf\n", JobLines((), ("-rf",))),
-    ("x" * 100 + "\n", JobLines((), ("x" * 80,))),
+    ("4242\nnot a job id\n", JobLines(("4242",), (2,))),
+    ("-rf\n", JobLines((), (1,))),
+    ("x" * 100 + "\n\n$(reboot)\n", JobLines((), (1, 3))),
 ])
 def test_parse_job_lines(text: str, expected: JobLines) -> None:
     assert expected == parse_job_lines(text)

@@ -77,8 +77,9 @@ def test_a_multi_record_message_needs_its_last_record() -> None:
 
 
 @pytest.mark.parametrize(("line", "record"), [
-    ("4,1002,61000000,-;NVRM: x", Record("NVRM: x", 61.0, 1002)),
-    ("4,1002,61000000,c,more;NVRM: x\n", Record("NVRM: x", 61.0, 1002)),
+    ("4,1002,61000000,-;NVRM: x", Record("NVRM: x", 61.0, 1002, 0)),
+    ("4,1002,61000000,c,more;NVRM: x\n", Record("NVRM: x", 61.0, 1002, 0)),
+    ("14,1002,61000000,-;NVRM: x", Record("NVRM: x", 61.0, 1002, 1)),
     ("[   61.500000] NVRM: x", Record("NVRM: x", 61.5)),
     ("NVRM: x", Record("NVRM: x")),
     (" DEVICE=+pci:0000:18:00.0", None),
@@ -90,3 +91,38 @@ def test_split_record(line: str, record: Record | None) -> None:
 @pytest.mark.parametrize(("nvml", "kernel"), [("00000000:18:00.0", "0000:18:00"), ("00000001:C1:00.0", "0001:c1:00")])
 def test_nvml_bus_ids_in_kernel_log_form(nvml: str, kernel: str) -> None:
     assert kernel == nvml_bus(nvml)
+
+
+# x86's report of a fatal segfault (arch/x86/mm/fault.c show_signal_msg, mm/memory.c print_vma_addr), one
+# record at KERN_INFO (priority 6, facility 0): `comm[pid]: segfault at ADDR ip IP sp SP error CODE in
+# FILE[OFFSET,START+SIZE] likely on CPU N (core C, socket S)`, where FILE is the name of the file mapped at
+# the faulting instruction, which the user who ran the program chose.
+SPOOF = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus."
+SEGFAULT = (f"6,2210,86400000000,-;a.out[31337]: segfault at 0 ip 00007f3c1e2a1000 sp 00007ffd5e8b3c40 error 4 "
+            f"in {SPOOF}[1000,7f3c1e2a0000+1000] likely on CPU 3 (core 3, socket 0)\n")
+GENUINE = ("3,2211,86400100000,-;NVRM: Xid (PCI:0000:28:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen "
+           "off the bus.\n")
+
+
+@pytest.mark.parametrize("forged", [
+    SEGFAULT,
+    f"14,2212,86400200000,-;{SPOOF}\n",  # user facility, level info: what a write to /dev/kmsg makes
+    f"12,2212,86400200000,-;{SPOOF}\n",
+    "14,2213,86400300000,-;NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.\n",
+    "14,2214,1,-;NVRM: The NVIDIA GPU 0000:18:00.0\n6,2215,2,-;x\n14,2216,3,-;NVRM: fallen off the bus and is not "
+    "responding to commands.\n",
+    f"6,2217,86400400000,-;kernel: {SPOOF}\n",
+])
+def test_only_the_kernel_facility_in_the_drivers_own_words_is_an_xid(forged: str) -> None:
+    """A user chooses the file name a segfault report ends with, and can write user-facility records: neither
+    makes a GPU fall off the bus; the driver's own record beside them still does."""
+    found, malformed = parse_text(forged + GENUINE)
+
+    assert [XidLine("0000:28:00", 79, 86400.1)] == found
+    assert 0 == malformed
+
+
+def test_a_code_too_long_to_be_one_is_malformed() -> None:
+    found, malformed = parse_text(f"4,1,1,-;NVRM: Xid (PCI:0000:18:00): {'7' * 5000}, pid=1\n")
+
+    assert ([], 1) == (found, malformed)

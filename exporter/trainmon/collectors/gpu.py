@@ -345,6 +345,7 @@ class GpuCollector:
             verdicts.append((status.identity, decide(_signals(status, seen, memory), now)))
         if self._health.changed:
             self._state.save(self._health.saved(now))
+        self._state.flush()  # a write that failed (a full disk) is tried again
         return verdicts
 
     def _info(self, statuses: Sequence[GpuStatus]) -> Metric:

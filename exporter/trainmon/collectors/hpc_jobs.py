@@ -6,7 +6,10 @@ Slurm prolog writes and the epilog removes (deploy/slurm/); a GPU without a file
 its NVML compute processes, from the `job_<id>` directory of `<procfs>/<pid>/cgroup`, which slurmd
 creates and any user may read. Read at most every `REFRESH_SECONDS` from the collection cycle,
 never on a scrape. A file that is empty, too large, binary or gone mid-read, and a process that
-exits before its cgroup is read, drop only what they affect and are listed in `skipped`.
+exits before its cgroup is read, drop only what they affect and are listed in `skipped`. A mapping
+file is read only if it is a regular file (not a symbolic link, not a FIFO) owned by root, who runs
+the prolog, or by the daemon's own user; a note about a file names it and what was wrong, never what
+it holds (a link to a root-only file must not serve that file's first line to whoever reads the status).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from trainmon.families import info
 from trainmon.gpu_inventory import InventoryGpu
 from trainmon.parsers.cgroup import slurm_job_of
 from trainmon.parsers.job_mapping import gpu_index_of, parse_job_lines
-from trainmon.roots import Root, Unavailable, read_attribute
+from trainmon.roots import Root, Unavailable, read_attribute, read_owned_file
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,7 @@ MAX_CGROUP_BYTES = 64 << 10
 JOB_LABELS = ("gpu", "uuid", "scheduler", "job_id")
 SCHEDULER = "slurm"
 GONE = frozenset({"ENOENT", "ESRCH"})  # the process exited between listing and reading
+UNREAD = {"ENOENT": "removed while being read", "ELOOP": "a symbolic link, not followed"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,7 @@ def read_mapping(directory: Path) -> Mapping:
     """Every mapping file of `directory`; an absent directory is an empty mapping (no job has started)."""
     jobs: dict[int, dict[str, None]] = {}
     problems: list[str] = []
+    owners = frozenset({0, os.geteuid()})
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except FileNotFoundError:
@@ -59,17 +64,18 @@ def read_mapping(directory: Path) -> Mapping:
         if index is None:
             continue
         name = f"mapping file {entry.name}"
-        text = read_attribute(entry.path, MAX_MAPPING_BYTES)
+        text = read_owned_file(entry.path, MAX_MAPPING_BYTES, owners)
         if isinstance(text, Unavailable):
             if text.why != "EISDIR":
-                problems.append(f"{name}: {'removed while being read' if text.missing else text.why}")
+                problems.append(f"{name}: {UNREAD.get(text.why, text.why)}")
             continue
         if "\0" in text or "\ufffd" in text:
             problems.append(f"{name}: binary, not job ids a line")
             continue
         lines = parse_job_lines(text)
         if lines.rejected:
-            problems.append(f"{name}: {len(lines.rejected)} line(s) that are not job ids, first {lines.rejected[0]!r}")
+            problems.append(f"{name}: {len(lines.rejected)} line(s) that are not job ids, "
+                            f"first line {lines.rejected[0]}")
         if not lines.job_ids:
             if not lines.rejected:
                 problems.append(f"{name}: empty")

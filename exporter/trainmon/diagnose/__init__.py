@@ -3,13 +3,13 @@
 Standard library only. It reads raw trainmon series through the HTTP API (the recording rules need
 not be loaded), splits the job's rank time over the window into its causes, and prints them ranked
 by the share of time they cost, with MFU and goodput. Exit 0: nothing found; 1: something found;
-2: Prometheus cannot be read, or it has no series of the job.
+2: Prometheus cannot be read (unreachable, an answer cut short, too large, not a query result, or none
+complete within `--timeout`), or it has no series of the job: one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -17,11 +17,13 @@ from collections.abc import Sequence
 
 from trainmon.diagnose.analysis import Thresholds, diagnose
 from trainmon.diagnose.collect import Collector
-from trainmon.diagnose.prometheus import PrometheusClient, PrometheusUnreadable
-from trainmon.diagnose.report import render
+from trainmon.diagnose.prometheus import PrometheusClient, PrometheusUnreadable, deadline
+from trainmon.diagnose.report import render, strict_json
 
 DURATION = re.compile(r"(\d+)([smhdw])")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+DEFAULT_TIMEOUT_SECONDS = 60.0
+MAX_LINE_CHARS = 500  # an error line quotes what a server said: one line, printable, short
 
 
 def parse_duration(text: str) -> int:
@@ -48,7 +50,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object (SPEC §2)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "tf32", "fp8"),
                         help="the trainmon_gpu_peak_flops dtype MFU divides by (default bf16)")
+    parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
+                        help=f"give up (exit 2) when Prometheus has not answered every query by then "
+                             f"(default {DEFAULT_TIMEOUT_SECONDS:g})")
     return parser
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds for `--timeout`: finite and positive."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < 1e6:
+        raise argparse.ArgumentTypeError(f"not a number of seconds between 0 and 1e6: {text!r}")
+    return seconds
+
+
+def one_line(text: str) -> str:
+    """`text` as one printable line of at most MAX_LINE_CHARS (it may quote what a server answered)."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= MAX_LINE_CHARS else flat[:MAX_LINE_CHARS - 1] + "…"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -58,19 +80,34 @@ def main(argv: Sequence[str]) -> int:
         window = parse_duration(args.since)
     except ValueError as exc:
         parser.error(f"--since: {exc}")
-    collector = Collector(PrometheusClient(args.prometheus), time.time(), window, args.dtype)
+    collector = Collector(PrometheusClient(args.prometheus, timeout=args.timeout), time.time(), window, args.dtype)
     try:
-        ranks = collector.ranks(args.job)
-        instances = {r.instance for r in ranks}
-        hardware = collector.hardware(instances) if ranks else []
-        mounts = collector.mounts(instances) if ranks else []
+        with deadline(args.timeout, args.prometheus):
+            ranks = collector.ranks(args.job)
+            instances = {r.instance for r in ranks}
+            hardware = collector.hardware(instances) if ranks else []
+            mounts = collector.mounts(instances) if ranks else []
     except PrometheusUnreadable as exc:
-        print(f"trainmon diagnose: {exc}", file=sys.stderr)
+        print(f"trainmon diagnose: {one_line(str(exc))}", file=sys.stderr)
         return 2
+    skipped = _skipped(collector.unusable_ranks)
     if not ranks:
-        print(f"trainmon diagnose: Prometheus at {args.prometheus} has no trainmon_train_rank_info of job_id "
-              f"{args.job!r} in the last {args.since} (check --job and --since)", file=sys.stderr)
+        print(one_line(f"trainmon diagnose: Prometheus at {args.prometheus} has no trainmon_train_rank_info of "
+                       f"job_id {args.job!r} in the last {args.since} (check --job and --since)"
+                       + (f"; {skipped}" if skipped else "")),
+              file=sys.stderr)
         return 2
+    if skipped:
+        print(one_line(f"trainmon diagnose: {skipped}"), file=sys.stderr)
     result = diagnose(args.job, args.since, ranks, hardware, Thresholds(), mounts)
-    print(json.dumps(result.as_dict()) if args.json else render(result))
+    print(strict_json(result) if args.json else render(result))
     return 1 if result.findings else 0
+
+
+def _skipped(unusable: set[tuple[str, str]]) -> str:
+    """The once-said note on series whose rank label is not a rank number ("" when there were none)."""
+    if not unusable:
+        return ""
+    instance, label = min(unusable)
+    return (f"skipped {len(unusable)} rank(s) whose rank label is not a rank number (such as {label[:40]!r} "
+            f"on {instance[:80]!r})")

@@ -221,8 +221,9 @@ def _hangs(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Signals
 
 
 def _mfu(ranks: Sequence[Rank]) -> tuple[float | None, str]:
-    """Model FLOPs over peak FLOPs, over the ranks whose FLOPs and GPU peak are both known."""
-    known = [r for r in ranks if r.model_flops is not None and r.peak_flops]
+    """Model FLOPs over peak FLOPs, over the ranks whose FLOPs and GPU peak are both known and that were
+    there for some of the window (a rank whose process starts after `now` was there for none of it)."""
+    known = [r for r in ranks if r.model_flops is not None and (r.peak_flops or 0.0) > 0 and r.seconds > 0]
     if not known:
         return None, "no rank reports model FLOPs on a GPU of known peak"
     flops = sum(r.model_flops or 0.0 for r in known)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
@@ -22,6 +23,7 @@ RANK_COUNTERS = {
     "grad_norm_spikes": "trainmon_train_grad_norm_spikes_total",
     "loss_spikes": "trainmon_train_loss_spikes_total",
 }
+RANK = re.compile(r"[0-9]{1,9}")  # a rank label that is not one (`abc`, `1e400`, `-1`, huge) is skipped, and said
 # Throttle reasons: a slowdown (thermal, hardware) or the power cap.
 SLOWDOWN = 'reason=~".*slowdown"'
 POWER_CAP = 'reason=~"sw_power_cap|hw_power_brake_slowdown"'
@@ -38,7 +40,10 @@ def any_of(values: set[str]) -> str:
 
 
 class Collector:
-    """Reads one job's ranks and its nodes' hardware signals at `now` over the last `window` seconds."""
+    """Reads one job's ranks and its nodes' hardware signals at `now` over the last `window` seconds.
+
+    `unusable_ranks` holds the (instance, rank label) pairs whose label is not a rank number: skipped.
+    """
 
     def __init__(self, client: PrometheusClient, now: float, window: int, dtype: str = "bf16") -> None:
         self._client = client
@@ -46,21 +51,31 @@ class Collector:
         self._range = f"[{window}s]"
         self._window = window
         self._dtype = dtype
+        self.unusable_ranks: set[tuple[str, str]] = set()
 
     def _by_rank(self, query: str) -> dict[tuple[str, int], float]:
+        """Each rank's value; ±Inf is no count or time of a rank, and is left out like NaN."""
         found = {}
         for sample in self._client.vector(query, self._now):
-            key = _rank_key(sample)
-            if key is not None:
+            key = self._rank_key(sample)
+            if key is not None and math.isfinite(sample.value):
                 found[key] = sample.value
         return found
 
+    def _rank_key(self, sample: Sample) -> tuple[str, int] | None:
+        instance, rank = sample.labels.get("instance", ""), sample.labels.get("rank", "")
+        if RANK.fullmatch(rank):
+            return instance, int(rank)
+        self.unusable_ranks.add((instance, rank))
+        return None
+
     def ranks(self, job_id: str) -> list[Rank]:
         sel = f"{{job_id={quote(job_id)}}}"
-        seen = {(s.labels.get("instance", ""), int(s.labels.get("rank", "0"))): s.labels.get("uuid", "")
+        seen = {key: s.labels.get("uuid", "")
                 for s in self._client.vector(
                     f"max by ({BY_RANK}, uuid) (last_over_time(trainmon_train_rank_info{sel}{self._range}))",
-                    self._now)}
+                    self._now)
+                if (key := self._rank_key(s)) is not None}
         if not seen:
             return []
         live = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_rank_info{sel})")
@@ -71,8 +86,8 @@ class Collector:
         phases: dict[tuple[str, int], dict[str, float]] = {}
         for s in self._client.vector(f"sum by ({BY_RANK}, phase) "
                                      f"(increase(trainmon_train_phase_seconds_total{sel}{self._range}))", self._now):
-            key = _rank_key(s)
-            if key is not None and s.value > 0:
+            key = self._rank_key(s)
+            if key is not None and s.value > 0 and math.isfinite(s.value):
                 phases.setdefault(key, {})[s.labels.get("phase", "")] = s.value
         in_phase = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_phase{sel})")
         last_step = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_last_step_timestamp_seconds{sel})")
@@ -171,13 +186,6 @@ class Collector:
 
 def _mount_key(sample: Sample) -> tuple[str, str]:
     return sample.labels.get("instance", ""), sample.labels.get("mount", "")
-
-
-def _rank_key(sample: Sample) -> tuple[str, int] | None:
-    try:
-        return sample.labels.get("instance", ""), int(sample.labels["rank"])
-    except (KeyError, ValueError):
-        return None
 
 
 def _uuid(sample: Sample) -> str:

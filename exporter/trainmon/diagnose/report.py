@@ -1,8 +1,27 @@
-"""The human form of a diagnosis."""
+"""The human form of a diagnosis, and its strict JSON."""
 
 from __future__ import annotations
 
+import json
+import math
+
 from trainmon.diagnose.model import Diagnosis, Finding, runbook_url
+
+
+def strict_json(d: Diagnosis) -> str:
+    """The `--json` object as RFC 8259 JSON: a value that is not finite (±Inf in what Prometheus answered)
+    is null, never the `NaN`/`Infinity` that JSON parsers refuse."""
+    return json.dumps(_finite(d.as_dict()), allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _where(f: Finding) -> str:

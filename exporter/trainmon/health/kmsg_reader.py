@@ -67,6 +67,7 @@ class KmsgReader:
         self._now = now
         self._parser = XidParser()
         self._partial = b""
+        self._overlong = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -141,9 +142,13 @@ class KmsgReader:
     def _consume(self, chunk: bytes) -> None:
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
+        if self._overlong and lines:  # the rest of a dropped line is no record of its own
+            lines.pop(0)
+            self._overlong = False
         if len(self._partial) > MAX_PARTIAL:
+            self._garbled += not self._overlong
             self._partial = b""
-            self._garbled += 1
+            self._overlong = True
         boot = self._boot()
         for raw in lines:
             record = split_record(raw.decode("utf-8", "replace"))

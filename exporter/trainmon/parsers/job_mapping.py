@@ -17,10 +17,11 @@ _JOB_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.+-]{0,63}")
 
 @dataclass(frozen=True, slots=True)
 class JobLines:
-    """The job ids of one mapping file, in file order without repeats, and the lines that were not ids."""
+    """The job ids of one mapping file, in file order without repeats, and the numbers (from 1) of the lines
+    that were not ids: what they hold is never repeated, the file may be anyone's."""
 
     job_ids: tuple[str, ...]
-    rejected: tuple[str, ...]
+    rejected: tuple[int, ...]
 
 
 def gpu_index_of(file_name: str) -> int | None:
@@ -32,13 +33,13 @@ def gpu_index_of(file_name: str) -> int | None:
 def parse_job_lines(text: str) -> JobLines:
     """Job ids, one a line; blank lines are ignored and anything that is not a job id is rejected."""
     ids: dict[str, None] = {}
-    rejected: list[str] = []
-    for line in text.splitlines():
+    rejected: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped:
             continue
         if _JOB_ID.fullmatch(stripped):
             ids[stripped] = None
         else:
-            rejected.append(stripped[:80])
+            rejected.append(number)
     return JobLines(job_ids=tuple(ids), rejected=tuple(rejected))

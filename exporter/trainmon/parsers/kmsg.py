@@ -1,9 +1,15 @@
 """XIDs in kernel-log records: a pure function of the text, with the I/O in trainmon.health.kmsg_reader.
 
 A `/dev/kmsg` record is `PRIORITY,SEQUENCE,MICROSECONDS,FLAGS;MESSAGE`, followed by ` KEY=VALUE` lines
-(ignored here). A plain `dmesg` line (`[  12.345678] MESSAGE`) or a bare message is read too, with no
-time. The NVIDIA driver (NVRM) logs an XID as `NVRM: Xid (PCI:0000:18:00): 79, pid=…, …`; a GPU that
-has fallen off the bus may say so without the word Xid, in one line or over three records
+(ignored here). PRIORITY is `facility << 3 | level`: the kernel's own messages are facility 0, while a
+record written into /dev/kmsg from user space always has a facility of 1 (LOG_USER) or more, so only
+facility 0 can be the driver. A plain `dmesg` line (`[  12.345678] MESSAGE`) or a bare message is read
+too, with no time and no facility (a saved log the operator chose: `dmesg --facility=kern` keeps it to
+the kernel's). The NVIDIA driver (NVRM) logs an XID as `NVRM: Xid (PCI:0000:18:00): 79, pid=…, …`,
+always at the start of its record: other kernel messages quote what users choose (x86's segfault report
+ends with the name of the file mapped at the faulting address), so an NVRM line is one that *begins*
+with `NVRM: `. A GPU that has fallen off the bus may say so without the word Xid, in one line or over
+three records
 (`NVRM: The NVIDIA GPU 0000:18:00.0` / `NVRM: (PCI ID: 10de:2330) installed in this system has` /
 `NVRM: fallen off the bus and is not responding to commands.`): that is XID 79 (NVIDIA's catalog).
 The NVLink5 XIDs 144-150 (Blackwell) carry more after the code: the unit, Fatal or Nonfatal, the link and
@@ -22,27 +28,36 @@ FALLEN_OFF_THE_BUS_XID = 79
 SAME_EVENT_SECONDS = 60.0
 MAX_BUSES = 64  # explicit XID 79 times remembered (buses of one node, foreign ones included)
 
-_RECORD = re.compile(r"(\d+),(\d+),(\d+),[^;]*;(.*)")
-_DMESG = re.compile(r"\[\s*(\d+)\.(\d+)\]\s?(.*)")
+KERNEL_FACILITY = 0
+_RECORD = re.compile(r"([0-9]{1,10}),([0-9]{1,20}),([0-9]{1,20}),[^;]*;(.*)")
+_DMESG = re.compile(r"\[ *([0-9]{1,12})\.([0-9]{1,9})\] ?(.*)")
+_DRIVER_PREFIX = "NVRM: "
 # The parentheses may hold more than the bus (`PCI:0000:01:00 GPU-I:05` on a MIG instance).
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\): (\d+),")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\): ([0-9]{1,9}),")
 _XID_PREFIX = "NVRM: Xid"
 NVLINK5_XIDS = range(144, 151)
-_NVLINK5 = re.compile(r"\): \d+, ([A-Z0-9_/]+) (Fatal|Nonfatal) XC\d+ i\d+ Link (-?\d+) "
+_NVLINK5 = re.compile(r"\): [0-9]+, ([A-Z0-9_/]+) (Fatal|Nonfatal) XC[0-9]+ i[0-9]+ Link (-?[0-9]{1,9}) "
                       r"\((0x[0-9a-fA-F]{1,8}) (0x[0-9a-fA-F]{1,8})")
 _OFF_BUS_ONE_LINE = re.compile(r"NVRM: GPU (?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]: "
                                r"GPU has fallen off the bus")
 _OFF_BUS_FIRST = re.compile(r"NVRM: The NVIDIA GPU (?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]\s*$")
-_OFF_BUS_LAST = "fallen off the bus and is not responding to commands"
+_OFF_BUS_LAST = "NVRM: fallen off the bus and is not responding to commands"
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One kernel-log message; `seconds` since boot (None for a line without a time)."""
+    """One kernel-log message; `seconds` since boot (None for a line without a time); `facility` from the
+    record's priority (None for a line without one)."""
 
     message: str
     seconds: float | None = None
     sequence: int | None = None
+    facility: int | None = None
+
+    @property
+    def from_driver(self) -> bool:
+        """Whether the kernel (not a user-space writer) logged it and it is in a driver's own words."""
+        return self.facility in (None, KERNEL_FACILITY) and self.message.startswith(_DRIVER_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +88,7 @@ def split_record(line: str) -> Record | None:
     text = line.rstrip("\n")
     match = _RECORD.match(text)
     if match:
-        return Record(match.group(4), int(match.group(3)) / 1e6, int(match.group(2)))
+        return Record(match.group(4), int(match.group(3)) / 1e6, int(match.group(2)), int(match.group(1)) >> 3)
     match = _DMESG.match(text)
     if match:
         return Record(match.group(3), float(f"{match.group(1)}.{match.group(2)}"))
@@ -114,10 +129,10 @@ class XidParser:
         self.malformed = 0
 
     def feed(self, record: Record) -> XidLine | None:
-        message = record.message
-        if "NVRM" not in message:
+        if not record.from_driver:
             return None
-        match = _XID.search(message)
+        message = record.message
+        match = _XID.match(message)
         if match:
             code = int(match.group(3))
             detail = nvlink5_detail(message) if code in NVLINK5_XIDS else None
@@ -127,17 +142,17 @@ class XidParser:
                     self._explicit_off_bus.clear()
                 self._explicit_off_bus[xid.bus] = xid.seconds
             return xid
-        if _XID_PREFIX in message:
+        if message.startswith(_XID_PREFIX):
             self.malformed += 1
             return None
-        match = _OFF_BUS_ONE_LINE.search(message)
+        match = _OFF_BUS_ONE_LINE.match(message)
         if match:
             return self._implied(bus_id(match.group(1), match.group(2)), record.seconds)
-        match = _OFF_BUS_FIRST.search(message)
+        match = _OFF_BUS_FIRST.match(message)
         if match:
             self._fallen = (bus_id(match.group(1), match.group(2)), record.seconds)
             return None
-        if _OFF_BUS_LAST in message and self._fallen is not None:
+        if message.startswith(_OFF_BUS_LAST) and self._fallen is not None:
             bus, seconds = self._fallen
             self._fallen = None
             return self._implied(bus, seconds)
