@@ -75,7 +75,8 @@ class DeviceSpans:
     def on_step_stream(self) -> bool:
         """Whether the current stream is the step's (the default stream before the first step): a blocking
         collective there stalls the step, one on a side stream (FSDP2's, Megatron's) does not."""
-        return bool(torch.cuda.current_stream() == (self.step_stream or torch.cuda.default_stream()))
+        step = self.step_stream if self.step_stream is not None else torch.cuda.default_stream()
+        return bool(torch.cuda.current_stream() == step)
 
     def poll(self) -> None:
         """Resolve every span the GPU has passed; one that raises is dropped. The others wait for the next poll."""
