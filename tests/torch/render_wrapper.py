@@ -42,7 +42,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainmon.torch._collectives import CollectiveRecorder, Pending, ThreadFlags
+from trainmon.torch import _collectives
+from trainmon.torch._collectives import CollectiveRecorder, Pending
 from trainmon.torch._state import OpenCollective
 from trainmon.torch._timing import DeviceSpans
 
@@ -68,9 +69,11 @@ patched_wait: Callable[..., Any] | None
 intercept: Callable[[bool], None]
 MAX_PENDING_WORKS: int
 forget: Callable[[int], None]
-flags: ThreadFlags
+suppressing: set[int]
+coalescing: dict[int, list[tuple[str, object]]]
+get_ident: Callable[[], int]
 cuda_start: Callable[[bool], torch.cuda.Event | str]
-CAPTURED: str
+Captured: type[_collectives.Captured]
 '''
 
 

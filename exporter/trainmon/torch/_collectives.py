@@ -43,8 +43,10 @@ on a 2-core VM); a call that raises is logged through that decorator, with its a
 `comm_wait` (exposed time) is, on the CPU, the time the training thread was blocked: a blocking call, a
 `wait()`, or DDP's end-of-backward wait for its last bucket; on CUDA the step's stream's stall (above).
 
-Per-thread state (`ThreadFlags`): a DDP hook or coalescing manager on one thread suppresses counting on
-that thread only, so a side thread's collectives are counted whatever the training thread is inside.
+Per-thread state, keyed by thread id (`suppressing`, `coalescing`, `_launching`): a DDP hook or
+coalescing manager on one thread suppresses counting on that thread only, so a side thread's
+collectives are counted whatever the training thread is inside. The wrapper's check is one truth test
+of an empty set while no thread suppresses.
 """
 
 from __future__ import annotations
@@ -86,7 +88,10 @@ if TYPE_CHECKING:  # torch.distributed imports it without re-exporting it
 MAX_PENDING_WORKS = 1024
 # A CUDA call's marker where no start event was recorded: an async call (its wait gets its own pair).
 NO_START = "async"
-CAPTURED = "captured"  # the marker of a call made while the current stream captures a CUDA graph
+
+
+class Captured(Exception):
+    """A CUDA collective issued while the current stream captures a CUDA graph: counted once, not issued."""
 # What torch returns from an async call inside a coalescing manager: a placeholder that never completes.
 ILLEGAL_WORK: type | None = getattr(distributed_c10d, "_IllegalWork", None)
 MAX_CACHED_GROUPS = 256
@@ -178,24 +183,24 @@ def _log_as_torch(name: str, error: Exception, args: tuple[Any, ...], kwargs: di
 # its numbers, and drops a group this rank is not a member of).
 WRAPPER_TEMPLATE = """
 def {name}({parameters}):
-    if flags.suppressed:
-        if flags.coalesced is not None:  # inside a coalescing manager: launched at its exit
-            flags.coalesced.append(({op!r}, {payload}))
+    if suppressing and get_ident() in suppressing:
+        calls = coalescing.get(get_ident())
+        if calls is not None:  # inside a coalescing manager: launched at its exit
+            calls.append(({op!r}, {payload}))
         return fn({arguments})
     try:
         payload = {payload}
         nbytes = payload.nbytes if type(payload) is tensor_type else nbytes_of(payload)
         event = cuda_start({async_call}) if spans is not None and is_cuda(payload) else None
-        if event is not CAPTURED:
-            if len(opened) >= MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
-                settle()
-            t0 = perf_counter()
-            entry = [{group}, {op!r}, nbytes, t0, None, 0.0]
-            opened.append(entry)
+        if len(opened) >= MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
+            settle()
+        t0 = perf_counter()
+        entry = [{group}, {op!r}, nbytes, t0, None, 0.0]
+        opened.append(entry)
+    except Captured:  # replayed without Python: counted as captured, once
+        return fn({arguments})
     except Exception:
         recorder.errors += 1
-        return fn({arguments})
-    if event is CAPTURED:  # replayed without Python: counted as captured, once
         return fn({arguments})
     try:
         result = call({arguments})
@@ -333,15 +338,6 @@ COALESCED_LAUNCHES = ("allreduce_coalesced", "all_gather_single_coalesced", "red
                       "_end_coalescing")
 
 
-class ThreadFlags(threading.local):
-    """What one thread is inside: our DDP hook's inner hook or a coalescing manager's body (`suppressed`, so
-    nothing counts twice), the manager's queued calls (`coalesced`) and its launch (`launching`)."""
-
-    suppressed = False
-    coalesced: list[tuple[str, object]] | None = None  # (op, payload) of calls in a coalescing manager
-    launching: tuple[OpenCollective, WorkEnd] | None = None  # while a coalescing manager launches
-
-
 class HookSlot:
     """The comm hook DDP actually runs: ours, which times whatever hook sits in this slot."""
 
@@ -359,7 +355,11 @@ class CollectiveRecorder:
         self.state = state
         self.spans = spans
         self.nccl_timing = nccl_timing
-        self.flags = ThreadFlags()
+        # By thread id: threads inside our DDP hook's inner hook or a coalescing manager's body (nothing counts
+        # twice), the (op, payload) of the calls queued in a manager, and a manager's launch.
+        self.suppressing: set[int] = set()
+        self.coalescing: dict[int, list[tuple[str, object]]] = {}
+        self._launching: dict[int, tuple[OpenCollective, WorkEnd]] = {}
         self.errors = 0
         self.captured = 0  # CUDA collectives issued while the current stream captured a graph
         self._groups: dict[int, tuple[GroupSeqs | None, Any]] = {}  # id(group) -> (its numbers, group kept alive)
@@ -442,16 +442,14 @@ class CollectiveRecorder:
                 self._class_patches.append((dist.ProcessGroup, name, original))
 
     def _launched_from_here(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        """While our coalescing manager launches (`ThreadFlags.launching`), its collective is issued again from here,
-        next to the work, and the work's future stamps its end (`WorkEnd`); otherwise a pass-through."""
+        """While our coalescing manager launches on this thread (`_launching`), its collective is issued again
+        from here, next to the work, and the work's future stamps its end (`WorkEnd`); otherwise a pass-through."""
 
         @functools.wraps(method)
         def launch(pg: Any, *args: Any, **kwargs: Any) -> Any:
-            flags = self.flags
-            launching = flags.launching
+            launching = self._launching.pop(threading.get_ident(), None) if self._launching else None
             if launching is None:
                 return method(pg, *args, **kwargs)
-            flags.launching = None
             entry, end = launching
             entry[ISSUED_AT] = perf_counter()
             work = method(pg, *args, **kwargs)
@@ -560,16 +558,20 @@ class CollectiveRecorder:
             "BLOCKED": BLOCKED, "SECONDS": SECONDS, "failed": functools.partial(self._failed, log_exception),
             "finished": self._finished, "pending": self._pending, "work_types": (dist.Work, torch._C.Future),
             "work_type": dist.Work, "patched_wait": self._waits[1], "intercept": self._intercept_waits,
-            "MAX_PENDING_WORKS": MAX_PENDING_WORKS, "forget": self._forget, "flags": self.flags,
-            "cuda_start": self._cuda_start, "CAPTURED": CAPTURED,
+            "MAX_PENDING_WORKS": MAX_PENDING_WORKS, "forget": self._forget, "suppressing": self.suppressing,
+            "coalescing": self.coalescing, "get_ident": threading.get_ident, "cuda_start": self._cuda_start,
+            "Captured": Captured,
         }
 
     def _cuda_start(self, async_call: bool) -> torch.cuda.Event | str:
-        """A CUDA collective's marker: `CAPTURED` while the current stream captures a graph (counted once, as
-        captured), `NO_START` for an async call, else the start event of its pair."""
+        """A CUDA collective's marker: `NO_START` for an async call, else the start event of its pair.
+
+        Raises:
+            Captured: the current stream captures a CUDA graph (the call is counted once, as captured).
+        """
         if capturing():
             self.captured += 1
-            return CAPTURED
+            raise Captured
         if async_call or self.spans is None:
             return NO_START
         return self.spans.mark()
@@ -688,8 +690,8 @@ class CollectiveRecorder:
         @functools.wraps(manager)
         @contextlib.contextmanager
         def trainmon_coalescing_manager(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            flags = self.flags
-            if flags.suppressed:  # inside our DDP hook, or nested
+            thread = threading.get_ident()
+            if thread in self.suppressing:  # inside our DDP hook, or nested
                 with manager(*args, **kwargs) as cm:
                     yield cm
                 return
@@ -697,14 +699,16 @@ class CollectiveRecorder:
             launched = None
             try:
                 with manager(*args, **kwargs) as cm:
-                    flags.suppressed, flags.coalesced = True, calls
+                    self.coalescing[thread] = calls
+                    self.suppressing.add(thread)
                     try:
                         yield cm
                     finally:
-                        flags.suppressed, flags.coalesced = False, None
+                        self.suppressing.discard(thread)
+                        self.coalescing.pop(thread, None)
                     launched = self._launch_coalesced(parameters.bind(*args, **kwargs).arguments, calls)
             finally:
-                flags.launching = None
+                self._launching.pop(thread, None)
             if launched is not None:  # the manager has launched (and, blocking, waited)
                 self._coalesced_launched(cm, launched)
 
@@ -727,14 +731,14 @@ class CollectiveRecorder:
             async_ops = bool(arguments.get("async_ops", False))
             cuda = self.spans is not None and any(_is_cuda(payload) for _, payload in calls)
             end = self._cuda_start(async_ops) if cuda else WorkEnd()
-            if end is CAPTURED:
-                return None
             exit_at = perf_counter()
             entry = self.state.issue(arguments.get("group"), calls[0][0], exit_at, sum(n for _, _, n in parts))
             entry.append(parts)
             if isinstance(end, WorkEnd):
-                self.flags.launching = (entry, end)
+                self._launching[threading.get_ident()] = (entry, end)
             return CoalescedLaunch(entry, end, async_ops, exit_at)
+        except Captured:
+            return None
         except Exception:
             self.errors += 1
             return None
@@ -830,30 +834,23 @@ class CollectiveRecorder:
         """One bucket: issued when DDP hands it over, complete when the hook's future is (the `.then`
         DDP needs anyway), so the default hook's division by the world size is inside the time."""
         complete = self.state.complete
-        entry: OpenCollective | None = None
         try:
             buffer = bucket.buffer()
             nbytes = buffer.nbytes
             event = self._cuda_start(False) if self.spans is not None and buffer.is_cuda else None
             last = bucket.is_last()
             t0 = perf_counter()
-            if event is not CAPTURED:
-                entry = self.state.issue(seqs, "all_reduce", t0, nbytes)
+            bucket_entry = self.state.issue(seqs, "all_reduce", t0, nbytes)
+        except Captured:
+            return self._run_suppressed(slot, bucket)
         except Exception:
             self.errors += 1
             return slot.hook(slot.state, bucket)
-        self.flags.suppressed = True
         try:
-            future = slot.hook(slot.state, bucket)
+            future = self._run_suppressed(slot, bucket)
         except BaseException:
-            if entry is not None:
-                complete(entry, UNTIMED, 0.0)
+            complete(bucket_entry, UNTIMED, 0.0)
             raise
-        finally:
-            self.flags.suppressed = False
-        if entry is None:  # captured into a CUDA graph: counted as captured
-            return future
-        bucket_entry = entry
 
         def resolved(seconds: float | None) -> None:
             # The last bucket's wait ends backward: its launch-to-completion is exposed.
@@ -873,3 +870,12 @@ class CollectiveRecorder:
             return fut.value()
 
         return future.then(done)
+
+    def _run_suppressed(self, slot: HookSlot, bucket: GradBucket) -> Any:
+        """The inner hook, whose own collectives this thread does not count again."""
+        thread = threading.get_ident()
+        self.suppressing.add(thread)
+        try:
+            return slot.hook(slot.state, bucket)
+        finally:
+            self.suppressing.discard(thread)
