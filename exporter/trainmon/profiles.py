@@ -68,6 +68,7 @@ FLEET_FAMILIES = frozenset({
     "trainmon_train_nonfinite_loss_total",
     "trainmon_train_phase",
     "trainmon_train_phase_seconds_total",
+    "trainmon_train_pg_timeout_seconds",
     "trainmon_train_process_start_timestamp_seconds",
     "trainmon_train_rank_exits_total",
     "trainmon_train_rank_info",

@@ -17,7 +17,7 @@ needs no history. A `bye` carries the same fields as a report and says the proce
      "comm_wait": 1.5, "data_wait": 0.2, "model_flops": 1.2e15,
      "collectives": [["all_reduce", "default_pg", seconds, calls, bytes], ...],
      "groups": [["default_pg", issued, completed], ...], "inflight": [["default_pg", "all_reduce", since], ...],
-     "inflight_age": {"default_pg": 12.5},
+     "inflight_age": {"default_pg": 12.5}, "pg_timeouts": {"default_pg": 600.0}, "collectives_captured": 0,
      "group_sizes": {"default_pg": 8}, "phase_seconds": {"checkpoint": 12.0}, "hook_errors": {"send_drops": 3},
      "loss_scale": 65536.0, "skipped_steps": 1, "loss": 2.31, "grad_norm": 0.9, "nonfinite_losses": 0,
      "loss_max": 2.4, "grad_norm_max": 1.1, "loss_spikes": 0, "grad_norm_spikes": 0,
@@ -150,6 +150,8 @@ class Report:
     group_seqs: tuple[GroupSeq, ...] = ()
     inflight: tuple[Inflight, ...] = ()
     inflight_age: Mapping[str, float] = field(default_factory=dict)  # group -> seconds, as the report was made
+    pg_timeouts: Mapping[str, float] = field(default_factory=dict)  # group -> its backend's timeout, seconds
+    collectives_captured: int = 0  # CUDA collectives issued while a graph was captured (unseen when replayed)
     group_sizes: Mapping[str, int] = field(default_factory=dict)
     loss_scale: float | None = None
     skipped_steps: int = 0
@@ -442,6 +444,8 @@ FIELDS: tuple[Field, ...] = (
         (Column("group", GROUP), Column("op", Text(choices=OPS)), Column("since", TIME)),
         Inflight, unique=("group",), most=MAX_GROUPS + 1)),
     Field("inflight_age", "inflight_age", Map(GROUP, AMOUNT, MAX_GROUPS + 1)),
+    Field("pg_timeouts", "pg_timeouts", Map(GROUP, AMOUNT, MAX_GROUPS + 1)),
+    Field("collectives_captured", "collectives_captured", COUNT, cumulative=True),
     Field("group_sizes", "group_sizes", Map(GROUP, ID, MAX_GROUPS + 1)),
     Field("loss_scale", "loss_scale", AMOUNT),
     Field("skipped_steps", "skipped_steps", COUNT, cumulative=True),

@@ -504,56 +504,56 @@
         "rules": [
           {
             "alert": "TrainmonCollectiveHang",
-            "expr": "(\n    rank_group:trainmon_nccl_issued:lag > 0\n  unless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1\n  and on (job, job_id, group)\n    job_id_group:trainmon_nccl_inflight_oldest_seconds:max > " + std.toString($._config.collective_hang_seconds) + "\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  rank:trainmon_train_rank_info:max",
+            "expr": "(\n    rank_group:trainmon_nccl_issued:lag > 0\n  unless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1\n  and on (job, job_id, group)\n    (\n    job_id_group:trainmon_nccl_inflight_oldest_seconds:max > " + std.toString($._config.collective_hang_seconds) + "\n  or\n    job_id_group:trainmon_nccl_inflight_oldest_seconds:max > (job_id_group:trainmon_train_pg_timeout_seconds:min / 2)\n)\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  rank:trainmon_train_rank_info:max",
             "labels": {
               "severity": "critical",
               "cause": "lagging_rank",
             },
             "annotations": {
               "summary": "A collective has been in flight for too long: the job is hung.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) has issued {{ $value }} fewer collectives on group {{ $labels.group }} than its peers, who have waited in one for over " + std.toString($._config.collective_hang_seconds) + "s: it holds the job. Dump its stack (py-spy dump) and the NCCL flight recorder.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) has issued {{ $value }} fewer collectives on group {{ $labels.group }} than its peers, who have waited in one past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter): it holds the job. Dump its stack (py-spy dump) and the NCCL flight recorder.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
             },
           },
           {
             "alert": "TrainmonCollectiveHang",
-            "expr": "job_id_group:trainmon_nccl_group_size:max - job_id_group:trainmon_nccl_members:count > 0\nand on (job, job_id, group)\n  job_id_group:trainmon_nccl_inflight_oldest_seconds:max > " + std.toString($._config.collective_hang_seconds) + "\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + "} == 1",
+            "expr": "job_id_group:trainmon_nccl_group_size:max - job_id_group:trainmon_nccl_members:count > 0\nand on (job, job_id, group)\n  (\n    job_id_group:trainmon_nccl_inflight_oldest_seconds:max > " + std.toString($._config.collective_hang_seconds) + "\n  or\n    job_id_group:trainmon_nccl_inflight_oldest_seconds:max > (job_id_group:trainmon_train_pg_timeout_seconds:min / 2)\n)\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + "} == 1",
             "labels": {
               "severity": "critical",
               "cause": "member_missing",
             },
             "annotations": {
               "summary": "A collective has been in flight for too long: the job is hung.",
-              "description": "{{ $value }} member(s) of group {{ $labels.group }} of job {{ $labels.job_id }} report nothing on it while the others have waited in a collective for over " + std.toString($._config.collective_hang_seconds) + "s: a rank is gone (crashed or killed, or its node or trainmon daemon is down). Check TrainmonRankLost and TrainmonExporterDown for the job's nodes; the NCCL flight recorder names the missing rank.",
+              "description": "{{ $value }} member(s) of group {{ $labels.group }} of job {{ $labels.job_id }} report nothing on it while the others have waited in a collective past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter): a rank is gone (crashed or killed, or its node or trainmon daemon is down). Check TrainmonRankLost and TrainmonExporterDown for the job's nodes; the NCCL flight recorder names the missing rank.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
             },
           },
           {
             "alert": "TrainmonCollectiveHang",
-            "expr": "count without (instance, rank, op) (trainmon_nccl_inflight_oldest_seconds{" + $._config.selector + ", group!=\"other\"} > " + std.toString($._config.collective_hang_seconds) + ")\n== on (job, job_id, group)\n  job_id_group:trainmon_nccl_members:count\nand on (job, job_id, group)\n  job_id_group:trainmon_nccl_issued:spread == 0\nunless on (job, job_id, group)\n  job_id_group:trainmon_nccl_group_size:max - job_id_group:trainmon_nccl_members:count > 0\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + "} == 1",
+            "expr": "count without (instance, rank, op) (\n    trainmon_nccl_inflight_oldest_seconds{" + $._config.selector + ", group!=\"other\"} > " + std.toString($._config.collective_hang_seconds) + "\n  or\n    trainmon_nccl_inflight_oldest_seconds{" + $._config.selector + ", group!=\"other\"} > on (job, job_id, group) group_left () (job_id_group:trainmon_train_pg_timeout_seconds:min / 2)\n)\n== on (job, job_id, group)\n  job_id_group:trainmon_nccl_members:count\nand on (job, job_id, group)\n  job_id_group:trainmon_nccl_issued:spread == 0\nunless on (job, job_id, group)\n  job_id_group:trainmon_nccl_group_size:max - job_id_group:trainmon_nccl_members:count > 0\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + "} == 1",
             "labels": {
               "severity": "critical",
               "cause": "network_or_nccl",
             },
             "annotations": {
               "summary": "A collective has been in flight for too long: the job is hung.",
-              "description": "All {{ $value }} ranks of group {{ $labels.group }} of job {{ $labels.job_id }} have waited in the same collective for over " + std.toString($._config.collective_hang_seconds) + "s and none lags: suspect the network or NCCL (check the fabric alerts and the NCCL flight recorder).",
+              "description": "All {{ $value }} ranks of group {{ $labels.group }} of job {{ $labels.job_id }} have waited in the same collective past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter) and none lags: suspect the network or NCCL (check the fabric alerts and the NCCL flight recorder).",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
             },
           },
           {
             "alert": "TrainmonCollectiveHang",
-            "expr": "count without (instance, rank, op) (trainmon_nccl_inflight_oldest_seconds{" + $._config.selector + ", group=\"other\"} > " + std.toString($._config.collective_hang_seconds) + ")\nunless on (job, job_id)\n  job_id_group:trainmon_nccl_inflight_oldest_seconds:max > " + std.toString($._config.collective_hang_seconds) + "\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + "} == 1",
+            "expr": "count without (instance, rank, op) (\n    trainmon_nccl_inflight_oldest_seconds{" + $._config.selector + ", group=\"other\"} > " + std.toString($._config.collective_hang_seconds) + "\n  or\n    trainmon_nccl_inflight_oldest_seconds{" + $._config.selector + ", group=\"other\"} > on (job, job_id, group) group_left () (job_id_group:trainmon_train_pg_timeout_seconds:min / 2)\n)\nunless on (job, job_id)\n  (\n    job_id_group:trainmon_nccl_inflight_oldest_seconds:max > " + std.toString($._config.collective_hang_seconds) + "\n  or\n    job_id_group:trainmon_nccl_inflight_oldest_seconds:max > (job_id_group:trainmon_train_pg_timeout_seconds:min / 2)\n)\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + "} == 1",
             "labels": {
               "severity": "critical",
               "cause": "untracked_group",
             },
             "annotations": {
               "summary": "A collective has been in flight for too long: the job is hung.",
-              "description": "{{ $value }} rank(s) of job {{ $labels.job_id }} have waited over " + std.toString($._config.collective_hang_seconds) + "s in a collective on process groups folded into `other` (each rank tracks its first 8 groups by name), so trainmon cannot compare their members: dump the NCCL flight recorder and py-spy of the waiting ranks to find the one that never joined.",
+              "description": "{{ $value }} rank(s) of job {{ $labels.job_id }} have waited past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter) in a collective on process groups folded into `other` (each rank tracks its first 8 groups by name), so trainmon cannot compare their members: dump the NCCL flight recorder and py-spy of the waiting ranks to find the one that never joined.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
             },

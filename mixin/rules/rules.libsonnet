@@ -190,6 +190,10 @@
             "record": "job_id_group:trainmon_nccl_inflight_oldest_seconds:max",
             "expr": "max without (instance, rank, op) (trainmon_nccl_inflight_oldest_seconds{" + $._config.selector + ", group!=\"other\"})",
           },
+          {
+            "record": "job_id_group:trainmon_train_pg_timeout_seconds:min",
+            "expr": "min without (instance, rank) (trainmon_train_pg_timeout_seconds{" + $._config.selector + "})",
+          },
         ],
       },
       {

@@ -402,8 +402,12 @@ def collective_alerts(c: RulesConfig) -> list[Alert]:
     `other`, whose members cannot be compared.
     """
     limit = c.collective_hang_seconds
-    hung = f"job_id_group:trainmon_nccl_inflight_oldest_seconds:max > {limit}"
-    waiting = c.m("trainmon_nccl_inflight_oldest_seconds", NOT_OTHER)
+    hung = past_hang_threshold("job_id_group:trainmon_nccl_inflight_oldest_seconds:max", limit, "")
+    waiting = past_hang_threshold(c.m("trainmon_nccl_inflight_oldest_seconds", NOT_OTHER), limit,
+                                  " on (job, job_id, group) group_left ()")
+    untracked = past_hang_threshold(c.m("trainmon_nccl_inflight_oldest_seconds", 'group="other"'), limit,
+                                    " on (job, job_id, group) group_left ()")
+    threshold = f"{limit}s, or half the group's timeout when that is shorter"
     phase = c.m("trainmon_train_phase")
     missing = "job_id_group:trainmon_nccl_group_size:max - job_id_group:trainmon_nccl_members:count > 0"
     summary = "A collective has been in flight for too long: the job is hung."
@@ -426,7 +430,7 @@ def collective_alerts(c: RulesConfig) -> list[Alert]:
             description=(
                 "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU "
                 "{{ $labels.uuid }}) has issued {{ $value }} fewer collectives on group {{ $labels.group }} "
-                f"than its peers, who have waited in one for over {limit}s: it holds the "
+                f"than its peers, who have waited in one past the hang threshold ({threshold}): it holds the "
                 "job. Dump its stack (py-spy dump) and the NCCL flight recorder."
             ),
         ),
@@ -444,7 +448,8 @@ unless on (job, job_id)
             summary=summary,
             description=(
                 "{{ $value }} member(s) of group {{ $labels.group }} of job {{ $labels.job_id }} report nothing "
-                f"on it while the others have waited in a collective for over {limit}s: a rank is gone "
+                f"on it while the others have waited in a collective past the hang threshold ({threshold}): a "
+                "rank is gone "
                 "(crashed or killed, or its node or trainmon daemon is down). Check TrainmonRankLost and "
                 "TrainmonExporterDown for the job's nodes; the NCCL flight recorder names the missing rank."
             ),
@@ -453,7 +458,7 @@ unless on (job, job_id)
             alert="TrainmonCollectiveHang",
             dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
             expr=f"""
-  count without (instance, rank, op) ({waiting} > {limit})
+  count without (instance, rank, op) {waiting}
 == on (job, job_id, group)
   job_id_group:trainmon_nccl_members:count
 and on (job, job_id, group)
@@ -467,7 +472,7 @@ unless on (job, job_id)
             summary=summary,
             description=(
                 "All {{ $value }} ranks of group {{ $labels.group }} of job {{ $labels.job_id }} have waited "
-                f"in the same collective for over {limit}s and none lags: suspect the "
+                f"in the same collective past the hang threshold ({threshold}) and none lags: suspect the "
                 "network or NCCL (check the fabric alerts and the NCCL flight recorder)."
             ),
         ),
@@ -475,7 +480,7 @@ unless on (job, job_id)
             alert="TrainmonCollectiveHang",
             dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
             expr=f"""
-  count without (instance, rank, op) ({c.m("trainmon_nccl_inflight_oldest_seconds", 'group="other"')} > {limit})
+  count without (instance, rank, op) {untracked}
 unless on (job, job_id)
   {hung}
 unless on (job, job_id)
@@ -484,13 +489,23 @@ unless on (job, job_id)
             labels=(("cause", "untracked_group"),),
             summary=summary,
             description=(
-                "{{ $value }} rank(s) of job {{ $labels.job_id }} have waited over "
-                f"{limit}s in a collective on process groups folded into `other` (each rank "
+                "{{ $value }} rank(s) of job {{ $labels.job_id }} have waited past the hang threshold "
+                f"({threshold}) in a collective on process groups folded into `other` (each rank "
                 "tracks its first 8 groups by name), so trainmon cannot compare their members: dump the NCCL "
                 "flight recorder and py-spy of the waiting ranks to find the one that never joined."
             ),
         ),
     ]
+
+
+def past_hang_threshold(ages: str, limit: int, matching: str) -> str:
+    """`ages` that are past the hang threshold: `limit`, or half the group's timeout where that is shorter (NCCL's
+    watchdog ends the job at its timeout, without a goodbye). `matching` joins per-rank ages to their group's."""
+    return f"""(
+    {ages} > {limit}
+  or
+    {ages} >{matching} (job_id_group:trainmon_train_pg_timeout_seconds:min / 2)
+)"""
 
 
 def fabric_alerts(c: RulesConfig) -> list[Alert]:

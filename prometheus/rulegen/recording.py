@@ -229,6 +229,12 @@ def collectives_group(c: RulesConfig) -> Group:
                 record="job_id_group:trainmon_nccl_inflight_oldest_seconds:max",
                 expr=f"max without (instance, rank, op) ({waiting})",
             ),
+            # The shortest timeout a member reports for the group (`other` included): NCCL's watchdog ends
+            # the job there, so the hang alerts fire at half of it when that is before their threshold.
+            Record(
+                record="job_id_group:trainmon_train_pg_timeout_seconds:min",
+                expr=f"min without (instance, rank) ({c.m('trainmon_train_pg_timeout_seconds')})",
+            ),
         ],
     )
 

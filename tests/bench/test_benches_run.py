@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("bench_scrape", ["--scrapes", "5", "--clients", "3", "--per-client", "2"], "p50 ratio trainmon/node_exporter"),
     ("bench_daemon_cost", ["--minutes", "0.1", "--interval", "1"], "CPU seconds per hour"),
     ("bench_gpu_cycle", [], "steady cycle: 120 calls (15.0 per GPU)"),
-    ("bench_hook", [], "all_reduce (async + wait)"),
+    ("bench_hook", ["--rounds", "20"], "all_reduce (async + wait)"),
     ("bench_numerics", ["--values", "1000", "--rounds", "1"], "grad norm, a zero every 50 steps"),
     ("bench_fs", ["--cycles", "20"], "3 Lustre mounts x 7 OSCs"),
     ("bench_ingest", [], "offered/s"),

@@ -172,7 +172,8 @@ def test_socket_group_is_applied_and_an_unknown_group_is_reported(tmp_path: Path
 NEW_FIELDS = dataclasses.replace(
     REPORT, pod="trainer-0", namespace="ml", first_step=1_767_000_010.0, model_flops=3e15,
     group_seqs=(wire.GroupSeq("default_pg", 12, 11),), inflight=(wire.Inflight("default_pg", "all_reduce", 100.0),),
-    phase_seconds={"checkpoint": 4.5}, hook_errors={"send_drops": 2},
+    phase_seconds={"checkpoint": 4.5}, hook_errors={"send_drops": 2}, pg_timeouts={"default_pg": 120.0},
+    collectives_captured=3,
 )
 
 
@@ -233,6 +234,8 @@ def test_the_new_wire_fields_become_their_families() -> None:
     assert 1_767_000_010.0 == reg.get_sample_value("trainmon_train_first_step_timestamp_seconds", rank)
     info = next(s for f in reg.collect() for s in f.samples if s.name == "trainmon_train_rank_info")
     assert ("trainer-0", "ml") == (info.labels["pod"], info.labels["namespace"])
+    assert 120 == reg.get_sample_value("trainmon_train_pg_timeout_seconds", {**rank, "group": "default_pg"})
+    assert 3 == reg.get_sample_value("trainmon_train_collectives_captured_total", rank)
 
 
 def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() -> None:

@@ -5,8 +5,10 @@
 MODES, comma-separated, run one after the other in one process group: `direct` (every
 `torch.distributed` collective, forwarders and object forms included), `bound` (DeepSpeed-style
 names bound at import time), `ddp`, `fsdp1`, `fsdp2` (`fully_shard`), `compiled` (`torch.compile`
-of a DDP model), and `timing` (rank 0 waits for rank 1 in blocking all_reduce calls;
-OUT_DIR/timing-<rank>.json has the time around the calls and the hook's time). RANK, WORLD_SIZE
+of a DDP model), `timing` (rank 0 waits for rank 1 in blocking all_reduce calls;
+OUT_DIR/timing-<rank>.json has the time around the calls and the hook's time), and `side_thread`
+(DDP steps while another thread issues `SIDE_CALLS` all_reduces on its own group;
+OUT_DIR/side_thread-<rank>.json has what the hook counted on that group). RANK, WORLD_SIZE
 and MASTER_* come from the environment (tests.torch.jobs or torchrun). OUT_DIR/<mode>-<rank>.json
 gets what the profiler saw over STEPS steps (`c10d::*` dispatcher ops: one per collective issued;
 `gloo:*` events: what the backend ran, with input bytes) and what the hook counted over the same
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -34,6 +37,7 @@ from torch.profiler import ProfilerActivity, profile
 from trainmon.torch import TrainingMonitor
 from trainmon.wire import Report
 
+SIDE_CALLS = 1000
 DTYPE_BYTES = {"float": 4, "double": 8, "int": 4, "long int": 8, "unsigned char": 1, "signed char": 1, "bool": 1,
                "c10::Half": 2, "c10::BFloat16": 2, "short int": 2}
 
@@ -189,6 +193,8 @@ def main(modes: str, steps: int, out: Path) -> None:
     for mode in modes.split(","):
         if mode == "timing":
             timing(steps, out)
+        elif mode == "side_thread":
+            side_thread(steps, out)
         else:
             run(mode, steps, out)
     dist.destroy_process_group()
@@ -226,6 +232,34 @@ def timing(steps: int, out: Path) -> None:
             "hook": sum(c.seconds for c in report.collectives) - sum(c.seconds for c in before.collectives)}
     (out / f"timing-{rank}.json").write_text(json.dumps(result))
     mon.close()
+
+
+def side_thread(steps: int, out: Path) -> None:
+    """`side_thread`: STEPS DDP steps (a bucket per parameter, so the comm hook runs often) while a second
+    thread issues SIDE_CALLS blocking all_reduces on a group of its own."""
+    rank = dist.get_rank()
+    mon = TrainingMonitor(job_id="side-thread", env={"TRAINMON_INGEST_SOCKET": str(out / "nobody.sock")})
+    side = dist.new_group(list(range(dist.get_world_size())), group_desc="side")
+    ddp = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=1e-6)
+    mon.watch(model=ddp)
+    step = training(ddp)
+
+    def issue() -> None:
+        t = torch.ones(4)
+        for _ in range(SIDE_CALLS):
+            dist.all_reduce(t, group=side)
+
+    thread = threading.Thread(target=issue, name="side")
+    thread.start()
+    for _ in range(steps):
+        with mon.step():
+            step()
+    thread.join()
+    report = mon.report()
+    mon.close()
+    result = {"ops": {f"{c.op}/{c.group}": c.calls for c in report.collectives},
+              "groups": {g.group: [g.issued, g.completed] for g in report.group_seqs}}
+    (out / f"side_thread-{rank}.json").write_text(json.dumps(result))
 
 
 def run(mode: str, steps: int, out: Path) -> None:

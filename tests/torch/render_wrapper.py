@@ -42,6 +42,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainmon.torch import _collectives
 from trainmon.torch._collectives import CollectiveRecorder, Pending
 from trainmon.torch._state import OpenCollective
 from trainmon.torch._timing import DeviceSpans
@@ -60,7 +61,7 @@ settle: Callable[[], None]
 BLOCKED: int
 SECONDS: int
 failed: Callable[..., None]
-finished: Callable[[Any, OpenCollective, torch.cuda.Event | None], None]
+finished: Callable[[Any, OpenCollective, torch.cuda.Event | str | None], None]
 pending: dict[int, Pending]
 work_types: tuple[type, ...]
 work_type: type[dist.Work]
@@ -68,6 +69,11 @@ patched_wait: Callable[..., Any] | None
 intercept: Callable[[bool], None]
 MAX_PENDING_WORKS: int
 forget: Callable[[int], None]
+suppressing: set[int]
+coalescing: dict[int, list[tuple[str, object]]]
+get_ident: Callable[[], int]
+cuda_start: Callable[[bool], torch.cuda.Event | str]
+Captured: type[_collectives.Captured]
 '''
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainmon.torch import _collectives
 from trainmon.torch._collectives import CollectiveRecorder, Pending
 from trainmon.torch._state import OpenCollective
 from trainmon.torch._timing import DeviceSpans
@@ -34,7 +35,7 @@ settle: Callable[[], None]
 BLOCKED: int
 SECONDS: int
 failed: Callable[..., None]
-finished: Callable[[Any, OpenCollective, torch.cuda.Event | None], None]
+finished: Callable[[Any, OpenCollective, torch.cuda.Event | str | None], None]
 pending: dict[int, Pending]
 work_types: tuple[type, ...]
 work_type: type[dist.Work]
@@ -42,25 +43,33 @@ patched_wait: Callable[..., Any] | None
 intercept: Callable[[bool], None]
 MAX_PENDING_WORKS: int
 forget: Callable[[int], None]
+suppressing: set[int]
+coalescing: dict[int, list[tuple[str, object]]]
+get_ident: Callable[[], int]
+cuda_start: Callable[[bool], torch.cuda.Event | str]
+Captured: type[_collectives.Captured]
 default_op: Any
 default_group: Any
 default_async_op: Any
 
 
 def all_reduce(tensor, op=default_op, group=default_group, async_op=default_async_op):
-    if recorder.suppressed:
-        if recorder.coalesced is not None:  # inside a coalescing manager: launched at its exit
-            recorder.coalesced.append(('all_reduce', tensor))
+    if suppressing and get_ident() in suppressing:
+        calls = coalescing.get(get_ident())
+        if calls is not None:  # inside a coalescing manager: launched at its exit
+            calls.append(('all_reduce', tensor))
         return fn(tensor, op, group, async_op)
     try:
         payload = tensor
         nbytes = payload.nbytes if type(payload) is tensor_type else nbytes_of(payload)
-        event = spans.mark() if spans is not None and is_cuda(payload) else None
+        event = cuda_start(async_op) if spans is not None and is_cuda(payload) else None
         if len(opened) >= MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
             settle()
         t0 = perf_counter()
         entry = [group, 'all_reduce', nbytes, t0, None, 0.0]
         opened.append(entry)
+    except Captured:  # replayed without Python: counted as captured, once
+        return fn(tensor, op, group, async_op)
     except Exception:
         recorder.errors += 1
         return fn(tensor, op, group, async_op)
@@ -83,19 +92,22 @@ def all_reduce(tensor, op=default_op, group=default_group, async_op=default_asyn
 
 
 def broadcast(*args, **kwargs):
-    if recorder.suppressed:
-        if recorder.coalesced is not None:  # inside a coalescing manager: launched at its exit
-            recorder.coalesced.append(('broadcast', args[0] if len(args) > 0 else kwargs.get('tensor')))
+    if suppressing and get_ident() in suppressing:
+        calls = coalescing.get(get_ident())
+        if calls is not None:  # inside a coalescing manager: launched at its exit
+            calls.append(('broadcast', args[0] if len(args) > 0 else kwargs.get('tensor')))
         return fn(*args, **kwargs)
     try:
         payload = args[0] if len(args) > 0 else kwargs.get('tensor')
         nbytes = payload.nbytes if type(payload) is tensor_type else nbytes_of(payload)
-        event = spans.mark() if spans is not None and is_cuda(payload) else None
+        event = cuda_start(kwargs.get('async_op', False)) if spans is not None and is_cuda(payload) else None
         if len(opened) >= MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
             settle()
         t0 = perf_counter()
         entry = [args[2] if len(args) > 2 else kwargs.get('group'), 'broadcast', nbytes, t0, None, 0.0]
         opened.append(entry)
+    except Captured:  # replayed without Python: counted as captured, once
+        return fn(*args, **kwargs)
     except Exception:
         recorder.errors += 1
         return fn(*args, **kwargs)

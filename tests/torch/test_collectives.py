@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import json
 import logging
 import subprocess
 import time
@@ -21,6 +22,8 @@ from torch.distributed.distributed_c10d import _coalescing_manager
 
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import PROMETHEUS
+from tests.torch.collective_job import SIDE_CALLS
+from tests.torch.jobs import run_job
 from tests.torch.render_wrapper import RENDERED, all_reduce, render
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
@@ -258,6 +261,20 @@ def hang_alerts_on(tmp_path: Path, issued: list[int], oldest: list[int | None], 
     result = subprocess.run([require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
                             timeout=120, check=False)
     return result.stdout + result.stderr
+
+
+@pytest.mark.slow  # two real ranks
+def test_every_collective_of_a_side_thread_is_counted_while_ddp_runs_its_comm_hook(tmp_path: Path) -> None:
+    """Two gloo ranks: DDP steps on the training thread, 1,000 all_reduces on another thread and group. The
+    comm hook's "don't count twice" is the hook thread's alone, so none of the side thread's is lost (before:
+    about one in ten)."""
+    run_job("side_thread", 60, tmp_path, env={}, module="tests.torch.collective_job")
+    results = [json.loads((tmp_path / f"side_thread-{rank}.json").read_text()) for rank in range(2)]
+    (side,) = {group for group in results[0]["groups"] if group.startswith("side")}
+
+    for result in results:
+        assert SIDE_CALLS == result["ops"][f"all_reduce/{side}"], result
+        assert [SIDE_CALLS, SIDE_CALLS] == result["groups"][side]
 
 
 def test_a_ddp_built_while_a_monitor_is_live_gets_the_comm_hook(gloo: None) -> None:

@@ -110,3 +110,87 @@ def test_a_coalescing_manager_on_cuda_completes_through_its_events(nccl: None) -
         (c.op, c.calls, c.bytes) for c in report.collectives]
     assert [(9, 9)] == [(g.issued, g.completed) for g in report.group_seqs]
     assert not report.inflight
+
+
+def test_an_async_all_reduce_has_the_backends_time_or_none_and_its_wait_is_the_streams_stall(nccl: None) -> None:
+    """Compute queued between issue and wait (a 50 ms sleep kernel) is neither the collective's time nor a
+    stall: without the opt-in the collective has no time; with TRAINMON_NCCL_TIMING=1 it has the backend's
+    own (`Work._get_duration()`)."""
+    x = torch.ones(1 << 20, device="cuda")
+    cycles = 50_000_000  # `torch.cuda._sleep` spins this many clock cycles: tens of ms
+    seen = []
+    for env in ({}, {"TRAINMON_NCCL_TIMING": "1"}):
+        mon = TrainingMonitor(job_id="gpu", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60", **env})
+        with mon.step():
+            work = dist.all_reduce(x, async_op=True)
+            torch.cuda._sleep(cycles)
+            work.wait()
+        torch.cuda.synchronize()
+        with mon.step():
+            pass
+        report = mon.report()
+        mon.close()
+        (collective,) = report.collectives
+        seen.append((collective.calls, collective.seconds, report.comm_wait, work))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    sleep_s = start.elapsed_time(end) / 1000
+    (calls, untimed, wait_untimed, _), (timed_calls, timed, wait_timed, timed_work) = seen
+
+    assert (1, 0.0, 1) == (calls, untimed, timed_calls)
+    assert timed == pytest.approx(timed_work._get_duration() / 1000) and 0 < timed < sleep_s
+    assert wait_untimed < sleep_s / 2 and wait_timed < sleep_s / 2
+
+
+def test_a_blocking_collective_on_a_side_stream_adds_time_but_no_wait(nccl: None) -> None:
+    mon = TrainingMonitor(job_id="gpu", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    x = torch.ones(1 << 20, device="cuda")
+    side = torch.cuda.Stream()
+    with mon.step():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            dist.all_reduce(x)
+        torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    with mon.step():
+        pass
+    report = mon.report()
+    mon.close()
+    (collective,) = report.collectives
+
+    assert collective.seconds > 0 and report.comm_wait == 0.0
+
+
+def test_a_graph_captured_while_the_reporter_reports_is_counted_as_captured(nccl: None) -> None:
+    """A capture in the default global mode while the reporter sends every millisecond: the capture holds
+    (the reporter makes no CUDA call), its collective is counted once as captured, replays add nothing, and
+    the reports go on."""
+    transport = ListTransport()
+    mon = TrainingMonitor(job_id="gpu", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "0.01"})
+    x = torch.ones(1024, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch.cuda.graph requires
+        dist.all_reduce(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    for _ in range(20):  # each capture spans several reports
+        with torch.cuda.graph(graph):
+            dist.all_reduce(x)
+            torch.cuda._sleep(1_000_000)
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    with mon.step():
+        pass
+    sent = len(transport.sent)
+    report = mon.report()
+    mon.close()
+
+    assert 20 == report.collectives_captured
+    assert [("all_reduce", 1)] == [(c.op, c.calls) for c in report.collectives]
+    assert [(1, 1)] == [(g.issued, g.completed) for g in report.group_seqs]
+    assert sent > 0 and not report.hook_errors

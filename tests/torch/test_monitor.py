@@ -288,3 +288,16 @@ def test_an_uncaught_exception_in_a_thread_makes_the_goodbye_say_error(transport
 
     assert ("clean", [ZeroDivisionError], previous) == (clean, seen, restored)
     assert ("bye", "error") == (wire.decode(transport.sent[-1]).kind, wire.decode(transport.sent[-1]).exit_reason)
+
+
+def test_a_second_live_monitor_in_the_process_is_refused_loudly(mon: TrainingMonitor) -> None:
+    """The collectives' patches are the process's: a second monitor would count nothing, so it is refused
+    (the first goes on counting); once the first is closed a new one is made, and a disabled one always."""
+    with pytest.raises(RuntimeError, match="already live in this process"):
+        TrainingMonitor(job_id="second", transport=ListTransport())
+    TrainingMonitor(job_id="off", env={"TRAINMON_DISABLE": "1"}).close()
+    mon.close()
+    again = TrainingMonitor(job_id="again", transport=ListTransport(), env={"TRAINMON_REPORT_INTERVAL": "60"})
+    again.close()
+
+    assert not mon.enabled and not again.enabled

@@ -85,6 +85,8 @@ SCALARS = (
            lambda r: r.cuda_alloc_retries),
     Scalar("train_cuda_ooms_total", "CUDA out-of-memory errors (torch.cuda.memory_stats).", counter,
            lambda r: r.cuda_ooms),
+    Scalar("train_collectives_captured_total", "CUDA collectives issued while a CUDA graph was being captured: "
+           "counted once, their replays are unseen.", counter, lambda r: r.collectives_captured),
 )
 
 
@@ -123,7 +125,7 @@ def rank_series(r: Report) -> int:
     return (1 + sum(scalar.read(r) is not None for scalar in SCALARS) + HISTOGRAM_SERIES
             + 3 * len(r.collectives) + len(r.group_sizes) + 2 * len(r.group_seqs) + len(r.inflight)
             + (1 if r.phase else 0) + len(r.phase_seconds) + len(r.nccl_env) + (1 if r.parallel else 0)
-            + len(r.hook_errors))
+            + len(r.hook_errors) + len(r.pg_timeouts))
 
 
 def rank_families(ranks: Iterable[RankSlot], now: float, clock: float) -> list[Metric]:
@@ -222,6 +224,8 @@ def _group_families(slots: Iterable[RankSlot], now: float, clock: float) -> list
     completed = counter("nccl_completed_total", "Collectives this rank has completed on the group.", (*RANK, "group"))
     inflight = gauge("nccl_inflight_oldest_seconds", "Age of the oldest issued-but-not-completed collective on the "
                      "group; absent when none.", (*RANK, "group", "op"))
+    timeout = gauge("train_pg_timeout_seconds", "The process group's timeout (NCCL's watchdog ends the job after it); "
+                    "the hang alerts fire at half of it when that is earlier.", (*RANK, "group"))
     for slot in slots:
         r = slot.report
         for g in r.group_seqs:
@@ -229,7 +233,9 @@ def _group_families(slots: Iterable[RankSlot], now: float, clock: float) -> list
             completed.add_metric([*_key(r), g.group], g.completed)
         for f in r.inflight:
             inflight.add_metric([*_key(r), f.group, f.op], inflight_age(slot, f, now, clock))
-    return [issued, completed, inflight]
+        for group, seconds in sorted(r.pg_timeouts.items()):
+            timeout.add_metric([*_key(r), group], seconds)
+    return [issued, completed, inflight, timeout]
 
 
 def inflight_age(slot: RankSlot, collective: Inflight, now: float, clock: float) -> float:

@@ -19,8 +19,13 @@ the collective into `RankState.open` (in flight from here), with the group as to
   sees it done (a `wait()` or `is_completed()`, or the poll at the step end and before every report)
   completes and times it.
   No `Future.then`: it costs 40-50 µs. A coalesced call that returns a `Future` is polled by `done()`;
-* CUDA tensors: an event pair on the current stream (before the call, and after it or after
-  `wait()`); the collective completes when the end event has passed, polled, never synchronised;
+* CUDA tensors (every CUDA call on the issuing thread, none on the reporter's: `_timing`): a blocking
+  call is an event pair around it on the current stream, its own time (sync NCCL runs on the current
+  stream), exposed only on the step's stream; an async call's `wait()` gets a pair immediately around
+  torch's, whose GPU time is the stream's stall (`comm_wait`), and its own time is the backend's
+  (`Work._get_duration()`, with `TRAINMON_NCCL_TIMING=1`) or none (`UNTIMED`), never the issue-to-wait
+  span nor 0 s. Completions are resolved at the step end, in `wait()`, and as spans accumulate.
+  While the current stream captures a CUDA graph nothing is recorded: the call counts as captured;
 * inside torch's `_coalescing_manager` (wrapped too) a call only queues its op: the wrapper notes
   its op and payload, and the manager's launch at its exit is one collective with all their bytes
   (`_coalescing`), completed as a blocking call or through the real `Work` left in `cm.works`. On the
@@ -35,8 +40,13 @@ The wrapper calls past torch's own `_exception_logger` frame, a `*args/**kwargs`
 collective that only logs exceptions to torch's c10d logger (one Python call each, about 1 µs
 on a 2-core VM); a call that raises is logged through that decorator, with its arguments by name.
 
-`comm_wait` (exposed time) is the time the training thread was blocked: a blocking call, a
-`wait()`, or DDP's end-of-backward wait for its last bucket.
+`comm_wait` (exposed time) is, on the CPU, the time the training thread was blocked: a blocking call, a
+`wait()`, or DDP's end-of-backward wait for its last bucket; on CUDA the step's stream's stall (above).
+
+Per-thread state, keyed by thread id (`suppressing`, `coalescing`, `_launching`): a DDP hook or
+coalescing manager on one thread suppresses counting on that thread only, so a side thread's
+collectives are counted whatever the training thread is inside. The wrapper's check is one truth test
+of an empty set while no thread suppresses.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ import functools
 import inspect
 import linecache
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,17 +74,24 @@ from trainmon.torch._state import (
     ISSUED_AT,
     MAX_UNSETTLED,
     SECONDS,
+    UNTIMED,
     CoalescedCalls,
     GroupSeqs,
     OpenCollective,
     RankState,
 )
-from trainmon.torch._timing import DeviceSpans
+from trainmon.torch._timing import DeviceSpans, capturing
 
 if TYPE_CHECKING:  # torch.distributed imports it without re-exporting it
     from torch._C._distributed_c10d import GradBucket
 
 MAX_PENDING_WORKS = 1024
+# A CUDA call's marker where no start event was recorded: an async call (its wait gets its own pair).
+NO_START = "async"
+
+
+class Captured(Exception):
+    """A CUDA collective issued while the current stream captures a CUDA graph: counted once, not issued."""
 # What torch returns from an async call inside a coalescing manager: a placeholder that never completes.
 ILLEGAL_WORK: type | None = getattr(distributed_c10d, "_IllegalWork", None)
 MAX_CACHED_GROUPS = 256
@@ -165,19 +183,22 @@ def _log_as_torch(name: str, error: Exception, args: tuple[Any, ...], kwargs: di
 # its numbers, and drops a group this rank is not a member of).
 WRAPPER_TEMPLATE = """
 def {name}({parameters}):
-    if recorder.suppressed:
-        if recorder.coalesced is not None:  # inside a coalescing manager: launched at its exit
-            recorder.coalesced.append(({op!r}, {payload}))
+    if suppressing and get_ident() in suppressing:
+        calls = coalescing.get(get_ident())
+        if calls is not None:  # inside a coalescing manager: launched at its exit
+            calls.append(({op!r}, {payload}))
         return fn({arguments})
     try:
         payload = {payload}
         nbytes = payload.nbytes if type(payload) is tensor_type else nbytes_of(payload)
-        event = spans.mark() if spans is not None and is_cuda(payload) else None
+        event = cuda_start({async_call}) if spans is not None and is_cuda(payload) else None
         if len(opened) >= MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
             settle()
         t0 = perf_counter()
         entry = [{group}, {op!r}, nbytes, t0, None, 0.0]
         opened.append(entry)
+    except Captured:  # replayed without Python: counted as captured, once
+        return fn({arguments})
     except Exception:
         recorder.errors += 1
         return fn({arguments})
@@ -202,7 +223,7 @@ def {name}({parameters}):
 
 def _template_names() -> frozenset[str]:
     """Every name the template's function uses: a parameter called so would shadow it."""
-    fields = dict(parameters="", arguments="", by_name="{}", payload="None", group="None", op="")
+    fields = dict(parameters="", arguments="", by_name="{}", payload="None", group="None", op="", async_call="False")
     code = compile(WRAPPER_TEMPLATE.format(name="wrapper", **fields), "<template>", "exec")
     (function,) = (c for c in code.co_consts if isinstance(c, types.CodeType))
     return frozenset(function.co_names + function.co_varnames)
@@ -216,7 +237,9 @@ def wrapper_source(fn: Callable[..., Any], signature: CollectiveSignature) -> tu
     anything but plain parameters, or one whose name the template uses."""
     parameters = inspect.signature(fn).parameters.values()
     plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
-    if plain and not {p.name for p in parameters} & TEMPLATE_NAMES:
+    plain = plain and not {p.name for p in parameters} & TEMPLATE_NAMES
+    async_call = _async_call(fn, {p.name for p in parameters}, plain)
+    if plain:
         names = [p.name for p in parameters]
         defaults = {f"default_{p.name}": p.default for p in parameters if p.default is not inspect.Parameter.empty}
         fields = dict(
@@ -230,7 +253,16 @@ def wrapper_source(fn: Callable[..., Any], signature: CollectiveSignature) -> tu
             payload=f"args[{signature.payload_index}] if len(args) > {signature.payload_index} "
                     f"else kwargs.get({signature.payload_name or ''!r})",
             group=f"args[{signature.group_index}] if len(args) > {signature.group_index} else kwargs.get('group')")
-    return WRAPPER_TEMPLATE.format(name=fn.__name__, op=signature.op, **fields), defaults
+    return WRAPPER_TEMPLATE.format(name=fn.__name__, op=signature.op, async_call=async_call, **fields), defaults
+
+
+def _async_call(fn: Callable[..., Any], parameters: set[str], plain: bool) -> str:
+    """The wrapper's expression for "this call returns a work to wait on": its `async_op` argument, True for
+    `isend`/`irecv`, False otherwise. A CUDA call that says so records no start event (its `wait()` gets a
+    pair); one passed positionally to a `*args` wrapper records one it does not need."""
+    if "async_op" in parameters:
+        return "async_op" if plain else "kwargs.get('async_op', False)"
+    return str(fn.__name__ in ("isend", "irecv"))
 
 
 def _nbytes(payload: object) -> int:
@@ -256,6 +288,17 @@ def group_label(pg: Any) -> str:
     return f"{desc if desc and desc != 'undefined' else 'group'}:{name}"
 
 
+def pg_timeout(pg: Any) -> float | None:
+    """The group's timeout in seconds, the shortest of its backends' (each device type's), or None."""
+    found = []
+    for device in getattr(pg, "_device_types", ()):
+        try:
+            found.append(float(pg._get_backend(device).options._timeout.total_seconds()))
+        except Exception:  # a backend without options (a custom one): its timeout is unknown
+            continue
+    return min(found, default=None)
+
+
 class WorkEnd:
     """When a coalesced CPU work completed, stamped by its future's callback on the thread that completes
     it (gloo's worker, just before it wakes the waiting thread): the training thread sees it complete
@@ -275,7 +318,8 @@ class WorkEnd:
 
 
 # (work or future, its entry, CUDA start event or a coalesced CPU work's end)
-Pending = tuple[Any, OpenCollective, "torch.cuda.Event | WorkEnd | None"]
+# (NO_START: an async CUDA call, whose wait gets its own pair)
+Pending = tuple[Any, OpenCollective, "torch.cuda.Event | WorkEnd | str | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +328,7 @@ class CoalescedLaunch:
     blocking exit waits too: from there on the training thread is blocked)."""
 
     entry: OpenCollective
-    end: torch.cuda.Event | WorkEnd | None  # CUDA: the start event of its pair; CPU: its work's end
+    end: torch.cuda.Event | WorkEnd | str  # CUDA: its pair's start event or NO_START; CPU: its work's end
     async_ops: bool
     exit_at: float
 
@@ -305,17 +349,23 @@ class HookSlot:
 class CollectiveRecorder:
     """Owns the patches and the bookkeeping of collectives for one monitor."""
 
-    def __init__(self, state: RankState, spans: DeviceSpans | None) -> None:
+    def __init__(self, state: RankState, spans: DeviceSpans | None, *, nccl_timing: bool = False) -> None:
+        """`nccl_timing`: the user opted in to the backend's own duration of async collectives (each group's
+        `_enable_collectives_timing()`, read with `Work._get_duration()` at completion)."""
         self.state = state
         self.spans = spans
-        self.suppressed = False  # set while our DDP hook runs its inner hook, so nothing counts twice
-        self.coalesced: list[tuple[str, object]] | None = None  # (op, payload) of calls in a coalescing manager
+        self.nccl_timing = nccl_timing
+        # By thread id: threads inside our DDP hook's inner hook or a coalescing manager's body (nothing counts
+        # twice), the (op, payload) of the calls queued in a manager, and a manager's launch.
+        self.suppressing: set[int] = set()
+        self.coalescing: dict[int, list[tuple[str, object]]] = {}
+        self._launching: dict[int, tuple[OpenCollective, WorkEnd]] = {}
         self.errors = 0
+        self.captured = 0  # CUDA collectives issued while the current stream captured a graph
         self._groups: dict[int, tuple[GroupSeqs | None, Any]] = {}  # id(group) -> (its numbers, group kept alive)
         self._pending: dict[int, Pending] = {}  # async works not yet seen complete, by id; popping one claims it
         self._patches: list[tuple[dict[str, Any], str, Any, Any]] = []
         self._class_patches: list[tuple[type, str, Any]] = []  # (class, method name, torch's method)
-        self._launching: tuple[OpenCollective, WorkEnd] | None = None  # while a coalescing manager launches
         self._waits: tuple[Any, Any] = (None, None)  # Work.wait: (torch's, ours)
         self._ddp_init: Callable[..., None] | None = None  # torch's DistributedDataParallel.__init__ while ours is set
         state.resolve = self._resolve
@@ -392,15 +442,14 @@ class CollectiveRecorder:
                 self._class_patches.append((dist.ProcessGroup, name, original))
 
     def _launched_from_here(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        """While our coalescing manager launches (`_launching`), its collective is issued again from here,
-        next to the work, and the work's future stamps its end (`WorkEnd`); otherwise a pass-through."""
+        """While our coalescing manager launches on this thread (`_launching`), its collective is issued again
+        from here, next to the work, and the work's future stamps its end (`WorkEnd`); otherwise a pass-through."""
 
         @functools.wraps(method)
         def launch(pg: Any, *args: Any, **kwargs: Any) -> Any:
-            launching = self._launching
+            launching = self._launching.pop(threading.get_ident(), None) if self._launching else None
             if launching is None:
                 return method(pg, *args, **kwargs)
-            self._launching = None
             entry, end = launching
             entry[ISSUED_AT] = perf_counter()
             work = method(pg, *args, **kwargs)
@@ -417,7 +466,7 @@ class CollectiveRecorder:
         `wait` is only patched while async works may be pending (`_intercept_waits`): every blocking
         collective waits on its own `Work` too, and a pass-through frame there is one more Python call each.
         The first async call patches it, and the step end with nothing pending restores it."""
-        pending, finish = self._pending, self._finish
+        pending, finish, cuda_wait = self._pending, self._finish, self._cuda_wait
         original_wait, original_completed = dist.Work.wait, dist.Work.is_completed
 
         @functools.wraps(original_wait)
@@ -425,6 +474,8 @@ class CollectiveRecorder:
             entry = pending.pop(id(work), None) if pending else None  # popping claims it
             if entry is None:
                 return original_wait(work) if timeout is None else original_wait(work, timeout)
+            if entry[2] is not None and type(entry[2]) is not WorkEnd:  # CUDA: the stream's stall
+                return cuda_wait(original_wait, work, timeout, entry[1])
             t = perf_counter()
             try:
                 result = original_wait(work) if timeout is None else original_wait(work, timeout)
@@ -435,7 +486,7 @@ class CollectiveRecorder:
                     collective[BLOCKED] = now - t
                     collective[SECONDS] = now - collective[ISSUED_AT]
                 else:
-                    finish(entry, now, t, waited=True)
+                    finish(entry, now, t)
             return result
 
         @functools.wraps(original_completed)
@@ -444,12 +495,50 @@ class CollectiveRecorder:
             if done and pending:
                 entry = pending.pop(id(work), None)
                 if entry is not None:
-                    finish(entry, perf_counter(), None, waited=False)
+                    finish(entry, perf_counter(), None)
             return bool(done)
 
         self._class_patches += [(dist.Work, "wait", original_wait), (dist.Work, "is_completed", original_completed)]
         self._waits = (original_wait, wait)
         dist.Work.is_completed = is_completed  # type: ignore[method-assign,assignment]  # on the class: Work has no __dict__
+
+    def _cuda_wait(self, original_wait: Callable[..., Any], work: Any, timeout: Any,
+                   collective: OpenCollective) -> Any:
+        """torch's `wait()` between two events on the current stream: on NCCL it makes the stream wait for the
+        collective, so the pair's GPU time is the stall, whatever ran between issue and wait."""
+        before = None
+        try:
+            if self.spans is not None and not capturing():
+                before = self.spans.mark()
+        except Exception:
+            self.errors += 1
+        try:
+            return original_wait(work) if timeout is None else original_wait(work, timeout)
+        finally:  # a wait that raised (timeout, peer gone) ends the collective too
+            self._stalled(work, collective, before)
+
+    def _stalled(self, work: Any, collective: OpenCollective, before: torch.cuda.Event | None) -> None:
+        """Close the stall's pair; the collective completes when the GPU has passed it, with the backend's time."""
+        complete = self.state.complete
+        try:
+            if before is None or self.spans is None:
+                complete(collective, self._duration(work), 0.0)
+            else:
+                self.spans.close(before, lambda stall: complete(collective, self._duration(work), stall or 0.0))
+        except Exception:  # never in flight for ever
+            self.errors += 1
+            complete(collective, UNTIMED, 0.0)
+
+    def _duration(self, work: Any) -> float:
+        """A completed work's own time from the backend (`Work._get_duration()`: NCCL with timing enabled), or
+        `UNTIMED`: not opted in, gloo ("doesn't support getDuration"), a work issued before its group's timing
+        was enabled."""
+        if self.nccl_timing:
+            try:
+                return float(work._get_duration()) / 1000.0
+            except Exception:  # a backend that cannot say: counted without a time
+                return UNTIMED
+        return UNTIMED
 
     def _intercept_waits(self, on: bool) -> None:
         """Patch `Work.wait` (an async work is pending) or restore it (none is, at the step end).
@@ -469,8 +558,23 @@ class CollectiveRecorder:
             "BLOCKED": BLOCKED, "SECONDS": SECONDS, "failed": functools.partial(self._failed, log_exception),
             "finished": self._finished, "pending": self._pending, "work_types": (dist.Work, torch._C.Future),
             "work_type": dist.Work, "patched_wait": self._waits[1], "intercept": self._intercept_waits,
-            "MAX_PENDING_WORKS": MAX_PENDING_WORKS, "forget": self._forget,
+            "MAX_PENDING_WORKS": MAX_PENDING_WORKS, "forget": self._forget, "suppressing": self.suppressing,
+            "coalescing": self.coalescing, "get_ident": threading.get_ident, "cuda_start": self._cuda_start,
+            "Captured": Captured,
         }
+
+    def _cuda_start(self, async_call: bool) -> torch.cuda.Event | str:
+        """A CUDA collective's marker: `NO_START` for an async call, else the start event of its pair.
+
+        Raises:
+            Captured: the current stream captures a CUDA graph (the call is counted once, as captured).
+        """
+        if capturing():
+            self.captured += 1
+            raise Captured
+        if async_call or self.spans is None:
+            return NO_START
+        return self.spans.mark()
 
     def _wrap(self, fn: Callable[..., Any], signature: CollectiveSignature) -> Callable[..., Any]:
         source, defaults = wrapper_source(fn, signature)
@@ -493,15 +597,32 @@ class CollectiveRecorder:
         if log_exception is not None and isinstance(error, Exception):
             log_exception(error, args, kwargs)
 
-    def _finished(self, result: Any, entry: OpenCollective, event: torch.cuda.Event | None) -> None:
+    def _finished(self, result: Any, entry: OpenCollective, event: torch.cuda.Event | str | None) -> None:
         """After a call that returned neither a `Work` nor a `Future`: on CUDA, or on the CPU with a result."""
         try:
             if event is None:  # a blocking call that returned something
                 entry[BLOCKED] = entry[SECONDS] = perf_counter() - entry[ISSUED_AT]
-            elif self.spans is not None:  # CUDA: the current stream now waits for the collective, all of it exposed
-                self.spans.close(event, lambda s: self.state.complete(entry, s or 0.0, s or 0.0))
+            elif isinstance(event, str) or self.spans is None:  # CUDA, said async but nothing to wait on
+                self.state.complete(entry, UNTIMED, 0.0)
+            else:
+                self._close_blocking(self.spans, event, entry)
         except Exception:
             self.errors += 1
+            self.state.complete(entry, UNTIMED, 0.0)
+
+    def _close_blocking(self, spans: DeviceSpans, start: torch.cuda.Event, entry: OpenCollective) -> None:
+        """A blocking CUDA call ran on the current stream (sync NCCL): its pair is its own time, and the step's
+        stall only where that stream is the step's; on a side stream (FSDP2's all-gathers) it overlaps."""
+        exposed = spans.on_step_stream()
+        complete = self.state.complete
+
+        def resolved(seconds: float | None) -> None:
+            if seconds is None:
+                complete(entry, UNTIMED, 0.0)
+            else:
+                complete(entry, seconds, seconds if exposed else 0.0)
+
+        spans.close(start, resolved)
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
@@ -514,9 +635,24 @@ class CollectiveRecorder:
             pg = group if group is not None else distributed_c10d._get_default_group()
             seqs = None
             if isinstance(pg, dist.ProcessGroup):
-                seqs = self.state.sequences(self.state.group_label(group_label(pg), pg.size()))
+                label = self.state.group_label(group_label(pg), pg.size())
+                seqs = self.state.sequences(label)
+                self._found(pg, label)
             hit = self._groups[id(group)] = (seqs, group)
         return hit[0]
+
+    def _found(self, pg: Any, label: str) -> None:
+        """A group seen for the first time: its timeout (the hang alerts page at half of it, before NCCL's
+        watchdog kills the job) and, where the user opted in, the backend's timing of its collectives."""
+        timeout = pg_timeout(pg)
+        if timeout is not None:
+            known = self.state.pg_timeouts.get(label)
+            self.state.pg_timeouts[label] = timeout if known is None else min(known, timeout)
+        if self.nccl_timing:
+            try:
+                pg._enable_collectives_timing()
+            except Exception:
+                self.errors += 1
 
     def _resolve(self, group: Any) -> GroupSeqs | None:
         """`RankState.resolve`: the numbers of a group the wrapper recorded as torch got it."""
@@ -554,7 +690,8 @@ class CollectiveRecorder:
         @functools.wraps(manager)
         @contextlib.contextmanager
         def trainmon_coalescing_manager(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            if self.suppressed:  # inside our DDP hook, or nested
+            thread = threading.get_ident()
+            if thread in self.suppressing:  # inside our DDP hook, or nested
                 with manager(*args, **kwargs) as cm:
                     yield cm
                 return
@@ -562,14 +699,16 @@ class CollectiveRecorder:
             launched = None
             try:
                 with manager(*args, **kwargs) as cm:
-                    self.suppressed, self.coalesced = True, calls
+                    self.coalescing[thread] = calls
+                    self.suppressing.add(thread)
                     try:
                         yield cm
                     finally:
-                        self.suppressed, self.coalesced = False, None
+                        self.suppressing.discard(thread)
+                        self.coalescing.pop(thread, None)
                     launched = self._launch_coalesced(parameters.bind(*args, **kwargs).arguments, calls)
             finally:
-                self._launching = None
+                self._launching.pop(thread, None)
             if launched is not None:  # the manager has launched (and, blocking, waited)
                 self._coalesced_launched(cm, launched)
 
@@ -589,14 +728,17 @@ class CollectiveRecorder:
                 counts[0] += 1
                 counts[1] += _nbytes(payload)
             parts: CoalescedCalls = tuple((op, n, nbytes) for op, (n, nbytes) in by_op.items())
+            async_ops = bool(arguments.get("async_ops", False))
             cuda = self.spans is not None and any(_is_cuda(payload) for _, payload in calls)
-            end = self.spans.mark() if cuda and self.spans is not None else WorkEnd()
+            end = self._cuda_start(async_ops) if cuda else WorkEnd()
             exit_at = perf_counter()
             entry = self.state.issue(arguments.get("group"), calls[0][0], exit_at, sum(n for _, _, n in parts))
             entry.append(parts)
             if isinstance(end, WorkEnd):
-                self._launching = (entry, end)
-            return CoalescedLaunch(entry, end, bool(arguments.get("async_ops", False)), exit_at)
+                self._launching[threading.get_ident()] = (entry, end)
+            return CoalescedLaunch(entry, end, async_ops, exit_at)
+        except Captured:
+            return None
         except Exception:
             self.errors += 1
             return None
@@ -613,26 +755,26 @@ class CollectiveRecorder:
         else:  # CUDA, or nothing to wait for
             self._finished(None, launch.entry, launch.end)
 
-    def _finish(self, entry: Pending, now: float, blocked_since: float | None, waited: bool) -> None:
-        """Complete a claimed async collective: CPU timed at once, CUDA through its event pair after `wait()`."""
-        _, collective, event = entry
+    def _finish(self, entry: Pending, now: float, blocked_since: float | None) -> None:
+        """Complete a claimed async collective seen done: CPU timed at once; CUDA (done on the GPU, as
+        `is_completed()` said) with the backend's time, never the 0 s of "seen before its wait"."""
+        work, collective, event = entry
         complete = self.state.complete
         try:
             if event is None or isinstance(event, WorkEnd):
                 issued = collective[ISSUED_AT]
                 seconds = now - issued if event is None else event.seconds(issued, now)
                 complete(collective, seconds, now - blocked_since if blocked_since is not None else 0.0)
-            elif waited and self.spans is not None:  # the current stream waits for the collective from here
-                self.spans.close(event, lambda s: complete(collective, s or 0.0, 0.0))
             else:
-                complete(collective, 0.0, 0.0)
+                complete(collective, self._duration(work), 0.0)
         except Exception:
             self.errors += 1
+            complete(collective, UNTIMED, 0.0)
 
     def _forget(self, key: int) -> None:
         entry = self._pending.pop(key, None)
         if entry is not None:
-            self.state.complete(entry[1], 0.0, 0.0)
+            self.state.complete(entry[1], UNTIMED, 0.0)
 
     def poll(self, *, step_end: bool = False) -> None:
         """Complete async collectives that finished without anyone asking (step end, and before each report).
@@ -657,7 +799,7 @@ class CollectiveRecorder:
             if done and future:
                 claimed = self._pending.pop(key, None)
                 if claimed is not None:
-                    self._finish(claimed, perf_counter(), None, waited=False)
+                    self._finish(claimed, perf_counter(), None)
 
     # -- DDP ------------------------------------------------------------------------------------
 
@@ -695,32 +837,45 @@ class CollectiveRecorder:
         try:
             buffer = bucket.buffer()
             nbytes = buffer.nbytes
-            event = self.spans.mark() if self.spans is not None and buffer.is_cuda else None
+            event = self._cuda_start(False) if self.spans is not None and buffer.is_cuda else None
             last = bucket.is_last()
             t0 = perf_counter()
-            entry = self.state.issue(seqs, "all_reduce", t0, nbytes)
+            bucket_entry = self.state.issue(seqs, "all_reduce", t0, nbytes)
+        except Captured:
+            return self._run_suppressed(slot, bucket)
         except Exception:
             self.errors += 1
             return slot.hook(slot.state, bucket)
-        self.suppressed = True
         try:
-            future = slot.hook(slot.state, bucket)
+            future = self._run_suppressed(slot, bucket)
         except BaseException:
-            complete(entry, 0.0, 0.0)
+            complete(bucket_entry, UNTIMED, 0.0)
             raise
-        finally:
-            self.suppressed = False
+
+        def resolved(seconds: float | None) -> None:
+            # The last bucket's wait ends backward: its launch-to-completion is exposed.
+            if seconds is None:
+                complete(bucket_entry, UNTIMED, 0.0)
+            else:
+                complete(bucket_entry, seconds, seconds if last else 0.0)
 
         def done(fut: torch.futures.Future[Any]) -> Any:
             try:
-                # The last bucket's wait ends backward: its launch-to-completion is exposed.
-                if event is not None and self.spans is not None:
-                    self.spans.close(event, lambda s: complete(entry, s or 0.0, (s or 0.0) if last else 0.0))
+                if isinstance(event, torch.cuda.Event) and self.spans is not None:
+                    self.spans.close(event, resolved)
                 else:
-                    seconds = perf_counter() - t0
-                    complete(entry, seconds, seconds if last else 0.0)
+                    resolved(perf_counter() - t0)
             except Exception:
                 self.errors += 1
             return fut.value()
 
         return future.then(done)
+
+    def _run_suppressed(self, slot: HookSlot, bucket: GradBucket) -> Any:
+        """The inner hook, whose own collectives this thread does not count again."""
+        thread = threading.get_ident()
+        self.suppressing.add(thread)
+        try:
+            return slot.hook(slot.state, bucket)
+        finally:
+            self.suppressing.discard(thread)

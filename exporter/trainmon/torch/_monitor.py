@@ -2,6 +2,12 @@
 
 It never raises into training (a failure is counted, logged once, and the monitor carries on or
 switches itself off), never blocks on the daemon, and never adds a device synchronisation.
+
+Threads: every CUDA call (events, `Work.is_completed`, `torch.cuda.memory_stats`) is made on the training
+thread, at step boundaries, in `wait()` and in `report()`; the reporter thread only copies the values
+and sends them (`_snapshot`), so it cannot break a CUDA graph capture, and it keeps sending through a
+hang, with the last values and in-flight ages from CPU clocks. One monitor per process: the collectives'
+patches are process-wide.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from trainmon.torch._state import Identity, RankState
 from trainmon.torch._timing import DeviceSpans, StepTimer
 
 log = logging.getLogger(__name__)
+NCCL_TIMING_ENV = "TRAINMON_NCCL_TIMING"  # 1: async collectives' time from the backend (Work._get_duration)
+_live: list[TrainingMonitor] = []  # the process's enabled, not closed monitor (at most one)
 
 MEGATRON_PARALLEL = {
     "tp": "get_tensor_model_parallel_world_size",
@@ -68,6 +76,8 @@ class TrainingMonitor:
     Raises:
         ValueError: more than one FLOPs keyword, or a negative or non-finite one; a spike factor not above 1
             or a window outside 1..10000.
+        RuntimeError: another monitor is live in this process (its patches see every collective of the
+            process, so a second would count nothing): use that one, or `close()` it first.
     """
 
     def __init__(
@@ -89,6 +99,8 @@ class TrainingMonitor:
         self._flops = FlopsRate(flops_per_token, flops_per_sample, flops_per_step)
         self._env = os.environ if env is None else env
         self.enabled = self._env.get("TRAINMON_DISABLE", "").lower() not in {"1", "true", "yes"}
+        if self.enabled:
+            _claim_process(self)
         self.state = RankState(spike_rules)
         self.identity = Identity(job_id=job_id or resolve_job_id(self._env), rank=0, pid=os.getpid(),
                                  start_time=time.time())
@@ -103,7 +115,9 @@ class TrainingMonitor:
         self._timer = StepTimer(self.state.observe_step_seconds)
         self._copies = HostCopies()
         self._patches = Patches()
-        self._collectives = CollectiveRecorder(self.state, self._spans)
+        self._collectives = CollectiveRecorder(self.state, self._spans,
+                                               nccl_timing=self._env.get(NCCL_TIMING_ENV, "") == "1")
+        self._memory_due = True  # the reporter asks for the allocator's counters; the training thread reads them
         self._reporter: Reporter | None = None
         self._previous_excepthook = sys.excepthook
         self._previous_thread_excepthook = threading.excepthook
@@ -125,6 +139,8 @@ class TrainingMonitor:
         except Exception as exc:
             self._fail(exc)
             self.enabled = False
+            if self in _live:
+                _live.remove(self)
 
     # -- setup ------------------------------------------------------------------------------------
 
@@ -216,6 +232,9 @@ class TrainingMonitor:
                 self._spans.poll()
             self._copies.poll()
             self._collectives.poll(step_end=True)
+            if self._memory_due:
+                self._memory_due = False
+                self._read_memory_stats()
         except Exception as exc:
             self._fail(exc)
 
@@ -240,16 +259,22 @@ class TrainingMonitor:
     # -- reporting --------------------------------------------------------------------------------
 
     def report(self, kind: str = "report") -> wire.Report:
-        """The current cumulative values, as the next datagram will carry them.
+        """The current cumulative values, collectives and device spans that completed since the last look
+        resolved first, on the calling thread (call it from the training thread)."""
+        self._resolve()
+        return self._snapshot(kind)
 
-        Collectives that completed since the last look are completed first (the reporter thread
-        calls this while the training thread may be blocked).
-        """
+    def _resolve(self) -> None:
+        """What only the training thread may do (CUDA calls): complete what finished, read the allocator."""
         self._collectives.poll()
         if self._spans is not None:
             self._spans.poll()
         self._read_memory_stats()
+
+    def _snapshot(self, kind: str) -> wire.Report:
+        """The values as they stand, without a CUDA call: what the reporter thread sends."""
         self.state.hook_errors = self._hook_errors()
+        self.state.collectives_captured = self._collectives.captured
         return self.state.report(self.identity, seq=next(self._seq), kind=kind)
 
     @property
@@ -260,7 +285,11 @@ class TrainingMonitor:
         """Send the goodbye, stop the thread and remove every patch; idempotent."""
         atexit.unregister(self.close)
         reporter, self._reporter = self._reporter, None
+        if self in _live:
+            _live.remove(self)
         try:
+            if self.enabled:
+                self._resolve()  # the goodbye carries every completion
             if reporter is not None:  # a forked child (a data-loader worker) must not say goodbye for us
                 reporter.stop(bye=os.getpid() == self.identity.pid)
             self._collectives.uninstall()
@@ -277,7 +306,10 @@ class TrainingMonitor:
             self._reporter.start()
 
     def _encode(self, kind: str) -> bytes:
-        report = self.report(kind)
+        """The reporter thread's datagram: no CUDA call here (`_snapshot`); the next step end reads the
+        allocator's counters for the report after."""
+        self._memory_due = True
+        report = self._snapshot(kind)
         data = wire.encode(report)
         if len(data) > wire.MAX_DATAGRAM:  # long NCCL values and group names: keep the numbers
             data = wire.encode(dataclasses.replace(report, nccl_env={}))
@@ -290,7 +322,7 @@ class TrainingMonitor:
             "monitor": self._monitor_errors,
             "collective": self._collectives.errors,
             "scaler": self._scaler_errors[0],
-            "device_span_dropped": self._spans.dropped if self._spans is not None else 0,
+            "device_span_dropped": self._spans.errors if self._spans is not None else 0,
             "host_copy_dropped": self._copies.dropped,
             "send_dropped": reporter.dropped if reporter is not None else 0,
             "send_unreachable": reporter.unreachable if reporter is not None else 0,
@@ -391,6 +423,16 @@ class Phase:
 
     def __exit__(self, *exc: object) -> None:
         self._state.phase = self._previous
+
+
+def _claim_process(monitor: TrainingMonitor) -> None:
+    """Make `monitor` the process's one live monitor, or refuse it loudly."""
+    if _live and _live[0].identity.pid == os.getpid():
+        first = _live[0]
+        raise RuntimeError(
+            f"a TrainingMonitor is already live in this process (job {first.identity.job_id!r}); its patches see "
+            "every collective here, so a second would count nothing: use that one, or close() it first")
+    _live[:] = [monitor]  # a monitor inherited through fork is the parent's, not this process's
 
 
 def _gpu_uuid() -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from trainmon.torch._state import RankState
+from trainmon.torch._timing import capturing
 
 ValuesSink = Callable[[list[float]], None]
 MAX_PENDING = 256
@@ -33,6 +34,9 @@ class HostCopies:
         if not flat.is_cuda:
             sink(flat.tolist())
             return
+        if capturing():  # a value inside a CUDA graph capture is not this step's: an event recorded here never reads
+            self.dropped += 1
+            return
         host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
         host.copy_(flat, non_blocking=True)
         event = torch.cuda.Event()
@@ -43,7 +47,15 @@ class HostCopies:
         self._pending.append((host, event, sink))
 
     def poll(self) -> None:
-        while self._pending and self._pending[0][1].query():
+        """Hand over the copies the GPU has made, in order; one whose event raises is dropped."""
+        while self._pending:
+            try:
+                if not self._pending[0][1].query():
+                    return
+            except Exception:
+                self._pending.popleft()
+                self.dropped += 1
+                continue
             host, _, sink = self._pending.popleft()
             sink(host.tolist())
 

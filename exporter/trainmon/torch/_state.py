@@ -17,8 +17,10 @@ an uncontended `threading.Lock` round costs more than the rest of a collective's
 0.6 µs of a 3 µs budget), and finding the group's numbers is left to `settle` too (`resolve`: the
 collectives' wrapper records torch's group object as it was passed). `issue` is one append;
 `complete` two stores into the entry, `blocked` before `seconds`, so an entry whose seconds `settle`
-sees is whole. `settle` runs before every read (`report` and the properties), so any number a
-report carries counts every completion before it, and counters never go backwards.
+sees is whole. A collective completed without a time of its own (`UNTIMED`: an async NCCL call without
+the backend's timing, a span CUDA could not read) adds its call and bytes and no time: never a 0 s.
+`settle` runs before every read (`report` and the properties), so any number a report carries counts
+every completion before it, and counters never go backwards.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import bisect
 import collections
 import itertools
+import math
 import os
 import threading
 import time
@@ -45,6 +48,7 @@ MAX_UNSETTLED = 4096  # entries queued before the issuing thread settles them it
 # a coalesced operation (one sequence number for many calls) a seventh item: its calls, `CoalescedCalls`.
 OpenCollective = list[Any]
 KEY, OP, BYTES, ISSUED_AT, SECONDS, BLOCKED, CALLS = range(7)
+UNTIMED = math.nan  # the seconds of a completed collective whose own time is unknown (NaN != NaN)
 CoalescedCalls = tuple[tuple[str, int, int], ...]  # (op, calls, bytes) per op inside one coalesced operation
 # perf_counter time + this = Unix time. Taken once per process: re-read per report, a preemption between
 # the two clock reads would move an in-flight collective's `since` from one report to the next.
@@ -138,6 +142,8 @@ class RankState:
         self.group_seqs: tuple[GroupSeq, ...] = ()  # as of the last report (`_settle_sequences`)
         self.inflight: tuple[Inflight, ...] = ()
         self.inflight_age: dict[str, float] = {}
+        self.pg_timeouts: dict[str, float] = {}  # group label -> timeout seconds, set as groups are found
+        self.collectives_captured = 0  # set by the monitor before each report
 
     @property
     def phase(self) -> str | None:
@@ -272,7 +278,8 @@ class RankState:
                 self._add_coalesced(seqs, entry[CALLS], seconds, entry[BYTES])
             else:
                 totals = seqs.totals.get(entry[OP]) or self._entry(seqs, entry[OP])
-                totals[0] += seconds
+                if seconds == seconds:  # not UNTIMED
+                    totals[0] += seconds
                 totals[1] += 1
                 totals[2] += entry[BYTES]
             self.comm_wait += entry[BLOCKED]
@@ -284,7 +291,8 @@ class RankState:
         count = sum(n for _, n, _ in calls)
         for op, n, op_bytes in calls:
             totals = seqs.totals.get(op) or self._entry(seqs, op)
-            totals[0] += seconds * (op_bytes / nbytes if nbytes else n / count)
+            if seconds == seconds:  # not UNTIMED
+                totals[0] += seconds * (op_bytes / nbytes if nbytes else n / count)
             totals[1] += n
             totals[2] += op_bytes
 
