@@ -19,7 +19,7 @@ import pynvml
 import pytest
 
 from tests.fake_nvml import scenario as scenarios
-from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.fake_nvml.fixtures import fake_nvml_before_r565_dir, fake_nvml_dir  # noqa: F401  (fixtures)
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
@@ -135,6 +135,60 @@ def test_without_a_driver_the_daemon_serves_and_says_why(why: str, tmp_path: Pat
                            capture_output=True, text=True, timeout=60, env=env)
     assert 0 != check.returncode
     assert "NVML unavailable" in check.stdout and why in check.stdout
+
+
+def check_output(library_dir: Path, scenario: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`trainmon check --collectors gpu` on the fake library."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
+    env.update(LD_LIBRARY_PATH=str(library_dir), FAKE_NVML_SCENARIO=str(scenario))
+    return subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu", *args],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def gpu_skipped(daemon: Daemon) -> list[str]:
+    status = daemon.get("/api/v1/status").json()
+    return list(next(c for c in status["collectors"] if c["name"] == "gpu")["skipped"])
+
+
+def test_a_driver_before_r565_serves_temperature_and_lists_what_it_lacks(
+        tmp_path: Path, fake_nvml_before_r565_dir: Path, daemons: list[Daemon]) -> None:  # noqa: F811
+    """No nvmlDeviceGetTemperatureV symbol (pynvml: FUNCTION_NOT_FOUND): the temperature comes from
+    nvmlDeviceGetTemperature; that and GPU 1's unsupported power reading are listed as skipped, once each,
+    in /api/v1/status and by `trainmon check`, which exits 0."""
+    scenario = scenarios.changed(scenarios.node(2), 1, power_usage_mw=None)
+    daemon, path = start(tmp_path, fake_nvml_before_r565_dir, scenario)
+    daemons.append(daemon)
+    temperatures = [("trainmon_gpu_temperature_celsius", ids(scenario, i) | {("sensor", "gpu")}) for i in (0, 1)]
+    metrics = scrape_until(daemon, lambda m: all(t in m for t in temperatures))
+
+    assert [40.0, 41.0] == [metrics[t] for t in temperatures]
+    missing_v = ("gpu 0,1 temperature (falls back to nvmlDeviceGetTemperature): nvmlDeviceGetTemperatureV "
+                 "is not in this driver")
+    no_power = "gpu 1 power_watts: nvmlDeviceGetPowerUsage is not supported on this GPU"
+    skipped = gpu_skipped(daemon)
+    assert {missing_v, no_power} <= set(skipped)
+    assert 1 == sum("temperature" in line for line in skipped)
+    no_fabric = "gpu 0,1 fabric info: nvmlDeviceGetGpuFabricInfoV is not supported on this GPU"  # read last
+    check = check_output(fake_nvml_before_r565_dir, path)
+    assert 0 == check.returncode
+    assert [True] * 3 == [f"skipped: {line}" in check.stdout for line in (missing_v, no_power, no_fabric)]
+
+
+def test_gpm_refusing_samples_skips_windows_and_asks_again(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                           daemons: list[Daemon]) -> None:
+    """GPU 0's GPM answers NO_PERMISSION to its first 4 samples (DCGM saw this in unprivileged containers):
+    `trainmon check` lists the skipped window; the daemon asks again with back-off and serves GPU 0's SM
+    activity once GPM answers, GPU 1's all along."""
+    scenario = scenarios.changed(scenarios.node(2), 0, gpm_refusals=4)
+    daemon, path = start(tmp_path, fake_nvml_dir, scenario)
+    daemons.append(daemon)
+    sm0, sm1 = (("trainmon_gpu_sm_utilization_ratio", ids(scenario, i)) for i in (0, 1))
+    metrics = scrape_until(daemon, lambda m: sm0 in m, timeout=30)
+
+    assert (0.50, 0.51) == (metrics[sm0], metrics[sm1])
+    check = check_output(fake_nvml_dir, path)
+    assert "skipped: gpu 0 SM activity (GPM): sample refused (Insufficient Permissions), window skipped; " \
+           "asked again in" in check.stdout
 
 
 def test_unsupported_values_gpm_and_xid_through_the_fake(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811

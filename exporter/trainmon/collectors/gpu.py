@@ -180,7 +180,7 @@ class GpuCollector:
             except NVML_FAILURES as exc:
                 self._unidentified.append(f"gpu {index}: {nvml_error_line(exc)}")
                 continue
-            gpu = self._gpus.setdefault(identity.uuid, Gpu(identity))
+            gpu = self._gpus.setdefault(identity.uuid, Gpu(identity, retry_s=self._settings.interval))
             try:
                 gpu.attach(handle, identity, now)
             except NVML_FAILURES as exc:
@@ -314,7 +314,7 @@ class GpuCollector:
         aer = [reading for address in aer_devices(sys) if (reading := read_aer(sys, address)) is not None]
         families.append(_aer_family(aer))
         kmsg = self._kmsg.status() if self._kmsg is not None else None
-        skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped]
+        skipped = _skipped_by_line(read)
         skipped += self._unidentified + self._xid_problems
         skipped += [line for reading in aer for line in reading.skipped]
         if kmsg is not None and kmsg.error:
@@ -373,6 +373,15 @@ def _inventory(statuses: Sequence[GpuStatus]) -> Iterable[InventoryGpu]:
         pids = tuple(p.pid for p in processes) if processes is not None else None
         yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids,
                            minor_number=s.identity.minor_number)
+
+
+def _skipped_by_line(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[str]:
+    """Each GPU's skipped line once, naming every GPU it holds for: `gpu 0,1,2,3 fabric info: ...`."""
+    gpus: dict[str, list[str]] = {}
+    for identity, reading in read:
+        for line in reading.skipped:
+            gpus.setdefault(line, []).append(str(identity.index))
+    return [f"gpu {','.join(indices)} {line}" for line, indices in gpus.items()]
 
 
 def _peak_flops_family(identities: Iterable[GpuIdentity]) -> Metric:
