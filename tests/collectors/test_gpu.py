@@ -178,18 +178,24 @@ def test_gpu_missing_after_reinit_stays_listed_down(node: Node) -> None:
     assert [False] == [g["up"] for g in collection.details["gpus"] if g["index"] == 7]  # type: ignore[attr-defined]
 
 
-def test_no_driver_fails_with_the_reason_and_retries_with_backoff(node: Node) -> None:
-    """DRIVER_NOT_LOADED: collect() raises one line; init is retried only after the back-off."""
-    node.scenario = {**node.scenario, "init_error": 9}
-    with pytest.raises(CollectorError, match=r"NVML unavailable.*DriverNotLoaded"):
-        node.collect()
-    calls = node.library.calls
-    with pytest.raises(CollectorError, match="next try in"):
-        node.collect(advance=1)
-    assert calls == node.library.calls
+def test_no_driver_fails_with_the_reason_and_retries_with_backoff(tmp_path: Path) -> None:
+    """DRIVER_NOT_LOADED with NVIDIA device nodes present: collect() raises one line; init is retried only
+    after the back-off."""
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch()
+    node = Node({**scenarios.node(8), "init_error": 9}, tmp_path, devfs=tmp_path / "dev")
+    try:
+        with pytest.raises(CollectorError, match=r"NVML unavailable.*DriverNotLoaded"):
+            node.collect()
+        calls = node.library.calls
+        with pytest.raises(CollectorError, match="next try in"):
+            node.collect(advance=1)
+        assert calls == node.library.calls
 
-    node.scenario = scenarios.node(8)
-    assert 8 == len(node.collect(advance=INTERVAL).details["gpus"])  # type: ignore[arg-type]
+        node.scenario = scenarios.node(8)
+        assert 8 == len(node.collect(advance=INTERVAL).details["gpus"])  # type: ignore[arg-type]
+    finally:
+        node.collector.close()
 
 
 def test_xid_event_counted_once_and_early_events_lost(node: Node) -> None:

@@ -40,6 +40,11 @@ def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, pynvml.NVMLError) and exc.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
 
 
+def is_no_driver(exc: BaseException) -> bool:
+    """No libnvidia-ml, or no NVIDIA kernel driver loaded: on a node without GPUs, that is all NVML says."""
+    return isinstance(exc, pynvml.NVMLError_LibraryNotFound | pynvml.NVMLError_DriverNotLoaded)
+
+
 def needs_reinit(exc: BaseException) -> bool:
     return isinstance(exc, pynvml.NVMLError) and exc.value in NEEDS_REINIT
 
