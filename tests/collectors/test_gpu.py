@@ -562,14 +562,6 @@ def test_a_corrupt_state_file_is_reported_and_the_verdict_still_served(tmp_path:
         node.collector.close()
 
 
-def test_the_xid_catalog_is_served_once_per_code(node: Node) -> None:
-    catalog = {s.labels["xid"]: (s.labels["mnemonic"], s.labels["action"]) for f in node.collect().families
-               for s in f.samples if s.name == "trainmon_xid_catalog_info"}
-
-    assert 172 == len(catalog)
-    assert ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "reboot") == catalog["79"]
-
-
 def nvlink_fields(links: dict[int, tuple[int, int, int, int, int]]) -> dict[str, int]:
     """Scenario fields of a GPU with these links: link -> (state, crc_flit, crc_data, replay, recovery)."""
     answered = {str(fields.LINK_COUNT): len(links)}

@@ -26,12 +26,10 @@ from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import InventoryGpu
-from trainmon.health.catalog import action_of
 from trainmon.health.history import HealthHistory, Memory
 from trainmon.health.kmsg_reader import KmsgReader, KmsgStatus
 from trainmon.health.state_file import BOOT_ID, StateFile, StateStatus, read_boot_id
 from trainmon.health.verdict import Signals, Verdict, XidSeen, decide
-from trainmon.health.xid_catalog import CATALOG
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
 from trainmon.nvml.errors import (
@@ -337,7 +335,6 @@ class GpuCollector:
         families += _process_families(read, per_process=self._settings.gpu_processes)
         families += _interconnect_families(read)
         families += _xid_families(self._xids, self._gpus.values())
-        families.append(_catalog_family())
         families += _health_families(self._verdicts(statuses))
         state = self._state.status()
         sys = Root(self._settings.sysfs, "sysfs")
@@ -567,14 +564,6 @@ def _aer_family(readings: Sequence[AerReading]) -> Metric:
             for error, count in errors.items():
                 if count:  # ~40 error kinds per device, ~30 devices: zeros would be a thousand series per node
                     family.add_metric([reading.device, severity, error], count)
-    return family
-
-
-def _catalog_family() -> Metric:
-    family = info("xid_catalog", "NVIDIA's Xid catalog: each code's mnemonic and the action its immediate "
-                  "resolution asks for; join on (xid).", ("xid", "mnemonic", "action"))
-    for xid, entry in CATALOG.items():
-        family.add_metric([str(xid)], {"mnemonic": entry.mnemonic, "action": action_of(entry).label})
     return family
 
 
