@@ -190,6 +190,11 @@ class Gpu:
         for counter in self._counters.values():
             counter.rebase()
 
+    @property
+    def field_request(self) -> list[tuple[int, int]]:
+        """The (field id, scope) pairs of each cycle's one nvmlDeviceGetFieldValues call."""
+        return list(self._request)
+
     def detach(self) -> None:
         """Before nvmlShutdown: free what belongs to this NVML session."""
         if self._gpm is not None:
