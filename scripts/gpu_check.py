@@ -458,8 +458,8 @@ def check_nvml() -> Result:
                 cycles.append({"seconds": time.perf_counter() - started, "error": repr(exc)[:500]})
                 continue
             cycles.append({"seconds": time.perf_counter() - started, "skipped": list(collection.skipped),
-                           "found": list(collection.found),
                            "samples": sum(len(f.samples) for f in collection.families)})
+            result.setdefault("found", list(collection.found))
         result["collector_cycles"] = cycles
         pynvml.nvmlInit()
         handle, identity = identify(0)

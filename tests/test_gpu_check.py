@@ -11,7 +11,11 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pynvml
 import pytest
+
+from tests.fake_nvml import scenario as scenarios
+from tests.fake_nvml.fixtures import fake_nvml_before_r565_dir  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
@@ -58,3 +62,25 @@ def test_a_check_on_cpu_records_each_failing_part_and_keeps_the_others(monkeypat
     result = outcome["result"]
     assert "error" in result["gpu"]
     assert result["torch"] and result["importable"]["pynvml"] is True
+
+
+def test_the_nvml_check_reads_a_driver_through_the_collector(tmp_path: Path, fake_nvml_before_r565_dir: Path,  # noqa: F811
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nvml check on the C fake built as a driver before R565 (its load thread finds no CUDA here): every
+    collector cycle answers with its cost and skipped lines, the legacy temperature call answers, the R565 one
+    is recorded as missing, and the fields the driver did not answer are listed with their return codes."""
+    gpu_check = load()
+    scenario = scenarios.node(2)
+    del scenario["gpus"][0]["fields"][str(scenarios.FIELD["energy_mj"])]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake_nvml_before_r565_dir))
+    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(scenarios.write(tmp_path / "scenario.json", scenario)))
+
+    outcome = gpu_check.run_child("nvml", gpu_check.CHECKS["nvml"], 120)
+
+    result = outcome["result"]
+    assert [True] * 4 == ["seconds" in c and "error" not in c for c in result["collector_cycles"]]
+    assert ("gpu 0,1 temperature (falls back to nvmlDeviceGetTemperature): nvmlDeviceGetTemperatureV is not in "
+            "this driver") in result["collector_cycles"][-1]["skipped"]
+    assert (40, "NVMLError_FunctionNotFound(13)") == (result["temperature"], result["temperature_v"]["error"])
+    assert 3 == result["fields"]["not_success"][f"{pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION}@0"]
