@@ -349,6 +349,33 @@ def test_gpm_refused_mid_run_drops_sm_series_not_the_gpu(node: Node) -> None:
     assert "trainmon_gpu_sm_utilization_ratio" in gpu_names(collection, "2")
 
 
+def test_gpm_no_permission_skips_windows_and_asks_again_with_back_off(node: Node) -> None:
+    """GPM refusing samples (NO_PERMISSION) skips the window and asks again after the interval, then twice as
+    long; once it answers, the next window serves SM activity again. GPU 2 keeps its series all along."""
+    refused = "gpu 3 SM activity (GPM): sample refused (Insufficient Permissions), window skipped; asked again in"
+    node.collect()
+    healthy = node.scenario
+    node.scenario = scenarios.changed(healthy, 3, errors={"nvmlGpmSampleGet": pynvml.NVML_ERROR_NO_PERMISSION})
+    seen = []
+    for advance in (INTERVAL, INTERVAL, 2 * INTERVAL):  # refused at once, after 5 s, after 10 s more
+        collection = node.collect(advance)
+        seen.append(([line for line in collection.skipped if line.startswith(refused)],
+                     "trainmon_gpu_sm_utilization_ratio" in gpu_names(collection, "3"),
+                     "trainmon_gpu_sm_utilization_ratio" in gpu_names(collection, "2")))
+    node.scenario = healthy
+    waiting = node.collect(INTERVAL)  # 5 s of the 20 s back-off passed: not asked
+    primed = node.collect(3 * INTERVAL)  # asked: the first sample of a fresh window
+    served = node.collect(INTERVAL)
+
+    assert [([f"{refused} 5s"], False, True), ([f"{refused} 10s"], False, True), ([f"{refused} 20s"], False, True)] \
+        == seen
+    assert [f"{refused} 15s"] == [line for line in waiting.skipped if line.startswith(refused)]
+    assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(primed, "3")
+    assert not [line for line in primed.skipped if "GPM" in line]
+    assert 0.53 == registry(served).get_sample_value("trainmon_gpu_sm_utilization_ratio",
+                                                     {"gpu": "3", "uuid": healthy["gpus"][3]["uuid"]})
+
+
 def test_xid_events_are_rearmed_after_reinitialisation(node: Node, caplog: pytest.LogCaptureFixture) -> None:
     """A re-initialisation invalidates the event set; the new one still counts XIDs."""
     healthy = node.scenario
