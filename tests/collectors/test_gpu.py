@@ -23,7 +23,7 @@ from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.gpu import FAMILIES, GpuCollector
-from trainmon.errors import CollectorError
+from trainmon.errors import CollectorError, NoData
 from trainmon.nvml import fields, gpm
 from trainmon.nvml.metrics import GpuMetric
 from trainmon.settings import Settings
@@ -275,6 +275,32 @@ def test_gpus_expected_counts_nvidia_display_devices_in_sysfs(node: Node, tmp_pa
         (device / "class").write_text(klass + "\n")
 
     assert 2.0 == registry(node.collect()).get_sample_value("trainmon_gpus_expected")
+
+
+@pytest.mark.parametrize(("device_node", "pci_class", "failing"), [
+    (None, None, False),  # nothing NVIDIA here: a node without GPUs
+    ("nvidia0", None, True),  # the driver's device nodes, NVML not loading
+    (None, "0x030200", True),  # a GPU on the bus whose driver did not load (no device nodes either)
+    (None, "0x068000", False),  # only an NVIDIA bridge (NVSwitch), no GPU
+])
+def test_nvml_without_a_driver_fails_only_where_there_are_nvidia_gpus(
+        tmp_path: Path, device_node: str | None, pci_class: str | None, failing: bool) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / (device_node or "null")).touch()
+    if pci_class is not None:
+        device = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0"
+        device.mkdir(parents=True)
+        (device / "vendor").write_text("0x10de\n")
+        (device / "class").write_text(pci_class + "\n")
+    node = Node({**scenarios.node(1), "init_error": 9}, tmp_path, devfs=tmp_path / "dev")
+    try:
+        with pytest.raises(CollectorError) as raised:
+            node.collect()
+    finally:
+        node.collector.close()
+
+    assert failing != isinstance(raised.value, NoData), raised.value
+    assert "DriverNotLoaded" in str(raised.value)
 
 
 def test_nvml_calls_per_gpu_per_cycle_stay_small(node: Node) -> None:
