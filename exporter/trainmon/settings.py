@@ -50,6 +50,7 @@ class Settings:
     collectors: tuple[str, ...] = DEFAULT_COLLECTORS
     procfs: Path = Path("/proc")
     sysfs: Path = Path("/sys")
+    devfs: Path = Path("/dev")
     nvme_devices: re.Pattern[str] | None = None
     infiniband_devices: re.Pattern[str] | None = None
     gpu_processes: bool = False
@@ -246,6 +247,8 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
                f"comma list of enabled collectors ({', '.join(available_collectors)})"),
         Option("procfs", parse_path, "procfs root (containers mount the host's here)"),
         Option("sysfs", parse_path, "sysfs root (containers mount the host's here)"),
+        Option("devfs", parse_path, "/dev root where NVIDIA device nodes are looked for: a node with none, no "
+               "NVIDIA GPU on the PCI bus and no NVML library or driver has no GPUs (gpu collector no_data)"),
         Option("nvme-devices", parse_regex, "regex: only NVMe namespaces whose name matches"),
         Option("infiniband-devices", parse_regex, "regex: only InfiniBand devices whose name matches"),
         Option("gpu-processes", parse_bool, "per-process framebuffer series (pids churn series)",
@@ -292,9 +295,10 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
 
 
 # The flags `check` and `demo` use (`serve` takes every option); `demo` has its own defaults.
-CHECK_FLAGS = frozenset({"collectors", "procfs", "sysfs", "nvme-devices", "infiniband-devices", "gpu-processes",
-                         "ingest-socket", "kubelet-pod-resources-socket", "kubelet-pod-resources-refresh",
-                         "hpc-job-mapping-dir", "fs-mounts", "gpfs-mmpmon", "kmsg", "state-dir", "log-level"})
+CHECK_FLAGS = frozenset({"collectors", "procfs", "sysfs", "devfs", "nvme-devices", "infiniband-devices",
+                         "gpu-processes", "ingest-socket", "kubelet-pod-resources-socket",
+                         "kubelet-pod-resources-refresh", "hpc-job-mapping-dir", "fs-mounts", "gpfs-mmpmon", "kmsg",
+                         "state-dir", "log-level"})
 DEMO_FLAGS = frozenset({"listen", "interval", "collectors", "gpu-processes", "web-config", "log-level"})
 DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows after one interval
 

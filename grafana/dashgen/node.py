@@ -157,11 +157,10 @@ def _health(b: Board) -> Board:
         graph(
             "XIDs with their mnemonic",
             "XID events per GPU since boot (a step is a new event), with NVIDIA's mnemonic and the action its "
-            "catalog asks for (trainmon_xid_catalog_info).",
+            "catalog asks for (trainmon_xid_catalog_info, recorded once for the fleet by the trainmon rules).",
             "none",
             Query(f"trainmon_gpu_xid_errors_total{{{node_matchers}}} "
-                  "* on (instance, xid) group_left (mnemonic, action) "
-                  f"trainmon_xid_catalog_info{{{node_matchers}}}",
+                  "* on (xid) group_left (mnemonic, action) trainmon_xid_catalog_info",
                   GPU + ": XID {{xid}} {{mnemonic}} ({{action}})"),
         ),
         graph(

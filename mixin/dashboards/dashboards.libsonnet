@@ -762,7 +762,7 @@
             "type": "prometheus",
             "uid": "${datasource}",
           },
-          "description": "XID events per GPU since boot (a step is a new event), with NVIDIA's mnemonic and the action its catalog asks for (trainmon_xid_catalog_info).",
+          "description": "XID events per GPU since boot (a step is a new event), with NVIDIA's mnemonic and the action its catalog asks for (trainmon_xid_catalog_info, recorded once for the fleet by the trainmon rules).",
           "fieldConfig": {
             "defaults": {
               "custom": {
@@ -786,7 +786,7 @@
                 "type": "prometheus",
                 "uid": "${datasource}",
               },
-              "expr": "trainmon_gpu_xid_errors_total{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"} * on (instance, xid) group_left (mnemonic, action) trainmon_xid_catalog_info{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"}",
+              "expr": "trainmon_gpu_xid_errors_total{" + $._config.selector + ", job=~\"$job\", instance=~\"$instance\"} * on (xid) group_left (mnemonic, action) trainmon_xid_catalog_info",
               "legendFormat": "{{instance}} gpu {{gpu}}: XID {{xid}} {{mnemonic}} ({{action}})",
               "refId": "A",
             },

@@ -516,6 +516,1560 @@
           },
         ],
       },
+      {
+        "name": "trainmon.xid_catalog.rules",
+        "interval": std.get($._config.group_intervals, "trainmon.xid_catalog.rules", "1m"),
+        "rules": [
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "1",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_FIFO_METHOD",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "2",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_SW_METHOD",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "3",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_UNK_METHOD",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "4",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_CHANNEL_BUSY",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "5",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_RUNOUT_OVERFLOW",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "6",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_PARSE_ERR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "7",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_PTE_ERR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "8",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "9",
+              "mnemonic": "ROBUST_CHANNEL_GR_ERROR_INSTANCE",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "10",
+              "mnemonic": "ROBUST_CHANNEL_GR_ERROR_SINGLE_STEP",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "11",
+              "mnemonic": "ROBUST_CHANNEL_GR_ERROR_MISSING_HW",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "12",
+              "mnemonic": "ROBUST_CHANNEL_GR_ERROR_SW_METHOD",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "13",
+              "mnemonic": "ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "14",
+              "mnemonic": "ROBUST_CHANNEL_FAKE_ERROR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "15",
+              "mnemonic": "ROBUST_CHANNEL_SCANLINE_TIMEOUT",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "16",
+              "mnemonic": "ROBUST_CHANNEL_VBLANK_CALLBACK_TIMEOUT",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "17",
+              "mnemonic": "ROBUST_CHANNEL_PARAMETER_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "18",
+              "mnemonic": "ROBUST_CHANNEL_BUS_MASTER_TIMEOUT_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "19",
+              "mnemonic": "ROBUST_CHANNEL_DISP_MISSED_NOTIFIER",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "20",
+              "mnemonic": "ROBUST_CHANNEL_MPEG_ERROR_SW_METHOD",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "21",
+              "mnemonic": "ROBUST_CHANNEL_ME_ERROR_SW_METHOD",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "22",
+              "mnemonic": "ROBUST_CHANNEL_VP_ERROR_SW_METHOD",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "23",
+              "mnemonic": "ROBUST_CHANNEL_RC_LOGGING_ENABLED",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "24",
+              "mnemonic": "ROBUST_CHANNEL_GR_SEMAPHORE_TIMEOUT",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "25",
+              "mnemonic": "ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "26",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_FBISTATE_TIMEOUT",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "27",
+              "mnemonic": "ROBUST_CHANNEL_VP_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "28",
+              "mnemonic": "ROBUST_CHANNEL_VP2_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "29",
+              "mnemonic": "ROBUST_CHANNEL_BSP_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "30",
+              "mnemonic": "ROBUST_CHANNEL_BAD_ADDR_ACCESS",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "31",
+              "mnemonic": "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "32",
+              "mnemonic": "ROBUST_CHANNEL_PBDMA_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "33",
+              "mnemonic": "ROBUST_CHANNEL_SEC_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "34",
+              "mnemonic": "ROBUST_CHANNEL_MSVLD_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "35",
+              "mnemonic": "ROBUST_CHANNEL_MSPDEC_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "36",
+              "mnemonic": "ROBUST_CHANNEL_MSPPP_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "37",
+              "mnemonic": "ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "38",
+              "mnemonic": "ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "39",
+              "mnemonic": "ROBUST_CHANNEL_CE0_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "40",
+              "mnemonic": "ROBUST_CHANNEL_CE1_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "41",
+              "mnemonic": "ROBUST_CHANNEL_CE2_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "42",
+              "mnemonic": "ROBUST_CHANNEL_VIC_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "43",
+              "mnemonic": "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "44",
+              "mnemonic": "ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "45",
+              "mnemonic": "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "46",
+              "mnemonic": "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "47",
+              "mnemonic": "ROBUST_CHANNEL_NVENC0_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "48",
+              "mnemonic": "ROBUST_CHANNEL_GPU_ECC_DBE",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "49",
+              "mnemonic": "SILENT_RUNNING_CONSTANT_LEVEL_SET_BY_REGISTRY",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "50",
+              "mnemonic": "SILENT_RUNNING_LEVEL_TRANSITION_DUE_TO_RC_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "51",
+              "mnemonic": "SILENT_RUNNING_STRESS_TEST_FAILURE",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "52",
+              "mnemonic": "SILENT_RUNNING_LEVEL_TRANS_DUE_TO_TEMP_RISE",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "53",
+              "mnemonic": "SILENT_RUNNING_TEMP_REDUCED_CLOCKING",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "54",
+              "mnemonic": "SILENT_RUNNING_PWR_REDUCED_CLOCKING",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "55",
+              "mnemonic": "SILENT_RUNNING_TEMPERATURE_READ_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "56",
+              "mnemonic": "DISPLAY_CHANNEL_EXCEPTION",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "57",
+              "mnemonic": "FB_LINK_TRAINING_FAILURE_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "58",
+              "mnemonic": "FB_MEMORY_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "59",
+              "mnemonic": "PMU_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "60",
+              "mnemonic": "ROBUST_CHANNEL_SEC2_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "61",
+              "mnemonic": "PMU_BREAKPOINT",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "62",
+              "mnemonic": "PMU_HALT_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "63",
+              "mnemonic": "INFOROM_DRAM_RETIREMENT_EVENT",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "64",
+              "mnemonic": "INFOROM_DRAM_RETIREMENT_FAILURE",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "65",
+              "mnemonic": "ROBUST_CHANNEL_NVENC1_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "66",
+              "mnemonic": "ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "67",
+              "mnemonic": "ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "68",
+              "mnemonic": "ROBUST_CHANNEL_NVDEC0_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "69",
+              "mnemonic": "ROBUST_CHANNEL_GR_CLASS_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "70",
+              "mnemonic": "ROBUST_CHANNEL_CE3_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "71",
+              "mnemonic": "ROBUST_CHANNEL_CE4_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "72",
+              "mnemonic": "ROBUST_CHANNEL_CE5_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "73",
+              "mnemonic": "ROBUST_CHANNEL_NVENC2_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "74",
+              "mnemonic": "NVLINK_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "75",
+              "mnemonic": "ROBUST_CHANNEL_CE6_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "76",
+              "mnemonic": "ROBUST_CHANNEL_CE7_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "77",
+              "mnemonic": "ROBUST_CHANNEL_CE8_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "78",
+              "mnemonic": "VGPU_START_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "79",
+              "mnemonic": "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+              "action": "reboot",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "80",
+              "mnemonic": "PBDMA_PUSHBUFFER_CRC_MISMATCH",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "81",
+              "mnemonic": "ROBUST_CHANNEL_VGA_SUBSYSTEM_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "82",
+              "mnemonic": "ROBUST_CHANNEL_NVJPG0_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "83",
+              "mnemonic": "ROBUST_CHANNEL_NVDEC1_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "84",
+              "mnemonic": "ROBUST_CHANNEL_NVDEC2_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "85",
+              "mnemonic": "ROBUST_CHANNEL_CE9_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "86",
+              "mnemonic": "ROBUST_CHANNEL_OFA0_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "87",
+              "mnemonic": "NVTELEMETRY_DRIVER_REPORT",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "88",
+              "mnemonic": "ROBUST_CHANNEL_NVDEC3_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "89",
+              "mnemonic": "ROBUST_CHANNEL_NVDEC4_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "90",
+              "mnemonic": "LTC_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "91",
+              "mnemonic": "RESERVED_XID",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "92",
+              "mnemonic": "EXCESSIVE_SBE_INTERRUPTS",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "93",
+              "mnemonic": "INFOROM_ERASE_LIMIT_EXCEEDED",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "94",
+              "mnemonic": "ROBUST_CHANNEL_CONTAINED_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "95",
+              "mnemonic": "ROBUST_CHANNEL_UNCONTAINED_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "96",
+              "mnemonic": "ROBUST_CHANNEL_NVDEC5_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "97",
+              "mnemonic": "ROBUST_CHANNEL_NVDEC6_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "98",
+              "mnemonic": "ROBUST_CHANNEL_NVDEC7_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "99",
+              "mnemonic": "ROBUST_CHANNEL_NVJPG1_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "100",
+              "mnemonic": "ROBUST_CHANNEL_NVJPG2_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "101",
+              "mnemonic": "ROBUST_CHANNEL_NVJPG3_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "102",
+              "mnemonic": "ROBUST_CHANNEL_NVJPG4_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "103",
+              "mnemonic": "ROBUST_CHANNEL_NVJPG5_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "104",
+              "mnemonic": "ROBUST_CHANNEL_NVJPG6_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "105",
+              "mnemonic": "ROBUST_CHANNEL_NVJPG7_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "106",
+              "mnemonic": "SMBPBI_TEST_MESSAGE",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "107",
+              "mnemonic": "SMBPBI_TEST_MESSAGE_SILENT",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "108",
+              "mnemonic": "NVLINK_REMOTE_TRANSLATION_ERROR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "109",
+              "mnemonic": "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "110",
+              "mnemonic": "SEC_FAULT_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "111",
+              "mnemonic": "BUNDLE_ERROR_EVENT",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "112",
+              "mnemonic": "DISP_SUPERVISOR_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "113",
+              "mnemonic": "DP_LT_FAILURE",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "114",
+              "mnemonic": "HEAD_RG_UNDERFLOW",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "115",
+              "mnemonic": "CORE_CHANNEL_REGS",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "116",
+              "mnemonic": "WINDOW_CHANNEL_REGS",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "117",
+              "mnemonic": "CURSOR_CHANNEL_REGS",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "118",
+              "mnemonic": "HEAD_REGS",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "119",
+              "mnemonic": "GSP_RPC_TIMEOUT",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "120",
+              "mnemonic": "GSP_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "121",
+              "mnemonic": "C2C_ERROR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "122",
+              "mnemonic": "SPI_PMU_RPC_READ_FAIL",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "123",
+              "mnemonic": "SPI_PMU_RPC_WRITE_FAIL",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "124",
+              "mnemonic": "SPI_PMU_RPC_ERASE_FAIL",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "125",
+              "mnemonic": "INFOROM_FS_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "126",
+              "mnemonic": "ROBUST_CHANNEL_CE10_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "127",
+              "mnemonic": "ROBUST_CHANNEL_CE11_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "128",
+              "mnemonic": "ROBUST_CHANNEL_CE12_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "129",
+              "mnemonic": "ROBUST_CHANNEL_CE13_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "130",
+              "mnemonic": "ROBUST_CHANNEL_CE14_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "131",
+              "mnemonic": "ROBUST_CHANNEL_CE15_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "132",
+              "mnemonic": "ROBUST_CHANNEL_CE16_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "133",
+              "mnemonic": "ROBUST_CHANNEL_CE17_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "134",
+              "mnemonic": "ROBUST_CHANNEL_CE18_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "135",
+              "mnemonic": "ROBUST_CHANNEL_CE19_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "136",
+              "mnemonic": "ALI_TRAINING_FAIL",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "137",
+              "mnemonic": "NVLINK_PRIV_ERR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "138",
+              "mnemonic": "ROBUST_CHANNEL_DLA_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "139",
+              "mnemonic": "ROBUST_CHANNEL_OFA1_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "140",
+              "mnemonic": "UNRECOVERABLE_ECC_ERROR_ESCAPE",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "141",
+              "mnemonic": "ROBUST_CHANNEL_FAST_PATH_ERROR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "142",
+              "mnemonic": "ROBUST_CHANNEL_NVENC3_ERROR",
+              "action": "drain",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "143",
+              "mnemonic": "GPU_INIT_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "144",
+              "mnemonic": "NVLINK_SAW_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "145",
+              "mnemonic": "NVLINK_RLW_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "146",
+              "mnemonic": "NVLINK_TLW_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "147",
+              "mnemonic": "NVLINK_TREX_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "148",
+              "mnemonic": "NVLINK_NVLPW_CTRL_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "149",
+              "mnemonic": "NVLINK_NETIR_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "150",
+              "mnemonic": "NVLINK_MSE_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "151",
+              "mnemonic": "ROBUST_CHANNEL_KEY_ROTATION_ERROR",
+              "action": "reboot",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "152",
+              "mnemonic": "ROBUST_CHANNEL_DLA_SMMU_ERROR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "153",
+              "mnemonic": "ROBUST_CHANNEL_DLA_TIMEOUT",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "154",
+              "mnemonic": "GPU_RECOVERY_ACTION_CHANGED",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "155",
+              "mnemonic": "NVLINK_SW_DEFINED_ERROR",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "156",
+              "mnemonic": "RESOURCE_RETIREMENT_EVENT",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "157",
+              "mnemonic": "RESOURCE_RETIREMENT_FAILURE",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "158",
+              "mnemonic": "GPU_FATAL_TIMEOUT",
+              "action": "reset_gpu",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "159",
+              "mnemonic": "ROBUST_CHANNEL_CHI_NON_DATA_ERROR",
+              "action": "restart_app",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "160",
+              "mnemonic": "CHANNEL_RETIREMENT_EVENT",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "161",
+              "mnemonic": "CHANNEL_RETIREMENT_FAILURE",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "162",
+              "mnemonic": "PSHC_REENGAGED",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "163",
+              "mnemonic": "PSHC_DISENGAGED",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "164",
+              "mnemonic": "PSHC_LOW_LIFETIME",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "165",
+              "mnemonic": "PSHC_ZERO_LIFETIME",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "166",
+              "mnemonic": "NVLINK_SECURE_CRYPTO_ERR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "167",
+              "mnemonic": "PCIE_FATAL_TIMEOUT",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "168",
+              "mnemonic": "REDUCED_GPU_MEMORY_CAPACITY",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "169",
+              "mnemonic": "SEC2_HALT_ERROR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "170",
+              "mnemonic": "NVLINK_SECURE_OTHER",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "171",
+              "mnemonic": "UNCORRECTABLE_DRAM_ERROR",
+              "action": "none",
+            },
+          },
+          {
+            "record": "trainmon_xid_catalog_info",
+            "expr": "vector(1)",
+            "labels": {
+              "xid": "172",
+              "mnemonic": "UNCORRECTABLE_SRAM_ERROR",
+              "action": "none",
+            },
+          },
+        ],
+      },
     ],
   },
 }

@@ -12,9 +12,13 @@ Severity = Literal["critical", "warning", "info"]
 class Record:
     record: str
     expr: str
+    labels: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, object]:
-        return {"record": self.record, "expr": self.expr.strip()}
+        rule: dict[str, object] = {"record": self.record, "expr": self.expr.strip()}
+        if self.labels:
+            rule["labels"] = dict(self.labels)
+        return rule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

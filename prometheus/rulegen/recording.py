@@ -12,6 +12,7 @@ from .config import RulesConfig
 from .efficiency import efficiency_groups
 from .model import Group, Record
 from .numerics import numerics_group
+from .xid_catalog import xid_catalog_group
 
 # Labels of trainmon_train_rank_info that describe a rank rather than identify it.
 RANK_ATTRIBUTES = "local_rank, world_size, backend, framework, loss_scaler, pid, pod, namespace"
@@ -422,6 +423,6 @@ def recording_groups(c: RulesConfig) -> list[Group]:
     groups = [
         gpu_group(c), step_rates_group(c), wait_rates_group(c), training_group(), rank_gpu_group(c),
         histogram_group(c), collectives_group(c), nvme_group(c), fs_group(c), ownership_group(c),
-        *efficiency_groups(c), numerics_group(c), fleet_group(c),
+        *efficiency_groups(c), numerics_group(c), fleet_group(c), xid_catalog_group(),
     ]
     return [replace(g, interval=c.group_interval(g.name, g.interval)) for g in groups]

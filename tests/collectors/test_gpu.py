@@ -23,7 +23,7 @@ from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.gpu import FAMILIES, GpuCollector
-from trainmon.errors import CollectorError
+from trainmon.errors import CollectorError, NoData
 from trainmon.nvml import fields, gpm
 from trainmon.nvml.metrics import GpuMetric
 from trainmon.settings import Settings
@@ -178,18 +178,24 @@ def test_gpu_missing_after_reinit_stays_listed_down(node: Node) -> None:
     assert [False] == [g["up"] for g in collection.details["gpus"] if g["index"] == 7]  # type: ignore[attr-defined]
 
 
-def test_no_driver_fails_with_the_reason_and_retries_with_backoff(node: Node) -> None:
-    """DRIVER_NOT_LOADED: collect() raises one line; init is retried only after the back-off."""
-    node.scenario = {**node.scenario, "init_error": 9}
-    with pytest.raises(CollectorError, match=r"NVML unavailable.*DriverNotLoaded"):
-        node.collect()
-    calls = node.library.calls
-    with pytest.raises(CollectorError, match="next try in"):
-        node.collect(advance=1)
-    assert calls == node.library.calls
+def test_no_driver_fails_with_the_reason_and_retries_with_backoff(tmp_path: Path) -> None:
+    """DRIVER_NOT_LOADED with NVIDIA device nodes present: collect() raises one line; init is retried only
+    after the back-off."""
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch()
+    node = Node({**scenarios.node(8), "init_error": 9}, tmp_path, devfs=tmp_path / "dev")
+    try:
+        with pytest.raises(CollectorError, match=r"NVML unavailable.*DriverNotLoaded"):
+            node.collect()
+        calls = node.library.calls
+        with pytest.raises(CollectorError, match="next try in"):
+            node.collect(advance=1)
+        assert calls == node.library.calls
 
-    node.scenario = scenarios.node(8)
-    assert 8 == len(node.collect(advance=INTERVAL).details["gpus"])  # type: ignore[arg-type]
+        node.scenario = scenarios.node(8)
+        assert 8 == len(node.collect(advance=INTERVAL).details["gpus"])  # type: ignore[arg-type]
+    finally:
+        node.collector.close()
 
 
 def test_xid_event_counted_once_and_early_events_lost(node: Node) -> None:
@@ -271,6 +277,32 @@ def test_gpus_expected_counts_nvidia_display_devices_in_sysfs(node: Node, tmp_pa
     assert 2.0 == registry(node.collect()).get_sample_value("trainmon_gpus_expected")
 
 
+@pytest.mark.parametrize(("device_node", "pci_class", "failing"), [
+    (None, None, False),  # nothing NVIDIA here: a node without GPUs
+    ("nvidia0", None, True),  # the driver's device nodes, NVML not loading
+    (None, "0x030200", True),  # a GPU on the bus whose driver did not load (no device nodes either)
+    (None, "0x068000", False),  # only an NVIDIA bridge (NVSwitch), no GPU
+])
+def test_nvml_without_a_driver_fails_only_where_there_are_nvidia_gpus(
+        tmp_path: Path, device_node: str | None, pci_class: str | None, failing: bool) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / (device_node or "null")).touch()
+    if pci_class is not None:
+        device = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0"
+        device.mkdir(parents=True)
+        (device / "vendor").write_text("0x10de\n")
+        (device / "class").write_text(pci_class + "\n")
+    node = Node({**scenarios.node(1), "init_error": 9}, tmp_path, devfs=tmp_path / "dev")
+    try:
+        with pytest.raises(CollectorError) as raised:
+            node.collect()
+    finally:
+        node.collector.close()
+
+    assert failing != isinstance(raised.value, NoData), raised.value
+    assert "DriverNotLoaded" in str(raised.value)
+
+
 def test_nvml_calls_per_gpu_per_cycle_stay_small(node: Node) -> None:
     """A steady cycle costs at most 16 NVML calls per GPU (one field-values call covers 19 values)."""
     node.collect()
@@ -341,6 +373,33 @@ def test_gpm_refused_mid_run_drops_sm_series_not_the_gpu(node: Node) -> None:
     assert 1.0 == reg.get_sample_value("trainmon_gpu_up", {"gpu": "3", "uuid": node.scenario["gpus"][3]["uuid"]})
     assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(node.collect(), "3")
     assert "trainmon_gpu_sm_utilization_ratio" in gpu_names(collection, "2")
+
+
+def test_gpm_no_permission_skips_windows_and_asks_again_with_back_off(node: Node) -> None:
+    """GPM refusing samples (NO_PERMISSION) skips the window and asks again after the interval, then twice as
+    long; once it answers, the next window serves SM activity again. GPU 2 keeps its series all along."""
+    refused = "gpu 3 SM activity (GPM): sample refused (Insufficient Permissions), window skipped; asked again in"
+    node.collect()
+    healthy = node.scenario
+    node.scenario = scenarios.changed(healthy, 3, errors={"nvmlGpmSampleGet": pynvml.NVML_ERROR_NO_PERMISSION})
+    seen = []
+    for advance in (INTERVAL, INTERVAL, 2 * INTERVAL):  # refused at once, after 5 s, after 10 s more
+        collection = node.collect(advance)
+        seen.append(([line for line in collection.skipped if line.startswith(refused)],
+                     "trainmon_gpu_sm_utilization_ratio" in gpu_names(collection, "3"),
+                     "trainmon_gpu_sm_utilization_ratio" in gpu_names(collection, "2")))
+    node.scenario = healthy
+    waiting = node.collect(INTERVAL)  # 5 s of the 20 s back-off passed: not asked
+    primed = node.collect(3 * INTERVAL)  # asked: the first sample of a fresh window
+    served = node.collect(INTERVAL)
+
+    assert [([f"{refused} 5s"], False, True), ([f"{refused} 10s"], False, True), ([f"{refused} 20s"], False, True)] \
+        == seen
+    assert [f"{refused} 15s"] == [line for line in waiting.skipped if line.startswith(refused)]
+    assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(primed, "3")
+    assert not [line for line in primed.skipped if "GPM" in line]
+    assert 0.53 == registry(served).get_sample_value("trainmon_gpu_sm_utilization_ratio",
+                                                     {"gpu": "3", "uuid": healthy["gpus"][3]["uuid"]})
 
 
 def test_xid_events_are_rearmed_after_reinitialisation(node: Node, caplog: pytest.LogCaptureFixture) -> None:
@@ -576,14 +635,6 @@ def test_a_corrupt_state_file_is_reported_and_the_verdict_still_served(tmp_path:
         assert '"version": 1' in (tmp_path / "state" / "health.json").read_text()  # replaced
     finally:
         node.collector.close()
-
-
-def test_the_xid_catalog_is_served_once_per_code(node: Node) -> None:
-    catalog = {s.labels["xid"]: (s.labels["mnemonic"], s.labels["action"]) for f in node.collect().families
-               for s in f.samples if s.name == "trainmon_xid_catalog_info"}
-
-    assert 172 == len(catalog)
-    assert ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "reboot") == catalog["79"]
 
 
 def nvlink_fields(links: dict[int, tuple[int, int, int, int, int]]) -> dict[str, int]:

@@ -19,7 +19,7 @@ import pynvml
 import pytest
 
 from tests.fake_nvml import scenario as scenarios
-from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.fake_nvml.fixtures import fake_nvml_before_r565_dir, fake_nvml_dir  # noqa: F401  (fixtures)
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
@@ -115,26 +115,113 @@ def test_healthy_gpus_keep_sm_series_while_a_lost_gpu_is_retried(tmp_path: Path,
         assert ("trainmon_gpu_utilization_ratio", ids(healthy, 2)) not in metrics
 
 
-@pytest.mark.parametrize("why", ["LibraryNotFound", "DriverNotLoaded"])
-def test_without_a_driver_the_daemon_serves_and_says_why(why: str, tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
-                                                        daemons: list[Daemon]) -> None:
-    """No library, or a library without its driver: gpu success 0, /readyz 200, `trainmon check` says why."""
+def without_driver(why: str, tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                   *args: str) -> tuple[Daemon, subprocess.CompletedProcess[str]]:
+    """A daemon and `trainmon check` where nvmlInit fails with `why` (no library, or no driver loaded)."""
     if why == "LibraryNotFound" and ctypes.util.find_library("nvidia-ml"):
         pytest.skip("a real libnvidia-ml is installed here")
     library_dir = None if why == "LibraryNotFound" else fake_nvml_dir
-    daemon, path = start(tmp_path, library_dir, {**scenarios.node(1), "init_error": 9})
+    daemon, path = start(tmp_path, library_dir, {**scenarios.node(1), "init_error": 9}, *args)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINMON_", "LD_LIBRARY_PATH"))}
+    if library_dir is not None:
+        env.update(LD_LIBRARY_PATH=str(library_dir), FAKE_NVML_SCENARIO=str(path))
+    check = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu", "--sysfs",
+                            str(tmp_path), *args], capture_output=True, text=True, timeout=60, env=env)
+    return daemon, check
+
+
+@pytest.mark.parametrize("why", ["LibraryNotFound", "DriverNotLoaded"])
+def test_without_a_driver_the_daemon_serves_and_says_why(why: str, tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                        daemons: list[Daemon]) -> None:
+    """NVIDIA device nodes but no library, or a library without its driver: gpu success 0, /readyz 200,
+    `trainmon check` says why and exits 1."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidiactl", "nvidia0"):
+        (dev / name).touch()
+    daemon, check = without_driver(why, tmp_path, fake_nvml_dir, "--devfs", str(dev))
     daemons.append(daemon)
     metrics = parse_samples(daemon.metrics_text())
 
     assert 0.0 == metrics[("trainmon_collector_success", frozenset({("collector", "gpu")}))]
     assert 200 == daemon.get("/readyz").status_code
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINMON_", "LD_LIBRARY_PATH"))}
-    if library_dir is not None:
-        env.update(LD_LIBRARY_PATH=str(library_dir), FAKE_NVML_SCENARIO=str(path))
-    check = subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu"],
-                           capture_output=True, text=True, timeout=60, env=env)
     assert 0 != check.returncode
     assert "NVML unavailable" in check.stdout and why in check.stdout
+
+
+@pytest.mark.parametrize("why", ["LibraryNotFound", "DriverNotLoaded"])
+def test_a_node_without_gpus_has_no_gpu_data_not_a_failing_collector(
+        why: str, tmp_path: Path, fake_nvml_dir: Path, daemons: list[Daemon]) -> None:  # noqa: F811
+    """No NVIDIA device nodes, none on the PCI bus, and NVML without library or driver: the gpu collector
+    reads no_data (success 1, as a node without InfiniBand), cycle after cycle; `trainmon check` exits 0."""
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "null").touch()
+    daemon, check = without_driver(why, tmp_path, fake_nvml_dir, "--devfs", str(tmp_path / "dev"))
+    daemons.append(daemon)
+    success = ("trainmon_collector_success", frozenset({("collector", "gpu")}))
+    last = ("trainmon_collector_last_success_timestamp_seconds", frozenset({("collector", "gpu")}))
+    first = parse_samples(daemon.metrics_text())
+    later = scrape_until(daemon, lambda m: m[last] > first[last])  # a retry, after the back-off
+
+    assert (1.0, 1.0) == (first[success], later[success])
+    gpu = next(c for c in daemon.get("/api/v1/status").json()["collectors"] if c["name"] == "gpu")
+    assert ("no_data", True) == (gpu["state"], why in gpu["error"])
+    assert 0 == check.returncode, check.stdout
+    assert "NO_DATA" in check.stdout and "no NVIDIA GPU" in check.stdout
+
+
+def check_output(library_dir: Path, scenario: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`trainmon check --collectors gpu` on the fake library."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMON_")}
+    env.update(LD_LIBRARY_PATH=str(library_dir), FAKE_NVML_SCENARIO=str(scenario))
+    return subprocess.run([sys.executable, "-m", "trainmon", "check", "--collectors", "gpu", *args],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def gpu_skipped(daemon: Daemon) -> list[str]:
+    status = daemon.get("/api/v1/status").json()
+    return list(next(c for c in status["collectors"] if c["name"] == "gpu")["skipped"])
+
+
+def test_a_driver_before_r565_serves_temperature_and_lists_what_it_lacks(
+        tmp_path: Path, fake_nvml_before_r565_dir: Path, daemons: list[Daemon]) -> None:  # noqa: F811
+    """No nvmlDeviceGetTemperatureV symbol (pynvml: FUNCTION_NOT_FOUND): the temperature comes from
+    nvmlDeviceGetTemperature; that and GPU 1's unsupported power reading are listed as skipped, once each,
+    in /api/v1/status and by `trainmon check`, which exits 0."""
+    scenario = scenarios.changed(scenarios.node(2), 1, power_usage_mw=None)
+    daemon, path = start(tmp_path, fake_nvml_before_r565_dir, scenario)
+    daemons.append(daemon)
+    temperatures = [("trainmon_gpu_temperature_celsius", ids(scenario, i) | {("sensor", "gpu")}) for i in (0, 1)]
+    metrics = scrape_until(daemon, lambda m: all(t in m for t in temperatures))
+
+    assert [40.0, 41.0] == [metrics[t] for t in temperatures]
+    missing_v = ("gpu 0,1 temperature (falls back to nvmlDeviceGetTemperature): nvmlDeviceGetTemperatureV "
+                 "is not in this driver")
+    no_power = "gpu 1 power_watts: nvmlDeviceGetPowerUsage is not supported on this GPU"
+    skipped = gpu_skipped(daemon)
+    assert {missing_v, no_power} <= set(skipped)
+    assert 1 == sum("temperature" in line for line in skipped)
+    no_fabric = "gpu 0,1 fabric info: nvmlDeviceGetGpuFabricInfoV is not supported on this GPU"  # read last
+    check = check_output(fake_nvml_before_r565_dir, path)
+    assert 0 == check.returncode
+    assert [True] * 3 == [f"skipped: {line}" in check.stdout for line in (missing_v, no_power, no_fabric)]
+
+
+def test_gpm_refusing_samples_skips_windows_and_asks_again(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                           daemons: list[Daemon]) -> None:
+    """GPU 0's GPM answers NO_PERMISSION to its first 4 samples (DCGM saw this in unprivileged containers):
+    `trainmon check` lists the skipped window; the daemon asks again with back-off and serves GPU 0's SM
+    activity once GPM answers, GPU 1's all along."""
+    scenario = scenarios.changed(scenarios.node(2), 0, gpm_refusals=4)
+    daemon, path = start(tmp_path, fake_nvml_dir, scenario)
+    daemons.append(daemon)
+    sm0, sm1 = (("trainmon_gpu_sm_utilization_ratio", ids(scenario, i)) for i in (0, 1))
+    metrics = scrape_until(daemon, lambda m: sm0 in m, timeout=30)
+
+    assert (0.50, 0.51) == (metrics[sm0], metrics[sm1])
+    check = check_output(fake_nvml_dir, path)
+    assert "skipped: gpu 0 SM activity (GPM): sample refused (Insufficient Permissions), window skipped; " \
+           "asked again in" in check.stdout
 
 
 def test_unsupported_values_gpm_and_xid_through_the_fake(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811

@@ -9,7 +9,11 @@
  * 50 ms, and on every first nvmlInit), so a test can lose a GPU mid-run by rewriting it. A
  * missing per-GPU key answers NVML_ERROR_NOT_SUPPORTED; "errors" injects a return code per C
  * symbol ("*" = every call on that GPU), and "hang_ms" makes every call on that GPU take that long
- * (a wedged driver). fakeNvmlCallCount() counts every NVML call made.
+ * (a wedged driver). "gpm_refusals": N makes nvmlGpmSampleGet on that GPU answer NO_PERMISSION N times,
+ * then succeed (DCGM saw this in unprivileged containers). fakeNvmlCallCount() counts every NVML call made.
+ *
+ * Built with -DWITHOUT_TEMPERATURE_V it lacks nvmlDeviceGetTemperatureV, as drivers before R565 do: pynvml
+ * then finds no such symbol and raises FUNCTION_NOT_FOUND.
  *
  * Own typedefs, not nvml.h: the header's #defines would rename the unversioned symbols.
  */
@@ -26,7 +30,7 @@
 #define API __attribute__((visibility("default")))
 
 enum {
-    SUCCESS = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3, INSUFFICIENT_SIZE = 7,
+    SUCCESS = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3, NO_PERMISSION = 4, INSUFFICIENT_SIZE = 7,
     TIMEOUT = 10, ARGUMENT_VERSION_MISMATCH = 25,
 };
 enum { VALUE_DOUBLE = 0, VALUE_UNSIGNED_INT = 1, VALUE_UNSIGNED_LONG_LONG = 3 };
@@ -194,6 +198,7 @@ static int event_count;
 static long long seen_ids[MAX_EVENTS];
 static int seen_count;
 static unsigned long long calls;
+static unsigned long long gpm_refused[MAX_GPUS]; /* NO_PERMISSION answers given so far, per GPU */
 
 static long long coarse_ns(void) {
     struct timespec ts;
@@ -435,6 +440,7 @@ API int nvmlDeviceGetMemoryInfo_v2(device_t *d, memory_v2_t *out) {
     return r;
 }
 
+#ifndef WITHOUT_TEMPERATURE_V
 API int nvmlDeviceGetTemperatureV(device_t *d, temperature_v1_t *out) {
     DEVICE_CALL(d);
     if (out->version != 0x0100000Cu) return ARGUMENT_VERSION_MISMATCH;
@@ -443,6 +449,12 @@ API int nvmlDeviceGetTemperatureV(device_t *d, temperature_v1_t *out) {
     int r = get_u(t, gpu, "temperature_gpu", &v);
     if (r == SUCCESS) out->temperature = (int)v;
     return r;
+}
+#endif
+
+API int nvmlDeviceGetTemperature(device_t *d, int sensor, unsigned *out) {
+    DEVICE_CALL(d);
+    return sensor == 0 ? get_uint(t, gpu, "temperature_gpu", out) : NOT_SUPPORTED;
 }
 
 #define UINT_GETTER(symbol, key) \
@@ -557,6 +569,9 @@ API int nvmlGpmSampleFree(gpm_sample_t *sample) {
 API int nvmlGpmSampleGet(device_t *d, gpm_sample_t *sample) {
     DEVICE_CALL(d);
     if (!gpm_supported(t, gpu)) return NOT_SUPPORTED;
+    unsigned long long refusals = 0;
+    get_u(t, gpu, "gpm_refusals", &refusals);
+    if (__atomic_fetch_add(&gpm_refused[gpu], 1, __ATOMIC_RELAXED) < refusals) return NO_PERMISSION;
     sample->gpu = gpu;
     return SUCCESS;
 }

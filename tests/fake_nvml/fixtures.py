@@ -14,3 +14,10 @@ from tests.helpers.tools import require_tool
 def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding a freshly built fake libnvidia-ml.so.1 (gcc: skipped locally, required in CI)."""
     return build_fake_nvml(require_tool("gcc", "cc"), tmp_path_factory.mktemp("fake-nvml"))
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_before_r565_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake as a driver before R565: no nvmlDeviceGetTemperatureV symbol at all."""
+    return build_fake_nvml(require_tool("gcc", "cc"), tmp_path_factory.mktemp("fake-nvml-r550"),
+                           "WITHOUT_TEMPERATURE_V")

@@ -95,6 +95,25 @@ def test_status_and_landing_page(tmp_path: Path, daemons) -> None:  # type: igno
     assert ["mlx5_1/ports/1/counters/symbol_error: EISDIR"] == by_name["infiniband"]["skipped"]
     assert status["simulated"] is False
     assert "trainmon" in landing.text and 'href="/metrics"' in landing.text and "SIMULATED" not in landing.text
+    assert 'href="/api/v1/xid-catalog"' in landing.text
+
+
+def test_the_xid_catalog_is_served_as_json_not_in_every_scrape(  # type: ignore[no-untyped-def]
+        tmp_path: Path, fake_nvml_dir: Path, daemons) -> None:  # noqa: F811
+    """172 codes at /api/v1/xid-catalog with NVIDIA's words and trainmon's action; /metrics of a GPU node
+    carries no catalogue series (the trainmon rules record them once for the fleet)."""
+    scenario = scenarios.write(tmp_path / "scenario.json", scenarios.node(2))
+    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "gpu", "--sysfs", str(tmp_path)],
+                                          env={"LD_LIBRARY_PATH": str(fake_nvml_dir),
+                                               "FAKE_NVML_SCENARIO": str(scenario)}))
+
+    codes = {c["xid"]: c for c in daemon.get("/api/v1/xid-catalog").json()["codes"]}
+    metrics = daemon.metrics_text()
+
+    assert 172 == len(codes)
+    assert {"xid": 79, "mnemonic": "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "action": "reboot",
+            "immediate_resolution": "RESTART_BM"}.items() <= codes[79].items()
+    assert "trainmon_gpu_up{" in metrics and "xid_catalog" not in metrics
 
 
 def test_readyz_waits_for_the_first_collection_and_a_hung_collector_fails_alone(

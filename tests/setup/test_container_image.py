@@ -96,11 +96,11 @@ def test_trainmon_version_in_the_image(container: str) -> None:
 
 
 def test_trainmon_check_in_the_image_reports_every_collector(container: str) -> None:
-    """No GPU here: `check` names the gpu collector as the one failing and exits 1; the others run."""
+    """No GPU here (no NVIDIA device node, none on the PCI bus, no NVML library): `check` reports the gpu
+    collector as NO_DATA, not failing, beside the others, and exits 0."""
     result = in_container(container, "trainmon", "check")
     states = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines() if line[:1].isalpha()}
 
-    assert 1 == result.returncode, result.stdout + result.stderr
-    assert "FAILING" == states.pop("gpu"), result.stdout
-    assert {"failing:"} | {"nvme", "infiniband", "fs", "training"} == set(states), result.stdout
-    assert "failing: gpu" == result.stdout.strip().splitlines()[-1]
+    assert 0 == result.returncode, result.stdout + result.stderr
+    assert "NO_DATA" == states.pop("gpu"), result.stdout
+    assert {"nvme", "infiniband", "fs", "training"} == set(states), result.stdout

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,18 +23,23 @@ from pathlib import Path
 import psutil
 
 from trainmon.collectors.base import Collection, NodeResources
-from trainmon.errors import CollectorError
+from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, ValueFamily, counter, gauge, info
 from trainmon.gpu_inventory import InventoryGpu
-from trainmon.health.catalog import action_of
 from trainmon.health.history import HealthHistory, Memory
 from trainmon.health.kmsg_reader import KmsgReader, KmsgStatus
 from trainmon.health.state_file import BOOT_ID, StateFile, StateStatus, read_boot_id
 from trainmon.health.verdict import Signals, Verdict, XidSeen, decide
-from trainmon.health.xid_catalog import CATALOG
 from trainmon.nvml.backoff import Backoff
 from trainmon.nvml.device import Gpu, GpuIdentity, GpuReading, identify
-from trainmon.nvml.errors import NVML_FAILURES, is_lost, is_reset_required, needs_reinit, nvml_error_line
+from trainmon.nvml.errors import (
+    NVML_FAILURES,
+    is_lost,
+    is_no_driver,
+    is_reset_required,
+    needs_reinit,
+    nvml_error_line,
+)
 from trainmon.nvml.metrics import GpuMetric
 from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
@@ -49,6 +55,7 @@ NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASS = "0x03"  # PCI base class 03: VGA, XGA and 3D controllers
 GPU_LABELS = ("gpu", "uuid")
 NOT_FOUND = "not found by NVML since re-initialisation"
+DEVICE_NODE = re.compile(r"nvidia(ctl|\d+)")  # what the driver (or nvidia-modprobe) creates for each GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,14 @@ def count_pci_gpus(sysfs: Path) -> int | None:
                and _lowered(devices / entry / "class").startswith(DISPLAY_CLASS))
 
 
+def nvidia_device_nodes(devfs: Path) -> list[str] | None:
+    """The NVIDIA device nodes under `devfs` (nvidiactl, nvidia0, ...); None where it cannot be listed."""
+    entries = list_directory(devfs)
+    if isinstance(entries, Unavailable):
+        return None
+    return [entry for entry in entries if DEVICE_NODE.fullmatch(entry)]
+
+
 def _lowered(path: Path) -> str:
     """An attribute in lower case; "" where it is unavailable."""
     value = read_attribute(path)
@@ -153,6 +168,7 @@ class GpuCollector:
         self._kmsg = None if self._simulated else KmsgReader(settings.kmsg, self._xids)
         self._kmsg_started = False
         self._last_error = ""
+        self._no_driver = False  # the last nvmlInit found no library, or no driver loaded
         self._reinit_wanted = False
 
     # --- NVML lifecycle ---------------------------------------------------------------------------------
@@ -167,6 +183,7 @@ class GpuCollector:
         except NVML_FAILURES as exc:
             self._close()
             self._last_error = nvml_error_line(exc)
+            self._no_driver = is_no_driver(exc)
             self._backoff.failed(now)
             raise CollectorError(f"NVML unavailable ({self._last_error})") from exc
         self._backoff.succeeded()
@@ -180,7 +197,7 @@ class GpuCollector:
             except NVML_FAILURES as exc:
                 self._unidentified.append(f"gpu {index}: {nvml_error_line(exc)}")
                 continue
-            gpu = self._gpus.setdefault(identity.uuid, Gpu(identity))
+            gpu = self._gpus.setdefault(identity.uuid, Gpu(identity, retry_s=self._settings.interval))
             try:
                 gpu.attach(handle, identity, now)
             except NVML_FAILURES as exc:
@@ -228,6 +245,9 @@ class GpuCollector:
             try:
                 self._open(now)
             except CollectorError as exc:
+                if self._without_gpus():
+                    raise NoData(f"no NVIDIA GPU: {self._last_error}, no NVIDIA device nodes in "
+                                 f"{self._settings.devfs} and none on the PCI bus") from exc
                 raise CollectorError(str(exc), families=self._outage_families(str(exc))) from exc
         statuses = self._read_all(now)
         if self._reinit_due(now):
@@ -236,6 +256,14 @@ class GpuCollector:
         if not self._unidentified and all(s.reading is not None for s in statuses):
             self._reset_backoff.succeeded()
         return self._collection(statuses)
+
+    def _without_gpus(self) -> bool:
+        """A node without GPUs: no NVML library or driver, no device nodes, none on the bus, none seen before.
+
+        Absent hardware is not a failure (as for a node without InfiniBand); a GPU node whose NVML fails is.
+        """
+        return (self._no_driver and not self._gpus and not self._expected()
+                and nvidia_device_nodes(self._settings.devfs) == [])
 
     def _read_all(self, now: float) -> list[GpuStatus]:
         attached = {gpu.identity.uuid for gpu in self._attached}
@@ -307,14 +335,13 @@ class GpuCollector:
         families += _process_families(read, per_process=self._settings.gpu_processes)
         families += _interconnect_families(read)
         families += _xid_families(self._xids, self._gpus.values())
-        families.append(_catalog_family())
         families += _health_families(self._verdicts(statuses))
         state = self._state.status()
         sys = Root(self._settings.sysfs, "sysfs")
         aer = [reading for address in aer_devices(sys) if (reading := read_aer(sys, address)) is not None]
         families.append(_aer_family(aer))
         kmsg = self._kmsg.status() if self._kmsg is not None else None
-        skipped = [f"gpu {i.index} {line}" for i, r in read for line in r.skipped]
+        skipped = _skipped_by_line(read)
         skipped += self._unidentified + self._xid_problems
         skipped += [line for reading in aer for line in reading.skipped]
         if kmsg is not None and kmsg.error:
@@ -374,6 +401,15 @@ def _inventory(statuses: Sequence[GpuStatus]) -> Iterable[InventoryGpu]:
         pids = tuple(p.pid for p in processes) if processes is not None else None
         yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids,
                            minor_number=s.identity.minor_number)
+
+
+def _skipped_by_line(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[str]:
+    """Each GPU's skipped line once, naming every GPU it holds for: `gpu 0,1,2,3 fabric info: ...`."""
+    gpus: dict[str, list[str]] = {}
+    for identity, reading in read:
+        for line in reading.skipped:
+            gpus.setdefault(line, []).append(str(identity.index))
+    return [f"gpu {','.join(indices)} {line}" for line, indices in gpus.items()]
 
 
 def _peak_flops_family(identities: Iterable[GpuIdentity]) -> Metric:
@@ -529,14 +565,6 @@ def _aer_family(readings: Sequence[AerReading]) -> Metric:
             for error, count in errors.items():
                 if count:  # ~40 error kinds per device, ~30 devices: zeros would be a thousand series per node
                     family.add_metric([reading.device, severity, error], count)
-    return family
-
-
-def _catalog_family() -> Metric:
-    family = info("xid_catalog", "NVIDIA's Xid catalog: each code's mnemonic and the action its immediate "
-                  "resolution asks for; join on (xid).", ("xid", "mnemonic", "action"))
-    for xid, entry in CATALOG.items():
-        family.add_metric([str(xid)], {"mnemonic": entry.mnemonic, "action": action_of(entry).label})
     return family
 
 

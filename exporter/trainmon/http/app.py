@@ -1,4 +1,4 @@
-"""FastAPI application: /, /metrics, /healthz, /readyz, /api/v1/status (SPEC §3)."""
+"""FastAPI application: /, /metrics, /healthz, /readyz, /api/v1/status (SPEC §3), /api/v1/xid-catalog."""
 
 from __future__ import annotations
 
@@ -12,7 +12,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 
 from trainmon import __version__
 from trainmon.exposition import already_rendered, render
+from trainmon.health.catalog import action_of
+from trainmon.health.xid_catalog import CATALOG
 from trainmon.snapshot import SnapshotStore
+
+CATALOG_SOURCE = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
 
 def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
@@ -30,6 +34,7 @@ def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
                 f"<h1>trainmon {html.escape(__version__)}</h1>{banner}"
                 "<p>GPU-cluster training monitor.</p><ul>"
                 '<li><a href="/metrics">/metrics</a></li><li><a href="/api/v1/status">/api/v1/status</a></li>'
+                '<li><a href="/api/v1/xid-catalog">/api/v1/xid-catalog</a></li>'
                 '<li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li>'
                 "</ul></body></html>")
 
@@ -71,4 +76,19 @@ def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
                 body.update({k: v for k, v in s.details.items() if k in {"gpus", "ranks"}})
         return JSONResponse(body)
 
+    catalog = xid_catalog()
+
+    @app.get("/api/v1/xid-catalog")
+    async def xid_catalog_json() -> JSONResponse:
+        return JSONResponse(catalog)
+
     return app
+
+
+def xid_catalog() -> dict[str, object]:
+    """NVIDIA's Xid catalog as the daemon applies it: the same on every node, so not in /metrics."""
+    return {"source": CATALOG_SOURCE, "codes": [
+        {"xid": xid, "mnemonic": entry.mnemonic, "description": entry.description,
+         "immediate_resolution": entry.immediate, "investigatory": entry.investigatory,
+         "action": action_of(entry).label}
+        for xid, entry in CATALOG.items()]}

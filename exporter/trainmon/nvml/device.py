@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 import pynvml
 
 from trainmon.nvml import fields, gpm
-from trainmon.nvml.errors import NVML_FAILURES, is_absent
+from trainmon.nvml.backoff import Backoff
+from trainmon.nvml.errors import NVML_FAILURES, is_absent, is_missing, is_not_found
 from trainmon.nvml.metrics import GpuMetric
 from trainmon.nvml.session import as_text
 
@@ -20,6 +21,9 @@ T = TypeVar("T")
 MHZ = 1e6
 MILLI = 1e-3
 PERCENT = 0.01
+GPM = "SM activity (GPM)"
+# nvmlDeviceGetTemperatureV came with R565; older drivers (most H100 fleets in 2026) only have this one.
+TEMPERATURE_V = "temperature (falls back to nvmlDeviceGetTemperature)"
 
 # Clock event (throttle) reason bits -> label value of trainmon_gpu_clocks_event_active.
 CLOCK_EVENT_REASONS: dict[str, int] = {
@@ -100,30 +104,49 @@ def identify(index: int) -> tuple[Any, GpuIdentity]:
 
 
 class _Reads:
-    """Runs NVML getters for one GPU: an absent value is None (and noted), any other failure raises."""
+    """Runs NVML getters for one GPU: an absent value is None (and noted), any other failure raises.
 
-    def __init__(self, handle: Any) -> None:
+    A function the driver or the GPU lacks goes into `missing` (what -> line), which the GPU keeps until
+    it is re-attached: such a function does not come back by itself, and some are not asked again. Any
+    other absence (NO_PERMISSION, NO_DATA, ...) is this cycle's alone, in `skipped`.
+    """
+
+    def __init__(self, handle: Any, missing: dict[str, str]) -> None:
         self.handle = handle
+        self.missing = missing
         self.skipped: list[str] = []
+        self.not_in_driver: set[str] = set()  # what, where the function is not in this driver
 
     def get(self, what: str, call: Callable[..., T], *args: Any) -> T | None:
         try:
-            return call(self.handle, *args)
+            value = call(self.handle, *args)
         except NVML_FAILURES as exc:
             if not is_absent(exc):
                 raise
-            if not isinstance(exc, pynvml.NVMLError_NotSupported | pynvml.NVMLError_FunctionNotFound):
+            if is_not_found(exc):
+                self.not_in_driver.add(what)
+            if is_missing(exc):
+                why = "is not in this driver" if is_not_found(exc) else "is not supported on this GPU"
+                self.missing[what] = f"{what}: {getattr(call, '__name__', 'NVML')} {why}"
+            else:
                 self.skipped.append(f"{what}: {exc}")
             return None
+        self.missing.pop(what, None)
+        return value
 
 
 class Gpu:
     """A GPU across cycles and NVML re-initialisations: counters only grow, GPM windows follow on."""
 
-    def __init__(self, identity: GpuIdentity) -> None:
+    def __init__(self, identity: GpuIdentity, retry_s: float) -> None:
+        """`retry_s`: the first wait before GPM is asked again after it refused a sample (then doubling)."""
         self.identity = identity
         self.handle: Any = None
+        self._missing: dict[str, str] = {}  # what -> line, until re-attached (_Reads)
         self._gpm: gpm.GpmSampler | None = None
+        self._gpm_retry = Backoff(initial=retry_s)
+        self._gpm_refused = ""  # why the last GPM sample was refused, while waiting to ask again
+        self._temperature_v = True
         self._memory_v2 = True
         self._reasons = ALL_REASONS
         self._static: dict[GpuMetric, dict[str, float]] = {}
@@ -140,7 +163,8 @@ class Gpu:
         cycle no GPM window (at start-up the first cycle still has none: its window is under 100 ms).
         """
         self.handle, self.identity = handle, identity
-        reads = _Reads(handle)
+        self._missing = {}
+        reads = _Reads(handle, self._missing)
         self._reasons = reads.get("supported clock event reasons",
                                   pynvml.nvmlDeviceGetSupportedClocksEventReasons) or ALL_REASONS
         self._static = {GpuMetric.PCIE_LINK_GENERATION: {}, GpuMetric.PCIE_LINK_WIDTH: {}}
@@ -154,12 +178,22 @@ class Gpu:
         self._links = fields.link_fields(int(links.value)) if links is not None else ()
         self._request = [*fields.REQUEST, *((f.field_id, f.scope) for f in self._links)]
         self._fabric = True
+        self._temperature_v = True
         self._gpm = gpm.sampler(handle)
-        if self._gpm is not None:
+        self._gpm_retry.succeeded()
+        self._gpm_refused = ""
+        if self._gpm is None:
+            self._missing[GPM] = f"{GPM}: not on this GPU or driver (Hopper and later)"
+        else:
             with contextlib.suppress(pynvml.NVMLError):  # unprimed, the first read takes the sample
                 self._gpm.advance(now)
         for counter in self._counters.values():
             counter.rebase()
+
+    @property
+    def field_request(self) -> list[tuple[int, int]]:
+        """The (field id, scope) pairs of each cycle's one nvmlDeviceGetFieldValues call."""
+        return list(self._request)
 
     def detach(self) -> None:
         """Before nvmlShutdown: free what belongs to this NVML session."""
@@ -173,7 +207,7 @@ class Gpu:
         Raises:
             pynvml.NVMLError: the GPU failed a call in a way that is not "unsupported".
         """
-        reads = _Reads(self.handle)
+        reads = _Reads(self.handle, self._missing)
         values: dict[GpuMetric, float] = {}
         labelled: dict[GpuMetric, dict[str, float]] = {name: dict(by_kind) for name, by_kind in self._static.items()}
         labelled.update((metric, {}) for metric in LABELLED_EACH_CYCLE)
@@ -187,7 +221,7 @@ class Gpu:
             value = reads.get(metric.value, call)
             if value is not None:
                 values[metric] = value * scale
-        temperature = reads.get("temperature", pynvml.nvmlDeviceGetTemperatureV, pynvml.NVML_TEMPERATURE_GPU)
+        temperature = self._read_temperature(reads)
         if temperature is not None:
             labelled[GpuMetric.TEMPERATURE_CELSIUS]["gpu"] = temperature
         for clock, clock_id in (("sm", pynvml.NVML_CLOCK_SM), ("memory", pynvml.NVML_CLOCK_MEM)):
@@ -205,17 +239,26 @@ class Gpu:
             if value is not None:
                 labelled[kind]["current"] = value
         answered = self._read_fields(reads, values, labelled)
-        self._read_gpm(now, values)
+        self._read_gpm(now, values, reads)
         recovery = answered.get((fields.RECOVERY_ACTION, 0))
+        processes, fabric = self._read_processes(reads), self._read_fabric(reads)
         return GpuReading(
             values=values,
             labelled={name: by_label for name, by_label in labelled.items() if by_label},
-            processes=self._read_processes(reads),
-            skipped=tuple(reads.skipped),
+            processes=processes,
+            skipped=(*reads.skipped, *self._missing.values()),  # after every read
             recovery_action=int(recovery.value) if recovery is not None else None,
             links=self._read_links(answered),
-            fabric=self._read_fabric(reads),
+            fabric=fabric,
         )
+
+    def _read_temperature(self, reads: _Reads) -> int | None:
+        if self._temperature_v:
+            value = reads.get(TEMPERATURE_V, pynvml.nvmlDeviceGetTemperatureV, pynvml.NVML_TEMPERATURE_GPU)
+            if value is not None or TEMPERATURE_V not in reads.not_in_driver:
+                return value
+            self._temperature_v = False  # a driver before R565: the older call from now on (its line stays)
+        return reads.get("temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
 
     def _read_memory(self, reads: _Reads, values: dict[GpuMetric, float]) -> None:
         if self._memory_v2:
@@ -273,15 +316,10 @@ class Gpu:
         return tuple(LinkReading(link, state.get(link), errors.get(link, {}))
                      for link in sorted(state.keys() | errors.keys()))
 
-    def _read_gpm(self, now: float, values: dict[GpuMetric, float]) -> None:
-        if self._gpm is None:
-            return
-        try:
-            window = self._gpm.advance(now)
-        except pynvml.NVMLError as exc:
-            if not is_absent(exc):
-                raise
-            self._gpm, window = None, None  # GPM turned off under us (MIG mode, for one): no SM series
+    def _read_gpm(self, now: float, values: dict[GpuMetric, float], reads: _Reads) -> None:
+        window = self._gpm_window(self._gpm, now, reads) if self._gpm is not None else None
+        if self._gpm_refused:
+            reads.skipped.append(f"{GPM}: {self._gpm_refused}; asked again in {self._gpm_retry.retry_in(now):.0f}s")
         sm = None
         if window is not None:
             values.update(window.ratios)
@@ -290,6 +328,30 @@ class Gpu:
             self._sm_active_s = (self._sm_active_s or 0.0) + sm * window.seconds
         if self._sm_active_s is not None:
             values[GpuMetric.SM_ACTIVE_SECONDS_TOTAL] = self._sm_active_s
+
+    def _gpm_window(self, sampler: gpm.GpmSampler, now: float, reads: _Reads) -> gpm.GpmWindow | None:
+        """This cycle's GPM window. A refused sample (NO_PERMISSION: DCGM saw it come and go in unprivileged
+        containers) skips the window and asks again with back-off; GPM gone from the GPU (MIG mode, for
+        one) turns the SM series off until the next re-initialisation."""
+        if not self._gpm_retry.ready(now):
+            return None
+        try:
+            window = sampler.advance(now)
+        except NVML_FAILURES as exc:
+            if not is_absent(exc):
+                raise
+            if is_missing(exc):
+                reads.missing[GPM] = f"{GPM}: {exc}"
+                sampler.close()
+                self._gpm, self._gpm_refused = None, ""
+            else:
+                sampler.restart()
+                self._gpm_retry.failed(now)
+                self._gpm_refused = f"sample refused ({exc}), window skipped"
+            return None
+        self._gpm_retry.succeeded()
+        self._gpm_refused = ""
+        return window
 
     def _read_processes(self, reads: _Reads) -> tuple[ProcessUse, ...] | None:
         found = reads.get("compute processes", pynvml.nvmlDeviceGetComputeRunningProcesses)

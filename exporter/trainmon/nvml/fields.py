@@ -144,6 +144,12 @@ def decode(values: Any) -> dict[tuple[int, int], RawField]:
     return answered
 
 
+def return_codes(values: Any) -> dict[tuple[int, int], int]:
+    """Each requested field's NVML return code by (id, scope): what a driver answers, for scripts/gpu_check.py."""
+    return {(entry.fieldId, entry.scopeId): int(entry.nvmlReturn)
+            for entry in (_PlainFieldValue * len(values)).from_buffer(values)}
+
+
 class Unwrapped:
     """A wrapping hardware counter turned into one that only grows (per GPU, across cycles)."""
 

@@ -69,6 +69,10 @@ class GpmSampler:
         self._previous_at = now
         return GpmWindow(ratios, window) if ratios is not None and window is not None else None
 
+    def restart(self) -> None:
+        """After a refused sample: the next sample starts a fresh window (the refused ones are skipped)."""
+        self._previous_at = None
+
     def _metrics(self) -> dict[GpuMetric, float]:
         request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
