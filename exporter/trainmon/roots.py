@@ -66,6 +66,25 @@ def read_attribute(path: str | Path, limit: int = PAGE_BYTES) -> str | Unavailab
     Raises:
         OSError: an error that means the collector itself is broken (EMFILE, ENOMEM), not the value absent.
     """
+    data = _read_bytes(path, limit)
+    if isinstance(data, Unavailable):
+        return data
+    if len(data) > limit:
+        return Unavailable(f"over {limit} bytes")
+    return data.decode(errors="replace").strip()
+
+
+def read_prefix(path: str | Path, limit: int) -> tuple[str, bool] | Unavailable:
+    """The first `limit` bytes of a procfs file read as `read_attribute` reads it (not stripped), and whether
+    there was more: for a file of records (mountstats) whose first ones are still worth reading."""
+    data = _read_bytes(path, limit)
+    if isinstance(data, Unavailable):
+        return data
+    return data[:limit].decode(errors="replace"), len(data) > limit
+
+
+def _read_bytes(path: str | Path, limit: int) -> bytes | Unavailable:
+    """Up to `limit + 1` bytes of a regular file (one more tells that there is more), or why none."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
@@ -86,9 +105,7 @@ def read_attribute(path: str | Path, limit: int = PAGE_BYTES) -> str | Unavailab
         return _unavailable(exc)
     finally:
         os.close(fd)
-    if len(data) > limit:
-        return Unavailable(f"over {limit} bytes")
-    return data.decode(errors="replace").strip()
+    return data
 
 
 def read_name(path: str | Path) -> str | Unavailable:

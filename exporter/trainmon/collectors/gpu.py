@@ -49,6 +49,7 @@ NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASS = "0x03"  # PCI base class 03: VGA, XGA and 3D controllers
 GPU_LABELS = ("gpu", "uuid")
 NOT_FOUND = "not found by NVML since re-initialisation"
+MAX_LISTED_BUSES = 20  # other buses named in /api/v1/status; other_bus_count has them all
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +188,7 @@ class GpuCollector:
                 self._unidentified.append(f"gpu {index} {identity.uuid}: {nvml_error_line(exc)}")
                 continue
             self._attached.append(gpu)
+        self._xids.claim(nvml_bus(g.identity.pci_bus_id) for g in self._gpus.values())
         try:
             self._watcher = XidWatcher([Watched(g.handle, nvml_bus(g.identity.pci_bus_id))
                                         for g in self._attached], self._xids)
@@ -221,14 +223,13 @@ class GpuCollector:
             self._cycle.release()
 
     def _collect(self, now: float) -> Collection:
-        if self._kmsg is not None and not self._kmsg_started:
-            self._kmsg_started = True
-            self._kmsg.start()  # reads the ring buffer's history before this first collection
-        if not self._session.is_open:
-            try:
+        try:
+            if not self._session.is_open:
                 self._open(now)
-            except CollectorError as exc:
-                raise CollectorError(str(exc), families=self._outage_families(str(exc))) from exc
+        except CollectorError as exc:
+            raise CollectorError(str(exc), families=self._outage_families(str(exc))) from exc
+        finally:
+            self._start_kmsg()
         statuses = self._read_all(now)
         if self._reinit_due(now):
             self._reinitialise(now)
@@ -236,6 +237,12 @@ class GpuCollector:
         if not self._unidentified and all(s.reading is not None for s in statuses):
             self._reset_backoff.succeeded()
         return self._collection(statuses)
+
+    def _start_kmsg(self) -> None:
+        """Read the ring buffer's history before the first collection, once NVML has named this node's buses."""
+        if self._kmsg is not None and not self._kmsg_started:
+            self._kmsg_started = True
+            self._kmsg.start()
 
     def _read_all(self, now: float) -> list[GpuStatus]:
         attached = {gpu.identity.uuid for gpu in self._attached}
@@ -556,7 +563,7 @@ def _kmsg_details(kmsg: KmsgStatus | None, counts: XidCounts, gpus: Iterable[Gpu
     foreign = sorted({e.key.bus for e in counts.snapshot() if e.key.bus not in by_bus})
     return {"path": kmsg.path, "readable": kmsg.readable, "error": kmsg.error, "records": kmsg.records,
             "xids": kmsg.xids, "duplicates": kmsg.duplicates, "malformed": kmsg.malformed, "lost": kmsg.lost,
-            "other_buses": foreign, "refused": counts.refused}
+            "other_buses": foreign[:MAX_LISTED_BUSES], "other_bus_count": len(foreign), "refused": counts.refused}
 
 
 __all__ = ["FAMILIES", "GpuCollector", "count_pci_gpus"]
