@@ -15,8 +15,8 @@ from tests.helpers.metrics import parse_samples, registry_of
 from tests.helpers.node_exporter import node_exporter
 from tests.helpers.tools import require_tool
 from tests.helpers.trees import replace_with_fifo
-from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors import fs
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.fs import MAX_MOUNTS, FsCollector
 from trainmon.errors import NoData
 from trainmon.fsclients.nfs import NFS_OPERATIONS

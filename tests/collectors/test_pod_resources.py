@@ -19,7 +19,7 @@ from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.kubelet import GPU, Claim, FakeKubelet, Pod, garbage_server, kubelet_server
 from tests.helpers.metrics import parse_samples, samples_of
 from tests.helpers.net import wait_until
-from trainmon.collectors.base import NodeResources
+from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.pod_resources import (
     MAX_ROWS_PER_GPU,
     DraGpu,
@@ -197,7 +197,7 @@ def test_a_crowded_kubelet_answer_is_served_bounded_and_counted(socket_path: Pat
         pods = collector(socket_path, node_inventory())
         try:
             caplog.set_level(logging.WARNING)
-            got = wait_until(pods.collect, timeout=60)  # an answer this large takes seconds to build and decode
+            got: Collection = wait_until(pods.collect, timeout=60)  # type: ignore[assignment]  # seconds to decode
         finally:
             pods.close()
 
@@ -287,7 +287,7 @@ def test_garbage_answer_fails_with_a_clear_error(socket_path: Path) -> None:
 
 def test_the_base_daemon_never_imports_grpc() -> None:
     """Without the flag, building every default collector loads no gRPC (the extra may be absent)."""
-    code = ("import sys; from trainmon.collectors.base import NodeResources; "
+    code = ("import sys; from trainmon.collectors.base import Collection, NodeResources; "
             "from trainmon.daemon import build_collectors; from trainmon.settings import Settings; "
             "build_collectors(Settings(), NodeResources()); print('grpc' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -22,7 +22,8 @@ OP_FIELDS = 8  # 9 with errors (kernel 5.x); the first 8 are the same
 CACHED_BLOCKS = 1024  # at least the fs collector's MAX_MOUNTS
 # The kernel escapes space, tab, newline and backslash in the source and mount point, nothing else: a
 # point may hold U+2028, NEL, VT or FF, so lines are split on "\n" only and fields on " " only.
-_DEVICE = re.compile(r"device (?P<source>[^ ]+) mounted on (?P<point>.+) with fstype (?P<fstype>[^ ]+)(?: (?P<rest>.*))?")
+_DEVICE = re.compile(r"device (?P<source>[^ ]+) mounted on (?P<point>.+) with fstype (?P<fstype>[^ ]+)"
+                     r"(?: (?P<rest>.*))?")
 _BLANK = " \t"
 # A line of counters, each checked in one C pass (~70 lines per NFSv4 mount, up to a thousand mounts).
 _NUMBERS = re.compile(f"[0-9]{{1,{MAX_COUNTER_DIGITS}}}(?: [0-9]{{1,{MAX_COUNTER_DIGITS}}})*")
