@@ -89,7 +89,7 @@ def test_a_goodbye_keeps_the_ranks_final_values_marked_exited_for_the_retention(
     clock.now += 31
     gone = table.view()
 
-    assert ({("job", 0): 12}, 0) == (steps(held), held.live)
+    assert ({("job", 0): 12}, ()) == (steps(held), held.running)
     assert [1000.0] == [s.exited_at for s in held.ranks]
     assert ({"stale": 1}, {("other", 0): 10}) == (dict(gone.rejected), steps(gone))
     assert {("job", "clean"): 1} == gone.exits
@@ -103,7 +103,7 @@ def test_a_new_incarnation_takes_an_exited_ranks_place_at_once() -> None:
     send(table, pid=200, start_time=BASE.start_time + 100, seq=1, steps=3)
     view = table.view()
 
-    assert ({("job", 0): 3}, 1) == (steps(view), view.live)
+    assert ({("job", 0): 3}, 1) == (steps(view), len(view.running))
     assert view.series == sum(s.series for s in view.ranks)
 
 

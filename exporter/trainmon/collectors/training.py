@@ -110,7 +110,8 @@ class TrainingCollector:
         return Collection(
             families=(*rank_families(ranks, time.time(), view.taken_at), *ingest_families(view, self._ingest.rebinds)),
             found=(*(f"ingest listening on {e}" for e in self._ingest.endpoints()),
-                   *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps" for s in ranks)),
+                   *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps"
+                     f"{' (exited)' if s.exited_at is not None else ''}" for s in ranks)),
             details={"ranks": [rank_details(s) for s in ranks]},
         )
 
@@ -174,7 +175,7 @@ def ingest_families(view: TableView, rebinds: int) -> list[Metric]:
     for reason, n in sorted(view.rejected.items()):
         rejected.add_metric([reason], n)
     live = gauge("ingest_ranks", "Live training ranks (job_id, rank pairs); exited ones still served not counted.")
-    live.add_metric([], view.live)
+    live.add_metric([], len(view.running))
     evicted = counter("ingest_evicted_total", "Entries dropped from the ingest tables, by reason.", ("reason",))
     for reason, n in sorted(view.evicted.items()):
         evicted.add_metric([reason], n)

@@ -123,8 +123,9 @@ class TableView:
     taken_at: float  # the table's clock when it was copied
 
     @property
-    def live(self) -> int:
-        return sum(1 for slot in self.ranks if slot.exited_at is None)
+    def running(self) -> tuple[RankSlot, ...]:
+        """The ranks that have not said goodbye."""
+        return tuple(slot for slot in self.ranks if slot.exited_at is None)
 
 
 class RankTable:
