@@ -42,6 +42,7 @@ def build_ingest(settings: Settings) -> IngestServer:
 
     table = RankTable(max_ranks=settings.max_ranks, ttl=settings.rank_ttl, series_of=rank_series,
                       max_series=settings.max_training_series, exit_retention=settings.exit_retention,
+                      exited_retention=settings.exited_rank_retention,
                       procfs=Procfs(settings.procfs))
     return IngestServer(table, socket_path=settings.ingest_socket, mode=settings.ingest_socket_mode,
                         group=settings.ingest_socket_group, udp=settings.ingest_udp,

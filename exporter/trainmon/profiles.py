@@ -70,6 +70,7 @@ FLEET_FAMILIES = frozenset({
     "trainmon_train_phase_seconds_total",
     "trainmon_train_pg_timeout_seconds",
     "trainmon_train_process_start_timestamp_seconds",
+    "trainmon_train_rank_exited",
     "trainmon_train_rank_exits_total",
     "trainmon_train_rank_info",
     "trainmon_train_samples_total",

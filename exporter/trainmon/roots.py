@@ -66,16 +66,35 @@ def read_attribute(path: str | Path, limit: int = PAGE_BYTES) -> str | Unavailab
     Raises:
         OSError: an error that means the collector itself is broken (EMFILE, ENOMEM), not the value absent.
     """
-    return _read_text(path, limit)
+    data = _read_bytes(path, limit)
+    return data if isinstance(data, Unavailable) else _whole_text(data, limit)
 
 
 def read_owned_file(path: str | Path, limit: int, owners: frozenset[int]) -> str | Unavailable:
     """`read_attribute` for a file outside procfs and sysfs that only `owners` (uids) may have written: a
     symbolic link is not followed (`ELOOP`), and a file of another owner is not read."""
-    return _read_text(path, limit, os.O_NOFOLLOW, owners)
+    data = _read_bytes(path, limit, os.O_NOFOLLOW, owners)
+    return data if isinstance(data, Unavailable) else _whole_text(data, limit)
 
 
-def _read_text(path: str | Path, limit: int, flags: int = 0, owners: frozenset[int] | None = None) -> str | Unavailable:
+def read_prefix(path: str | Path, limit: int) -> tuple[str, bool] | Unavailable:
+    """The first `limit` bytes of a procfs file read as `read_attribute` reads it (not stripped), and whether
+    there was more: for a file of records (mountstats) whose first ones are still worth reading."""
+    data = _read_bytes(path, limit)
+    if isinstance(data, Unavailable):
+        return data
+    return data[:limit].decode(errors="replace"), len(data) > limit
+
+
+def _whole_text(data: bytes, limit: int) -> str | Unavailable:
+    if len(data) > limit:
+        return Unavailable(f"over {limit} bytes")
+    return data.decode(errors="replace").strip()
+
+
+def _read_bytes(path: str | Path, limit: int, flags: int = 0,
+                owners: frozenset[int] | None = None) -> bytes | Unavailable:
+    """Up to `limit + 1` bytes of a regular file (one more tells that there is more), or why none."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | flags)
     except OSError as exc:
@@ -98,9 +117,7 @@ def _read_text(path: str | Path, limit: int, flags: int = 0, owners: frozenset[i
         return _unavailable(exc)
     finally:
         os.close(fd)
-    if len(data) > limit:
-        return Unavailable(f"over {limit} bytes")
-    return data.decode(errors="replace").strip()
+    return data
 
 
 def read_name(path: str | Path) -> str | Unavailable:

@@ -65,6 +65,9 @@ class Settings:
     max_ranks: int = 128
     max_training_series: int = 8000
     exit_retention: float = 3600.0
+    # An exited rank's final values stay this long: at least two scrape intervals (15 s in the shipped
+    # Prometheus configuration, 1 m in Prometheus' own default), plus the daemon's one interval of lag.
+    exited_rank_retention: float = 60.0
     web_config: Path | None = None
     kubelet_pod_resources_socket: Path | None = None
     kubelet_pod_resources_refresh: float = 30.0
@@ -265,6 +268,9 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
                "cap on the series the training collector serves; a new rank that would pass it is refused"),
         Option("exit-retention", parse_seconds,
                "seconds a job's rank-exit series stay after its last rank is gone"),
+        Option("exited-rank-retention", parse_seconds,
+               "seconds a rank that exited keeps its final values served, marked by trainmon_train_rank_exited "
+               "(at least two scrape intervals, so the last steps are scraped)"),
         Option("web-config", parse_optional_path, "TLS and basic auth file (exporter-toolkit format)"),
         Option("kubelet-pod-resources-socket", parse_optional_path,
                "kubelet PodResources gRPC socket (usually /var/lib/kubelet/pod-resources/kubelet.sock); "

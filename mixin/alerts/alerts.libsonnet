@@ -317,7 +317,7 @@
           },
           {
             "alert": "TrainmonTrainingStalled",
-            "expr": "time() - trainmon_train_last_step_timestamp_seconds{" + $._config.selector + "} > " + std.toString($._config.stall_seconds) + "\nunless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1",
+            "expr": "time() - trainmon_train_last_step_timestamp_seconds{" + $._config.selector + "} > " + std.toString($._config.stall_seconds) + "\nunless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1\nunless on (instance, job, job_id, rank) trainmon_train_rank_exited{" + $._config.selector + "} == 1",
             "for": std.get($._config.alert_for, "TrainmonTrainingStalled", "5m"),
             "labels": {
               "severity": "critical",

@@ -279,7 +279,8 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
             dashboard_url=panel_url(c, TRAINING_JOB, "Step time per rank"),
             expr=f"""
   time() - {last_step} > {c.stall_seconds}
-{not_in_phase(c)}""",
+{not_in_phase(c)}
+unless {ON_RANK} {c.m("trainmon_train_rank_exited")} == 1""",
             for_="5m",
             severity="critical",
             summary="A training rank stopped finishing steps.",

@@ -10,13 +10,14 @@ import httpx
 import pytest
 
 from tests.helpers.daemon import Daemon, start_daemon
-from tests.helpers.fs_trees import PID, build_fs_tree, nfs_mount_line
+from tests.helpers.fs_trees import PID, add_nfs_mounts, build_fs_tree, nfs4_block, nfs_mount_line
 from tests.helpers.metrics import parse_samples, registry_of
 from tests.helpers.node_exporter import node_exporter
 from tests.helpers.tools import require_tool
 from tests.helpers.trees import replace_with_fifo
+from trainmon.collectors import fs
 from trainmon.collectors.base import Collection, NodeResources
-from trainmon.collectors.fs import FsCollector
+from trainmon.collectors.fs import MAX_MOUNTS, FsCollector
 from trainmon.errors import NoData
 from trainmon.fsclients.nfs import NFS_OPERATIONS
 from trainmon.settings import Settings
@@ -176,6 +177,77 @@ def test_a_truncated_nfs_block_drops_that_mount_and_keeps_the_others(tmp_path: P
     assert 1 == value(result, "info", mount=NFS, fstype="nfs4", source="192.168.1.1:/srv/test")
     assert value(result, "read_bytes_total", mount=LUSTRE) is not None
     assert [f"{NFS}: self/mountstats: no per-op statistics (truncated?)"] == list(result.skipped)
+
+
+def test_a_5000_digit_counter_drops_only_what_it_feeds(tmp_path: Path) -> None:
+    """int() raises past 4,300 digits: each such value drops its own mount's series, never the collector."""
+    proc, system = build_fs_tree(tmp_path, lustre=("alpha", "beta"))
+    add_nfs_mounts(proc, ["/mnt/good"])
+    add_nfs_mounts(proc, ["/mnt/huge"], first_id=2000)
+    mountstats = proc / PID / "mountstats"
+    huge = "9" * 5000
+    head, _, tail = mountstats.read_text().rpartition("\tbytes:\t1048576 ")
+    mountstats.write_text(f"{head}\tbytes:\t{huge} {tail}")
+    llite = proc / "fs/lustre/llite/alpha-ffff881000000000/stats"
+    llite.write_text(llite.read_text().replace("read_bytes                1 samples", f"read_bytes {huge} samples"))
+    osc_import = proc / "fs/lustre/osc/beta-OST0001-osc-ffff881000000001/import"
+    osc_import.write_text(re.sub(r"timeouts: \d+", f"timeouts: {huge}", osc_import.read_text()))
+
+    result = collect(proc, system)
+
+    assert value(result, "read_bytes_total", mount="/mnt/huge") is None
+    assert 1048576 == value(result, "read_bytes_total", mount="/mnt/good")
+    assert 1207640230 == value(result, "read_bytes_total", mount=NFS)
+    assert value(result, "read_bytes_total", mount="/lustre/alpha") is None
+    assert value(result, "rpc_timeouts_total", mount="/lustre/beta") is None
+    assert 4194304 == value(result, "read_bytes_total", mount="/lustre/beta")
+    for prefix in ("/lustre/alpha: llite/", "/lustre/beta: osc/beta-OST0001", "/mnt/huge: self/mountstats: bytes:"):
+        assert any(note.startswith(prefix) for note in result.skipped), (prefix, result.skipped)
+
+
+def test_a_mount_point_holding_line_separators_other_than_newline_is_one_mount(tmp_path: Path) -> None:
+    """The kernel ends lines with "\\n" only and escapes only space, tab, newline and backslash: U+2028, NEL,
+    VT and FF stay in the mount point, which str.splitlines() would cut into pieces."""
+    point = "/mnt/a\u2028b\x85c\x0bd\x0ce\u2029f\x1cg"
+    proc, system = build_fs_tree(tmp_path, lustre=())
+    add_nfs_mounts(proc, [point, "/mnt/after"])
+
+    result = collect(proc, system)
+
+    assert 1048576 == value(result, "read_bytes_total", mount=point)
+    assert 1048576 == value(result, "read_bytes_total", mount="/mnt/after")
+    assert {NFS, point, "/mnt/after"} == {s.labels["mount"] for f in result.families for s in f.samples}
+    assert () == result.skipped
+
+
+def test_a_thousand_nfs_mounts_all_get_counters_and_more_are_capped_and_noted(tmp_path: Path) -> None:
+    """1,000 NFSv4.2 mounts make a ~5 MiB mountstats: each is served; the mounts after MAX_MOUNTS are not,
+    and a note says how many."""
+    proc, system = build_fs_tree(tmp_path, lustre=(), nfs=False)
+    add_nfs_mounts(proc, [f"/mnt/home{n}" for n in range(MAX_MOUNTS + 5)])
+    assert (proc / PID / "mountstats").stat().st_size > 4 << 20
+
+    result = collect(proc, system)
+
+    served = {s.labels["mount"] for f in result.families for s in f.samples if s.name == "trainmon_fs_read_bytes_total"}
+    assert {f"/mnt/home{n}" for n in range(MAX_MOUNTS)} == served
+    assert (f"5 network mounts after the first {MAX_MOUNTS} not served (--fs-mounts selects which)",) == result.skipped
+
+
+def test_mounts_listed_after_the_part_of_mountstats_read_are_noted(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the first MOUNTSTATS_BYTES are read: the blocks wholly inside them count, the rest are noted."""
+    proc, system = build_fs_tree(tmp_path, lustre=(), nfs=False)
+    add_nfs_mounts(proc, [f"/mnt/home{n}" for n in range(10)])
+    block = len(nfs4_block("/mnt/home0").encode())
+    monkeypatch.setattr(fs, "MOUNTSTATS_BYTES", 4 * block + block // 2)
+
+    result = collect(proc, system)
+
+    served = {s.labels["mount"] for f in result.families for s in f.samples if s.name == "trainmon_fs_read_bytes_total"}
+    assert {f"/mnt/home{n}" for n in range(4)} == served
+    assert [f"/mnt/home{n}: listed after the first {4 * block + block // 2:,} bytes of self/mountstats (not read)"
+            for n in range(4, 10)] == sorted(result.skipped)
 
 
 def test_a_mount_that_disappears_takes_its_series_with_it(tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ from tests.fake_nvml.fixtures import fake_nvml_before_r565_dir, fake_nvml_dir  #
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples
 from tests.helpers.net import wait_until
+from trainmon.collectors.gpu import MAX_LISTED_BUSES
 from trainmon.nvml import fields
+from trainmon.nvml.xid import MAX_KEYS
 
 INTERVAL = "0.3"
 
@@ -285,6 +287,26 @@ def test_kernel_log_history_and_nvml_events_count_each_xid_once(tmp_path: Path, 
                                  "--kmsg", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
     assert "XIDs: NVML events only" in unreadable.stdout
     assert "--kmsg" in unreadable.stdout
+
+
+def test_a_kernel_log_flooded_with_other_buses_still_counts_this_nodes_gpu(tmp_path: Path,
+                                                                           fake_nvml_dir: Path,  # noqa: F811
+                                                                           daemons: list[Daemon]) -> None:
+    """More distinct foreign (bus, xid) pairs than the ledger keeps, then XID 79 on GPU 0: GPU 0's is served,
+    the foreign ones are counted as refused, and the status names a bounded sample of the other buses."""
+    base = scenarios.node(2)
+    flood = [(f"0001:{n >> 8:02x}:{n & 0xff:02x}", 31) for n in range(MAX_KEYS + 100)]
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(xid_records(*flood, ("0000:18:00", 79)))
+    daemon, _ = start(tmp_path, fake_nvml_dir, base, "--kmsg", str(kmsg))
+    daemons.append(daemon)
+
+    xid79 = ("trainmon_gpu_xid_errors_total", ids(base, 0) | {("xid", "79")})
+    assert 1.0 == scrape_until(daemon, lambda m: xid79 in m)[xid79]
+    status = daemon.get("/api/v1/status").json()
+    kmsg_status = next(c for c in status["collectors"] if c["name"] == "gpu")["details"]["kmsg"]
+    assert (100, MAX_KEYS, MAX_LISTED_BUSES) == (kmsg_status["refused"], kmsg_status["other_bus_count"],
+                                                 len(kmsg_status["other_buses"]))
 
 
 def xid_records(*xids: tuple[str, int]) -> str:

@@ -19,7 +19,7 @@ from tests.helpers.net import wait_until
 from tests.helpers.slurm import run_script
 from tests.helpers.trees import write
 from trainmon.collectors.base import NodeResources
-from trainmon.collectors.hpc_jobs import MAX_MAPPING_BYTES, HpcJobsCollector, read_mapping
+from trainmon.collectors.hpc_jobs import MAX_JOBS_PER_GPU, MAX_MAPPING_BYTES, HpcJobsCollector, read_mapping
 from trainmon.gpu_inventory import GpuInventory, InventoryGpu
 from trainmon.settings import Settings
 
@@ -170,6 +170,29 @@ def test_the_daemon_serves_no_mapping_files_content(tmp_path: Path, fake_nvml_di
     assert "Name:" not in served  # /proc/self/status's first line
     assert "mapping file 4: 1 line(s) that are not job ids, first line 1" in status
     assert job(3, "4243") not in parse_samples(daemon.metrics_text())
+
+
+def test_crowded_and_foreign_script_mapping_files_are_bounded(tmp_path: Path) -> None:
+    """8 GPUs x 8,000 job ids: MAX_JOBS_PER_GPU series a GPU, the rest counted; a file named with an
+    Arabic-Indic digit is no GPU's; Arabic-Indic digits and a 60,000-digit line are no job ids."""
+    mapping = tmp_path / "job-mapping"
+    mapping.mkdir()
+    for index in range(8):
+        (mapping / str(index)).write_text("".join(f"{index}{n:05d}\n" for n in range(8_000)))
+    (mapping / "\u0663").write_text("4242\n")
+    (mapping / "1").write_text("\u0664\u0662\n" + "9" * 60_000 + "\n")  # GPU 1's file now holds no job id
+
+    got = HpcJobsCollector(Settings(hpc_job_mapping_dir=mapping), NodeResources(gpus=inventory_of({}))).collect()
+
+    served = samples_of(got.families)
+    assert 7 * MAX_JOBS_PER_GPU == len(served)
+    assert {str(i) for i in range(8) if i != 1} == {dict(labels)["gpu"] for _, labels in served}
+    written = {f"{i}{n:05d}" for i in range(8) for n in range(8_000)}
+    assert not {dict(labels)["job_id"] for _, labels in served} - written
+    assert 7 * (8_000 - MAX_JOBS_PER_GPU) == got.details["jobs_not_served"]
+    assert f"gpu 0: {8_000 - MAX_JOBS_PER_GPU} more jobs not served (at most {MAX_JOBS_PER_GPU} a GPU)" in got.skipped
+    assert max(map(len, got.skipped)) < 400
+
 
 def test_absent_directory_is_no_job_yet(tmp_path: Path) -> None:
     assert ({}, ()) == (read_mapping(tmp_path / "none").jobs, read_mapping(tmp_path / "none").problems)

@@ -21,8 +21,15 @@ from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.kubelet import GPU, Claim, FakeKubelet, Pod, garbage_server, kubelet_server
 from tests.helpers.metrics import parse_samples, samples_of
 from tests.helpers.net import wait_until
-from trainmon.collectors.base import NodeResources
-from trainmon.collectors.pod_resources import DraGpu, PodResourcesCollector, match_allocations, parse_dra_device
+from trainmon.collectors.base import Collection, NodeResources
+from trainmon.collectors.pod_resources import (
+    MAX_ROWS_PER_GPU,
+    DraGpu,
+    PodResourcesCollector,
+    match_allocations,
+    parse_dra_device,
+)
+from trainmon.collectors.problems import MAX_LISTED, MAX_LOGGED
 from trainmon.errors import CollectorError
 from trainmon.gpu_inventory import GpuInventory, InventoryGpu
 from trainmon.kubelet.client import ClaimDevice, ContainerDevices
@@ -98,6 +105,7 @@ def test_devices_match_by_uuid_by_index_and_time_slicing_replica() -> None:
     ("GPU-0", None),
     ("gpu-0 ", None),
     ("nic-0", None),
+    ("gpu-\u0663", None),  # ARABIC-INDIC DIGIT THREE: int() reads 3, a kubelet never names a device so
 ])
 def test_dra_device_names_of_nvidias_driver(name: str, expected: DraGpu | None) -> None:
     assert expected == parse_dra_device(name)
@@ -180,6 +188,35 @@ def test_allocations_served_changed_and_removed(socket_path: Path, caplog: pytes
     assert 1 == sum("GPU-gone" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
+def test_a_crowded_kubelet_answer_is_served_bounded_and_counted(socket_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """20,000 pods sharing 8 GPUs, 300,000 device ids of no GPU here and a 10 KB pod name: at most
+    MAX_ROWS_PER_GPU series a GPU, a bounded list of notes and of log lines, and every one counted."""
+    shared = [Pod("ml", f"replica-{n}", {"main": {GPU: [str(n % 8)]}}) for n in range(20_000)]
+    unknown = Pod("ml", "many", {"main": {GPU: [f"x{n:x}" for n in range(300_000)]}})  # under gRPC's 4 MiB
+    long_name = Pod("ml", "p" * 10_000, {"main": {GPU: [uuid(0)]}})
+    with kubelet_server(socket_path, FakeKubelet([long_name, *shared, unknown])):
+        pods = collector(socket_path, node_inventory())
+        try:
+            caplog.set_level(logging.WARNING)
+            got: Collection = wait_until(pods.collect, timeout=60)  # type: ignore[assignment]  # seconds to decode
+        finally:
+            pods.close()
+
+    served = samples_of(got.families)
+    assert 8 * MAX_ROWS_PER_GPU == len(served)
+    assert {str(g) for g in range(8)} == {dict(labels)["gpu"] for _, labels in served}
+    assert (300_001, 20_000 - 8 * MAX_ROWS_PER_GPU) == (got.details["devices_not_attributed"],
+                                                          got.details["allocations_not_served"])
+    assert len(got.skipped) <= MAX_LISTED
+    assert max(map(len, got.skipped)) < 400
+    assert any("pod name of 10000 characters (Kubernetes allows 253)" in note for note in got.skipped)
+    assert "gpu 0: 2436 more container allocations not served (at most 64 a GPU)" in got.skipped
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) <= MAX_LOGGED + 1
+    assert max(map(len, warnings)) < 400
+
+
 def test_a_step_of_the_wall_clock_does_not_age_the_kubelet_answer(socket_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 31: a +2 h step of the wall clock failed the collector for up to 30 s ("the last kubelet
@@ -252,7 +289,7 @@ def test_garbage_answer_fails_with_a_clear_error(socket_path: Path) -> None:
 
 def test_the_base_daemon_never_imports_grpc() -> None:
     """Without the flag, building every default collector loads no gRPC (the extra may be absent)."""
-    code = ("import sys; from trainmon.collectors.base import NodeResources; "
+    code = ("import sys; from trainmon.collectors.base import Collection, NodeResources; "
             "from trainmon.daemon import build_collectors; from trainmon.settings import Settings; "
             "build_collectors(Settings(), NodeResources()); print('grpc' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -76,6 +76,37 @@ def test_goodbye_removes_the_rank_as_a_clean_exit_and_silence_as_lost() -> None:
     assert {"ttl": 1} == view.evicted
 
 
+def test_a_goodbye_keeps_the_ranks_final_values_marked_exited_for_the_retention() -> None:
+    """The goodbye carries the final totals: held `exited_retention`, not live, then gone; the exited
+    incarnation's late datagrams are stale, and an exited rank does not hold a live rank's place."""
+    clock = Clock(1000.0)
+    table = make_table(max_ranks=1, clock=clock, exited_retention=30.0)
+    send(table, steps=10)
+    send(table, seq=2, steps=12, kind="bye")
+    held = table.view()
+    send(table, seq=3, steps=13)
+    send(table, job_id="other")
+    clock.now += 31
+    gone = table.view()
+
+    assert ({("job", 0): 12}, ()) == (steps(held), held.running)
+    assert [1000.0] == [s.exited_at for s in held.ranks]
+    assert ({"stale": 1}, {("other", 0): 10}) == (dict(gone.rejected), steps(gone))
+    assert {("job", "clean"): 1} == gone.exits
+    assert [sum(s.series for s in v.ranks) for v in (held, gone)] == [held.series, gone.series]
+
+
+def test_a_new_incarnation_takes_an_exited_ranks_place_at_once() -> None:
+    table = make_table(exited_retention=30.0)
+    send(table, steps=10)
+    send(table, seq=2, steps=12, kind="bye")
+    send(table, pid=200, start_time=BASE.start_time + 100, seq=1, steps=3)
+    view = table.view()
+
+    assert ({("job", 0): 3}, 1) == (steps(view), len(view.running))
+    assert view.series == sum(s.series for s in view.ranks)
+
+
 def test_live_ranks_are_capped_and_refusals_counted() -> None:
     """A flood of distinct job ids never holds more than max_ranks ranks."""
     clock = Clock(1000.0)

@@ -15,6 +15,9 @@ from trainmon.parsers.job_mapping import JobLines, gpu_index_of, parse_job_lines
     ("0.tmp", None),
     ("gpu0", None),
     ("", None),
+    ("\u0663", None),  # ARABIC-INDIC DIGIT THREE: `\d` matches it and int() reads 3
+    ("1\u0663.0", None),
+    ("9" * 5000, None),  # int() would raise past 4,300 digits
 ])
 def test_gpu_index_of(name: str, expected: int | None) -> None:
     assert expected == gpu_index_of(name)

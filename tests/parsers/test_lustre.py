@@ -51,3 +51,15 @@ def test_lustre_names() -> None:
     assert lustre.osc_instance("lustrefs-OST0000-osc-MDT0000") is None  # a server's OSC
     assert "lustrefs" == lustre.fsname_of_source("10.0.0.1@o2ib:10.0.0.2@o2ib:/lustrefs")
     assert lustre.fsname_of_source("lustrefs") is None
+
+
+def test_a_5000_digit_value_is_refused_not_raised() -> None:
+    """int() raises ValueError past 4,300 digits: such a file is garbage, said as the others are."""
+    huge = "9" * 5000
+    osc = LUSTRE_SAMPLE / "osc" / "lustrefs-OST0000-osc-ffff88105db50000"
+
+    assert "over 64 bits" in str(lustre.parse_stats(f"snapshot_time 1.2 secs.nsecs\nopen {huge} samples [regs]\n"))
+    assert "rpcs: section without timeouts" == lustre.parse_import(
+        (osc / "import").read_text().replace("timeouts: 0", f"timeouts: {huge}"))
+    assert "no `read RPCs in flight:`" in str(lustre.parse_rpc_stats(
+        (osc / "rpc_stats").read_text().replace("read RPCs in flight:  0", f"read RPCs in flight:  {huge}")))

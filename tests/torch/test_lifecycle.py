@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.daemon import Daemon, start_daemon
-from tests.torch.jobs import metrics_when, per_rank, samples, start_job
+from tests.torch.jobs import finish, metrics_when, per_rank, samples, start_job
 
 
 def solo_env(sock: Path, job_id: str) -> dict[str, str]:
@@ -55,3 +58,27 @@ def test_killed_rank_expires_and_hung_rank_keeps_its_heartbeat(tmp_path: Path, d
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_a_rank_that_exits_cleanly_keeps_its_final_values_until_the_retention_ends(tmp_path: Path,
+                                                                                   daemons: list[Daemon]) -> None:
+    """Issue 38: on a clean exit a rank's series went at the next cycle, so Prometheus never scraped the last
+    steps (140 of 200). The first snapshot that counts the goodbye now serves the rank's final step count,
+    loss and totals, marked exited; the rank goes when --exited-rank-retention has passed."""
+    daemon = start_daemon(tmp_path, ["--collectors", "training", "--interval", "0.2", "--exited-rank-retention", "20"])
+    daemons.append(daemon)
+    finish(start_job("solo", 150, tmp_path / "job", ranks=1, env=solo_env(tmp_path / "ingest.sock", "final")),
+           tmp_path / "job")
+    final = json.loads((tmp_path / "job" / "report-0.json").read_text())
+
+    exited = metrics_when(daemon, lambda t: bool(samples(t, "trainmon_train_rank_exits_total", job_id="final")))
+
+    assert {0: 150.0} == per_rank(exited, "trainmon_train_steps_total", "final")
+    assert {0: final["samples"]} == per_rank(exited, "trainmon_train_samples_total", "final")
+    assert {0: pytest.approx(final["loss"])} == per_rank(exited, "trainmon_train_loss", "final")
+    assert {0: 1.0} == per_rank(exited, "trainmon_train_rank_exited", "final")
+    assert {0: 1.0} == per_rank(exited, "trainmon_train_rank_info", "final")
+    assert 0 == sum(samples(exited, "trainmon_ingest_ranks").values())
+    gone = metrics_when(daemon, lambda t: not per_rank(t, "trainmon_train_steps_total", "final"))
+    assert {} == per_rank(gone, "trainmon_train_rank_exited", "final")
+    assert {(("job_id", "final"), ("reason", "clean")): 1.0} == samples(gone, "trainmon_train_rank_exits_total")

@@ -108,6 +108,17 @@ def test_a_negative_loss_mean_judges_nothing() -> None:
     assert counter.spikes == 0
 
 
+def test_a_spike_among_losses_whose_sum_overflows_is_counted() -> None:
+    """100 losses of 5e307 add up past the largest float: their mean is still 5e307, and 1.5e308 is a spike."""
+    counter = SpikeCounter(2.0, SpikeRules(window=100), median=False)
+    for _ in range(100):
+        counter.observe(5e307)
+    counter.observe(1.5e308)
+
+    assert (1, 0) == (counter.spikes, counter.nonfinite)
+    assert 5.1e307 == pytest.approx(counter.reference(), rel=1e-12)  # the last 100, the spike among them
+
+
 @pytest.mark.parametrize("rules", [{"loss_factor": 1.0}, {"grad_norm_factor": math.nan}, {"window": 0},
                                    {"min_history": 200}])
 def test_thresholds_that_cannot_work_are_refused(rules: dict[str, float]) -> None:

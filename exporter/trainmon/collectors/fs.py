@@ -24,11 +24,15 @@ from trainmon.fsclients.lustre import LustreInstances, LustreTree, lustre_instan
 from trainmon.fsclients.nfs import nfs_reading
 from trainmon.parsers.mountinfo import Mount, parse_mountinfo
 from trainmon.parsers.mountstats import NFS_FSTYPES, NfsMountStats, parse_mountstats
-from trainmon.roots import Root, Unavailable, read_attribute
+from trainmon.roots import Root, Unavailable, read_attribute, read_prefix
 from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
-MOUNTS_BYTES = 4 << 20  # mountinfo/mountstats grow with the mounts: thousands on a container host
+MOUNTS_BYTES = 16 << 20  # mountinfo grows with the mounts: ~200 bytes each, tens of thousands on a container host
+# mountstats is larger (~5 KB per NFSv4 mount): only its first MOUNTSTATS_BYTES are read, and a mount
+# listed after them is noted. 1,000 NFSv4 mounts take about 5 MiB.
+MOUNTSTATS_BYTES = 16 << 20
+MAX_MOUNTS = 1000  # network mounts served, in mountinfo's order; the others are noted (--fs-mounts picks)
 mountinfo_mounts = lru_cache(maxsize=1)(parse_mountinfo)  # mountinfo changes only when something is (un)mounted
 NO_LUSTRE = LustreInstances({}, {})
 
@@ -85,11 +89,15 @@ class FsCollector:
             raise CollectorError(f"{path}: {text.why}")
         parsed = mountinfo_mounts(text)
         mounts = [m for m in parsed.records if self._include is None or self._include.search(m.mount_point)]
-        return mounts, list(parsed.skipped)
+        skipped = list(parsed.skipped)
+        if len(mounts) > MAX_MOUNTS:
+            skipped.append(f"{len(mounts) - MAX_MOUNTS} network mounts after the first {MAX_MOUNTS} not served "
+                           f"(--fs-mounts selects which)")
+        return mounts[:MAX_MOUNTS], skipped
 
     def _read(self, mounts: Sequence[Mount]) -> list[MountReading]:
-        nfs: dict[str, NfsMountStats | str] | str = \
-            self._nfs_stats() if any(m.fstype in NFS_FSTYPES for m in mounts) else {}
+        served_nfs = {m.mount_point for m in mounts if m.fstype in NFS_FSTYPES}
+        nfs: dict[str, NfsMountStats | str] | str = self._nfs_stats(served_nfs) if served_nfs else {}
         lustre = lustre_instances(self._lustre.instances("llite"), self._lustre.instances("osc")) \
             if any(m.fstype == "lustre" for m in mounts) else NO_LUSTRE
         if self._mmpmon is not None and any(m.fstype == "gpfs" for m in mounts):
@@ -110,13 +118,20 @@ class FsCollector:
             readings.append(MountReading(mount, reading))
         return readings
 
-    def _nfs_stats(self) -> dict[str, NfsMountStats | str] | str:
-        """Each NFS mount point's stats or why it has none; or why mountstats as a whole could not be read."""
-        text = read_attribute(self._proc.join("self", "mountstats"), MOUNTS_BYTES)
-        if isinstance(text, Unavailable):
-            return f"self/mountstats: {text.why}"
-        parsed = parse_mountstats(text)
-        return {**parsed.skipped, **parsed.records}
+    def _nfs_stats(self, served: set[str]) -> dict[str, NfsMountStats | str] | str:
+        """Each served NFS mount point's stats or why it has none; or why mountstats as a whole could not be read."""
+        read = read_prefix(self._proc.join("self", "mountstats"), MOUNTSTATS_BYTES)
+        if isinstance(read, Unavailable):
+            return f"self/mountstats: {read.why}"
+        text, more = read
+        if more:  # the last block read may be cut short: it goes with what follows
+            text = text[:max(text.rfind("\ndevice "), 0)]
+        parsed = parse_mountstats(text, served)
+        stats: dict[str, NfsMountStats | str] = {**parsed.skipped, **parsed.records}
+        if more:
+            beyond = f"listed after the first {MOUNTSTATS_BYTES:,} bytes of self/mountstats (not read)"
+            stats = {point: stats.get(point, beyond) for point in served}
+        return stats
 
 
 def fs_families(readings: Sequence[MountReading]) -> list[Metric]:

@@ -56,6 +56,7 @@ DISPLAY_CLASS = "0x03"  # PCI base class 03: VGA, XGA and 3D controllers
 GPU_LABELS = ("gpu", "uuid")
 NOT_FOUND = "not found by NVML since re-initialisation"
 DEVICE_NODE = re.compile(r"nvidia(ctl|\d+)")  # what the driver (or nvidia-modprobe) creates for each GPU
+MAX_LISTED_BUSES = 20  # other buses named in /api/v1/status; other_bus_count has them all
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,7 @@ class GpuCollector:
                 self._unidentified.append(f"gpu {index} {identity.uuid}: {nvml_error_line(exc)}")
                 continue
             self._attached.append(gpu)
+        self._xids.claim(nvml_bus(g.identity.pci_bus_id) for g in self._gpus.values())
         try:
             self._watcher = XidWatcher([Watched(g.handle, nvml_bus(g.identity.pci_bus_id))
                                         for g in self._attached], self._xids)
@@ -238,17 +240,16 @@ class GpuCollector:
             self._cycle.release()
 
     def _collect(self, now: float) -> Collection:
-        if self._kmsg is not None and not self._kmsg_started:
-            self._kmsg_started = True
-            self._kmsg.start()  # reads the ring buffer's history before this first collection
-        if not self._session.is_open:
-            try:
+        try:
+            if not self._session.is_open:
                 self._open(now)
-            except CollectorError as exc:
-                if self._without_gpus():
-                    raise NoData(f"no NVIDIA GPU: {self._last_error}, no NVIDIA device nodes in "
-                                 f"{self._settings.devfs} and none on the PCI bus") from exc
-                raise CollectorError(str(exc), families=self._outage_families(str(exc))) from exc
+        except CollectorError as exc:
+            if self._without_gpus():
+                raise NoData(f"no NVIDIA GPU: {self._last_error}, no NVIDIA device nodes in "
+                             f"{self._settings.devfs} and none on the PCI bus") from exc
+            raise CollectorError(str(exc), families=self._outage_families(str(exc))) from exc
+        finally:
+            self._start_kmsg()
         statuses = self._read_all(now)
         if self._reinit_due(now):
             self._reinitialise(now)
@@ -264,6 +265,12 @@ class GpuCollector:
         """
         return (self._no_driver and not self._gpus and not self._expected()
                 and nvidia_device_nodes(self._settings.devfs) == [])
+
+    def _start_kmsg(self) -> None:
+        """Read the ring buffer's history before the first collection, once NVML has named this node's buses."""
+        if self._kmsg is not None and not self._kmsg_started:
+            self._kmsg_started = True
+            self._kmsg.start()
 
     def _read_all(self, now: float) -> list[GpuStatus]:
         attached = {gpu.identity.uuid for gpu in self._attached}
@@ -585,7 +592,7 @@ def _kmsg_details(kmsg: KmsgStatus | None, counts: XidCounts, gpus: Iterable[Gpu
     foreign = sorted({e.key.bus for e in counts.snapshot() if e.key.bus not in by_bus})
     return {"path": kmsg.path, "readable": kmsg.readable, "error": kmsg.error, "records": kmsg.records,
             "xids": kmsg.xids, "duplicates": kmsg.duplicates, "malformed": kmsg.malformed, "lost": kmsg.lost,
-            "other_buses": foreign, "refused": counts.refused}
+            "other_buses": foreign[:MAX_LISTED_BUSES], "other_bus_count": len(foreign), "refused": counts.refused}
 
 
 __all__ = ["FAMILIES", "GpuCollector", "count_pci_gpus"]

@@ -40,6 +40,8 @@ JOB_LABELS = ("gpu", "uuid", "scheduler", "job_id")
 SCHEDULER = "slurm"
 GONE = frozenset({"ENOENT", "ESRCH"})  # the process exited between listing and reading
 UNREAD = {"ENOENT": "removed while being read", "ELOOP": "a symbolic link, not followed"}
+# Jobs served per GPU (Slurm shares a GPU among a few jobs at most); the others are counted and noted.
+MAX_JOBS_PER_GPU = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,7 @@ class HpcJobsCollector:
                       "of its compute processes); join on (gpu, uuid).", JOB_LABELS)
         found: list[str] = []
         sources: dict[str, str] = {}
+        not_served = 0
         for gpu in gpus:
             if gpu.index in mapping.jobs:
                 jobs, source = mapping.jobs[gpu.index], "mapping"
@@ -142,6 +145,11 @@ class HpcJobsCollector:
                 source = "cgroup"
             else:
                 continue
+            if len(jobs) > MAX_JOBS_PER_GPU:
+                not_served += len(jobs) - MAX_JOBS_PER_GPU
+                problems.append(f"gpu {gpu.index}: {len(jobs) - MAX_JOBS_PER_GPU} more jobs not served "
+                                f"(at most {MAX_JOBS_PER_GPU} a GPU)")
+                jobs = jobs[:MAX_JOBS_PER_GPU]
             for job in jobs:
                 family.add_metric([str(gpu.index), gpu.uuid, SCHEDULER, job], {})
             if jobs:
@@ -149,7 +157,8 @@ class HpcJobsCollector:
                 found.append(f"gpu {gpu.index} {gpu.uuid}: slurm job {', '.join(jobs)} (from the {source})")
         return Collection(
             families=(family,), found=tuple(found), skipped=self._problems.update(problems),
-            details={"mapping_dir": str(self._directory) if self._directory else None, "job_sources": sources},
+            details={"mapping_dir": str(self._directory) if self._directory else None, "job_sources": sources,
+                     "jobs_not_served": not_served},
         )
 
     def close(self) -> None:

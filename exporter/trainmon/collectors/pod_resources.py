@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainmon.collectors.base import Collection, NodeResources
-from trainmon.collectors.problems import ProblemLog
+from trainmon.collectors.problems import MAX_LISTED, ProblemLog
 from trainmon.errors import CollectorError, ConfigError, error_line
 from trainmon.families import info
 from trainmon.gpu_inventory import InventoryGpu
@@ -40,7 +40,14 @@ SHARED_SUFFIX = "::"  # time-slicing replicas: `GPU-<uuid>::<replica>`
 # NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu) and its device names: a whole GPU by
 # NVML minor number, a MIG device by its parent's minor number, GPU-instance profile and placement.
 NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
-DRA_DEVICE_NAME = re.compile(r"gpu-(?P<minor>\d+)(?:-mig-(?P<profile>[0-9A-Za-z.+]+)-(?P<start>\d+)-(?P<size>\d+))?")
+DRA_DEVICE_NAME = re.compile(
+    r"gpu-(?P<minor>[0-9]{1,4})(?:-mig-(?P<profile>[0-9A-Za-z.+]{1,32})-(?P<start>[0-9]{1,3})-(?P<size>[0-9]{1,3}))?")
+# Kubernetes' own limits: a namespace and a container name are DNS labels, a pod and a claim name DNS
+# subdomains. A longer name is not from the kubelet: its allocation is dropped and noted.
+MAX_NAME_CHARS = {"namespace": 63, "pod": 253, "container": 63, "claim": 253}
+# Containers served per GPU: time-slicing or MPS replicas share a GPU, tens at most; more are counted, not served.
+MAX_ROWS_PER_GPU = 64
+MAX_NOTES = MAX_LISTED // 2  # devices not attributed named one by one; the room left is for the per-GPU notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +81,9 @@ def parse_dra_device(name: str) -> DraGpu | None:
 class Allocations:
     rows: tuple[tuple[str, ...], ...]  # label values in ALLOCATION_LABELS order, without repeats
     found: tuple[str, ...]  # one line per row, with the MIG instance where there is one
-    unknown: tuple[str, ...]  # devices no GPU here has, as stable problem texts
+    unknown: tuple[str, ...]  # devices not attributed and rows not served, as stable problem texts (bounded)
+    not_attributed: int = 0  # devices no GPU here has, or whose names are not label values
+    not_served: int = 0  # rows over MAX_ROWS_PER_GPU
 
 
 class _Matcher:
@@ -85,17 +94,45 @@ class _Matcher:
         self.by_index = {str(g.index): g for g in gpus}
         self.by_minor = {g.minor_number: g for g in gpus if g.minor_number}
         self.rows: dict[tuple[str, ...], str] = {}
+        self.per_gpu: dict[str, int] = {}
         self.unknown: list[str] = []
+        self.problems = 0
+        self.not_served: dict[str, int] = {}  # by GPU index: rows over MAX_ROWS_PER_GPU
+
+    def noting(self) -> bool:
+        """Count one device not attributed; True while its text is to be kept (the first MAX_NOTES: an answer
+        can list hundreds of thousands, whose texts are not even made)."""
+        self.problems += 1
+        return len(self.unknown) < MAX_NOTES
 
     def add(self, entry: Allocated, gpu: InventoryGpu, source: str, claim: str = "", mig: str = "") -> None:
         row = (str(gpu.index), gpu.uuid, entry.namespace, entry.pod, entry.container, source, claim)
         if not all(value.isprintable() for value in row):
-            self.unknown.append(f"{_owner(entry)!r}: names that are not printable, GPU {gpu.index} not attributed")
+            if self.noting():
+                self.unknown.append(f"{_owner(entry)!r}: names that are not printable, GPU {gpu.index} "
+                                    "not attributed")
             return
+        if too_long := _too_long(entry, claim):
+            if self.noting():
+                self.unknown.append(f"{_owner(entry)!r}: {too_long}, GPU {gpu.index} not attributed")
+            return
+        if row in self.rows:
+            return
+        if self.per_gpu.get(row[0], 0) >= MAX_ROWS_PER_GPU:
+            self.not_served[row[0]] = self.not_served.get(row[0], 0) + 1
+            return
+        self.per_gpu[row[0]] = self.per_gpu.get(row[0], 0) + 1
         via = f" claim {claim}" if claim else ""
         instance = f" MIG {mig}" if mig else ""
-        self.rows.setdefault(row, f"gpu {row[0]} {row[1]}{instance}: {row[2]}/{row[3]} container {row[4]} "
-                                  f"({source}{via})")
+        self.rows[row] = f"gpu {row[0]} {row[1]}{instance}: {row[2]}/{row[3]} container {row[4]} ({source}{via})"
+
+    def problem_lines(self) -> tuple[str, ...]:
+        more = [f"{self.problems - len(self.unknown)} more devices not attributed"] \
+            if self.problems > len(self.unknown) else []
+        capped = [f"gpu {index}: {count} more container allocations not served (at most {MAX_ROWS_PER_GPU} a GPU)"
+                  for index, count in sorted(self.not_served.items())]
+        return (*self.unknown, *more, *capped)
+
 
     def device_plugin(self, entry: ContainerDevices) -> None:
         if not GPU_RESOURCE.fullmatch(entry.resource_name):
@@ -103,8 +140,9 @@ class _Matcher:
         for device_id in entry.device_ids:
             gpu = self.by_uuid.get(device_id.partition(SHARED_SUFFIX)[0]) or self.by_index.get(device_id)
             if gpu is None:
-                self.unknown.append(f"{_owner(entry)!r}: {entry.resource_name} device {device_id[:80]!r} "
-                                    "is no GPU of this node")
+                if self.noting():
+                    self.unknown.append(f"{_owner(entry)!r}: {entry.resource_name[:80]} device "
+                                        f"{device_id[:80]!r} is no GPU of this node")
                 continue
             self.add(entry, gpu, "device_plugin")
 
@@ -112,17 +150,27 @@ class _Matcher:
         where = f"{_owner(entry)!r}: DRA claim {entry.claim[:80]!r} device {entry.pool[:80]!r}/{entry.device[:80]!r}"
         parsed = parse_dra_device(entry.device) if entry.driver == NVIDIA_DRA_DRIVER else None
         if parsed is None:
-            self.unknown.append(f"{where} of driver {entry.driver[:80]!r}: not a device name trainmon can map")
+            if self.noting():
+                self.unknown.append(f"{where} of driver {entry.driver[:80]!r}: not a device name trainmon can map")
             return
         gpu = self.by_minor.get(parsed.minor_number)
         if gpu is None:
-            self.unknown.append(f"{where}: no GPU of this node has minor number {parsed.minor_number}")
+            if self.noting():
+                self.unknown.append(f"{where}: no GPU of this node has minor number {parsed.minor_number}")
             return
         self.add(entry, gpu, "dra", entry.claim, parsed.mig)
 
 
+def _too_long(entry: Allocated, claim: str) -> str:
+    """Which name is longer than Kubernetes allows, "" when none is."""
+    names = {"namespace": entry.namespace, "pod": entry.pod, "container": entry.container, "claim": claim}
+    return ", ".join(f"{what} name of {len(names[what])} characters (Kubernetes allows {limit})"
+                     for what, limit in MAX_NAME_CHARS.items() if len(names[what]) > limit)
+
 def _owner(entry: Allocated) -> str:
-    return f"{entry.namespace}/{entry.pod}/{entry.container}"
+    """The container, each name cut to Kubernetes' longest (a note never repeats a 10 KB name)."""
+    return "/".join(name[:limit] for name, limit in
+                    zip((entry.namespace, entry.pod, entry.container), MAX_NAME_CHARS.values(), strict=False))
 
 
 def match_allocations(devices: Iterable[Allocated], gpus: Sequence[InventoryGpu]) -> Allocations:
@@ -134,7 +182,8 @@ def match_allocations(devices: Iterable[Allocated], gpus: Sequence[InventoryGpu]
             matcher.dra(entry)
         else:
             matcher.device_plugin(entry)
-    return Allocations(rows=tuple(matcher.rows), found=tuple(matcher.rows.values()), unknown=tuple(matcher.unknown))
+    return Allocations(rows=tuple(matcher.rows), found=tuple(matcher.rows.values()), unknown=matcher.problem_lines(),
+                       not_attributed=matcher.problems, not_served=sum(matcher.not_served.values()))
 
 
 class PodResourcesCollector:
@@ -202,7 +251,9 @@ class PodResourcesCollector:
             found=allocations.found,
             skipped=self._problems.update(allocations.unknown),
             details={"kubelet_socket": str(self._socket), "listed_at": listing.at,
-                     "allocated_gpus": len({row[1] for row in allocations.rows})},
+                     "allocated_gpus": len({row[1] for row in allocations.rows}),
+                     "devices_not_attributed": allocations.not_attributed,
+                     "allocations_not_served": allocations.not_served},
         )
 
     def close(self) -> None:

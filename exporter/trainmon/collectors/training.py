@@ -3,8 +3,10 @@
 The daemon owns the `IngestServer`, whose receiver thread keeps the latest report of every live
 rank in a `RankTable`; `collect()` has the server check itself (bind, re-make a vanished socket,
 restart a stopped receiver, each failing this collector with the reason while the others serve),
-copies the table and turns it into families, so ranks that said goodbye or went silent for
-`--rank-ttl` are simply absent.
+copies the table and turns it into families, so ranks that went silent for `--rank-ttl` are simply
+absent. A rank that said goodbye is served `--exited-rank-retention` more with its final values, marked by
+`trainmon_train_rank_exited`, without what describes a running process (its phase, its collectives in
+flight), then is absent too.
 
 `rank_series` is what one rank costs in series; the table refuses a rank that would take the sum
 past `--max-training-series`, so the worst case is bounded whatever the hooks send.
@@ -110,7 +112,8 @@ class TrainingCollector:
         return Collection(
             families=(*rank_families(ranks, time.time(), view.taken_at), *ingest_families(view, self._ingest.rebinds)),
             found=(*(f"ingest listening on {e}" for e in self._ingest.endpoints()),
-                   *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps" for s in ranks)),
+                   *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps"
+                     f"{' (exited)' if s.exited_at is not None else ''}" for s in ranks)),
             details={"ranks": [rank_details(s) for s in ranks]},
         )
 
@@ -140,10 +143,15 @@ def rank_families(ranks: Iterable[RankSlot], now: float, clock: float) -> list[M
     reports = [s.report for s in slots]
     out: list[Metric] = []
     rank_info = info("train_rank", "A training process reporting through the hook.", (*RANK, *INFO_LABELS))
-    for r in reports:
+    exited = gauge("train_rank_exited", "1 while a rank that exited is still served with its final values "
+                   "(--exited-rank-retention); absent for a running rank.", RANK)
+    for slot in slots:
+        r = slot.report
         rank_info.add_metric([*_key(r), _opt(r.local_rank), _opt(r.world_size), r.uuid, r.backend, r.framework,
                               r.loss_scaler, str(r.pid), r.pod, r.namespace], {})
-    out.append(rank_info)
+        if slot.exited_at is not None:
+            exited.add_metric(_key(r), 1)
+    out += [rank_info, exited]
     for scalar in SCALARS:
         family = scalar.make(scalar.name, scalar.help, RANK)
         for r in reports:
@@ -154,7 +162,7 @@ def rank_families(ranks: Iterable[RankSlot], now: float, clock: float) -> list[M
     out.append(_step_histogram(reports))
     out.extend(_collective_families(reports))
     out.extend(_group_families(slots, now, clock))
-    out.extend(_label_families(reports, drivers))
+    out.extend(_label_families(reports, drivers, running=[s.report for s in slots if s.exited_at is None]))
     out.extend(_job_gauge_families(drivers))
     return out
 
@@ -168,8 +176,8 @@ def ingest_families(view: TableView, rebinds: int) -> list[Metric]:
     rejected = counter("ingest_rejected_total", "Hook datagrams rejected, by reason.", ("reason",))
     for reason, n in sorted(view.rejected.items()):
         rejected.add_metric([reason], n)
-    live = gauge("ingest_ranks", "Live training ranks (job_id, rank pairs).")
-    live.add_metric([], len(view.ranks))
+    live = gauge("ingest_ranks", "Live training ranks (job_id, rank pairs); exited ones still served not counted.")
+    live.add_metric([], len(view.running))
     evicted = counter("ingest_evicted_total", "Entries dropped from the ingest tables, by reason.", ("reason",))
     for reason, n in sorted(view.evicted.items()):
         evicted.add_metric([reason], n)
@@ -187,7 +195,8 @@ def ingest_families(view: TableView, rebinds: int) -> list[Metric]:
 def rank_details(state: RankSlot) -> dict[str, object]:
     r = state.report
     return {"job_id": r.job_id, "rank": r.rank, "pid": r.pid, "world_size": r.world_size, "uuid": r.uuid,
-            "steps": r.steps, "last_step": r.last_step, "phase": r.phase, "last_report": state.received_wall}
+            "steps": r.steps, "last_step": r.last_step, "phase": r.phase, "last_report": state.received_wall,
+            "exited": state.exited_at is not None}
 
 
 def _step_histogram(reports: Iterable[Report]) -> Metric:
@@ -231,7 +240,7 @@ def _group_families(slots: Iterable[RankSlot], now: float, clock: float) -> list
         for g in r.group_seqs:
             issued.add_metric([*_key(r), g.group], g.issued)
             completed.add_metric([*_key(r), g.group], g.completed)
-        for f in r.inflight:
+        for f in r.inflight if slot.exited_at is None else ():  # an exited rank waits on nothing
             inflight.add_metric([*_key(r), f.group, f.op], inflight_age(slot, f, now, clock))
         for group, seconds in sorted(r.pg_timeouts.items()):
             timeout.add_metric([*_key(r), group], seconds)
@@ -257,7 +266,7 @@ def _job_gauge_families(drivers: Iterable[Report]) -> list[Metric]:
     return list(families.values())
 
 
-def _label_families(reports: Iterable[Report], drivers: Iterable[Report]) -> list[Metric]:
+def _label_families(reports: Iterable[Report], drivers: Iterable[Report], running: Iterable[Report]) -> list[Metric]:
     phase = gauge("train_phase", "1 while the rank is inside mon.phase(...).", (*RANK, "phase"))
     env = info("train_nccl_env", "An NCCL_* or TORCH_NCCL_* variable set in the rank's environment.",
                (*RANK, "name", "value"))
@@ -269,9 +278,10 @@ def _label_families(reports: Iterable[Report], drivers: Iterable[Report]) -> lis
     for r in (*reports, *drivers):
         for name, seconds in sorted(r.phase_seconds.items()):
             phase_seconds.add_metric([*_key(r), name], seconds)
-    for r in reports:
+    for r in running:
         if r.phase:
             phase.add_metric([*_key(r), r.phase], 1)
+    for r in reports:
         for kind, n in sorted(r.hook_errors.items()):
             hook_errors.add_metric([*_key(r), kind], n)
         for name, value in sorted(r.nccl_env.items()):

@@ -7,6 +7,9 @@ and every datagram is validated.
 
 Receiver threads call `RankTable.receive_burst`; the collector calls `view()` once per cycle and
 builds its families from the immutable `TableView` it returns, so a rank that is gone is simply absent.
+A rank that said goodbye stays `exited_retention` seconds more with the values of its goodbye (which
+carries the final ones), marked exited: the last steps arrive after the last collection before the
+process ends, and would otherwise never be served, let alone scraped.
 
 Whatever fails while one datagram is decoded or applied is a rejection with a reason (`malformed`
 when it is not one of ours), never an exception out of `receive_burst`.
@@ -103,6 +106,7 @@ class RankSlot:
     series: int  # what the collector serves for this rank
     owner_uid: int | None = None  # the sender's uid where the kernel gave no pid (another pid namespace)
     peaks: tuple[Peak, ...] = ()  # this incarnation's maxima of the last PEAK_HOLD seconds, oldest first
+    exited_at: float | None = None  # the table's clock when the rank said goodbye; None while it lives
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,8 +119,13 @@ class TableView:
     rejected: Mapping[str, int]
     evicted: Mapping[str, int]
     exits: Mapping[tuple[str, str], int]  # (job_id, "clean" | "error" | "lost") -> count
-    series: int  # training series of the live ranks
+    series: int  # training series of the ranks held, live and exited
     taken_at: float  # the table's clock when it was copied
+
+    @property
+    def running(self) -> tuple[RankSlot, ...]:
+        """The ranks that have not said goodbye."""
+        return tuple(slot for slot in self.ranks if slot.exited_at is None)
 
 
 class RankTable:
@@ -132,19 +141,24 @@ class RankTable:
             (`rejected{reason="series_budget"}`).
         exit_retention: seconds a job's exit counts are kept after its last rank is gone
             (`evicted{reason="exit_retention"}`).
+        exited_retention: seconds a rank that said goodbye is kept, with its goodbye's values, marked exited
+            (0: dropped at once). It holds its series (`series_of` + 1, its mark) against `max_series`
+            meanwhile, or is dropped at once where they do not fit; it does not count against `max_ranks`.
         procfs: where sender pids are looked up; tests pass their own.
         clock: monotonic seconds; tests pass their own.
     """
 
     def __init__(
         self, *, max_ranks: int, ttl: float, series_of: Callable[[Report], int], max_series: int,
-        exit_retention: float, procfs: Procfs | None = None, clock: Callable[[], float] = time.monotonic,
+        exit_retention: float, exited_retention: float = 0.0, procfs: Procfs | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._max_ranks = max_ranks
         self._ttl = ttl
         self._series_of = series_of
         self._max_series = max_series
         self._exit_retention = exit_retention
+        self._exited_retention = exited_retention
         self._procfs = procfs or Procfs(Path("/proc"))
         self._clock = clock
         self._lock = threading.Lock()
@@ -206,8 +220,11 @@ class RankTable:
         """Expire silent ranks and forgotten jobs, then copy the table."""
         now = self._clock()
         with self._lock:
-            for key in [k for k, s in self._ranks.items() if now - s.received_at > self._ttl]:
+            for key in [k for k, s in self._ranks.items() if s.exited_at is None and now - s.received_at > self._ttl]:
                 self._expire(key, now)
+            for key in [k for k, s in self._ranks.items()
+                        if s.exited_at is not None and now - s.exited_at > self._exited_retention]:
+                self._remove(key)
             for job_id in [j for j, t in self._job_gone_at.items() if now - t > self._exit_retention]:
                 del self._job_gone_at[job_id]
                 self._exits.forget(job_id)
@@ -234,6 +251,11 @@ class RankTable:
         now = self._clock()
         with self._lock:
             old = self._ranks.get(key)
+            if old is not None and old.exited_at is not None:
+                if old.report.incarnation == report.incarnation:
+                    raise MessageRejected("stale", "after its goodbye")
+                self._remove(key)  # a new incarnation: the exited one's final values have had their time
+                old = None
             if old is not None and now - old.received_at > self._ttl:
                 self._expire(key, now)
                 old = None
@@ -241,12 +263,13 @@ class RankTable:
                 if old.owner_uid is not None and sender_uid != old.owner_uid:
                     raise MessageRejected("identity", f"slot held by uid {old.owner_uid}")
                 self._check_successor(report, process, old)
-            elif len(self._ranks) >= self._max_ranks and report.kind == "report":
-                raise MessageRejected("max_ranks", f"{len(self._ranks)} live ranks")
+            elif (live := self._live()) >= self._max_ranks and report.kind == "report":
+                raise MessageRejected("max_ranks", f"{live} live ranks")
             if report.kind == "bye":
                 self._messages += 1
                 if old is not None:
                     self._remove(key)
+                    self._keep_exited(key, report, old, now)
                 self._count_exit(report.job_id, report.exit_reason, now, verified=old is not None and old.verified)
                 return
             series = self._series_of(report)
@@ -260,6 +283,20 @@ class RankTable:
             self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid, peaks)
             self._series += series - held
             self._job_gone_at.pop(report.job_id, None)
+
+    def _keep_exited(self, key: RankKey, bye: Report, old: RankSlot, now: float) -> None:
+        """Hold the goodbye's (final) values, marked exited, for `exited_retention`, where the series fit."""
+        series = self._series_of(bye) + 1
+        if not self._exited_retention or self._series + series > self._max_series:
+            return
+        same = old.report.incarnation == bye.incarnation
+        bye, peaks = held_peaks(bye, old.peaks if same else (), now)
+        self._ranks[key] = dataclasses.replace(old, report=bye, received_at=now, received_wall=time.time(),
+                                               series=series, peaks=peaks, exited_at=now)
+        self._series += series
+
+    def _live(self) -> int:
+        return sum(1 for slot in self._ranks.values() if slot.exited_at is None)
 
     def _check_successor(self, new: Report, process: int, old: RankSlot) -> None:
         """Raise unless `new`, sent by `process`, may replace `old`, the slot's live state."""
@@ -287,7 +324,7 @@ class RankTable:
         self._series -= self._ranks.pop(key).series
 
     def _count_exit(self, job_id: str, reason: str, now: float, *, verified: bool) -> None:
-        if not any(k[0] == job_id for k in self._ranks):
+        if not any(k[0] == job_id and s.exited_at is None for k, s in self._ranks.items()):
             self._job_gone_at[job_id] = now
         for forgotten in self._exits.count(job_id, reason, verified=verified):
             self._job_gone_at.pop(forgotten, None)

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,7 +27,9 @@ WAIT_MS = 500  # nvmlEventSetWait timeout: how long `stop()` may wait for the th
 # The same XID reported by NVML and the kernel log this close together (seconds) is one event.
 SAME_EVENT_SECONDS = 30.0
 RECENT_PER_KEY = 16  # unmatched events kept per (bus, xid) for matching the other source
-MAX_KEYS = 4096  # (bus, xid) pairs kept; a flood of distinct garbage codes cannot grow memory past it
+# (bus, xid) pairs kept for buses that are not this node's GPUs; a flood of distinct foreign or garbage codes
+# cannot grow memory past it, and never takes the place of this node's own GPUs' pairs (never evicted, never capped).
+MAX_KEYS = 4096
 
 
 class Source:
@@ -73,23 +75,34 @@ class XidCounts:
 
     An event matches one unmatched event of the other source with the same key within
     SAME_EVENT_SECONDS; a matched pair counts once. Where the kernel log says an event is not
-    actionable and NVML (which cannot tell) counted it first, the kernel log's word stands.
+    actionable and NVML (which cannot tell) counted it first, the kernel log's word stands. Pairs of the
+    buses `claim`ed as this node's GPUs are always kept; at most MAX_KEYS pairs of any other bus are.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[XidKey, XidCount] = {}
         self._recent: dict[XidKey, deque[_Unmatched]] = {}
-        self.refused = 0  # events of new keys beyond MAX_KEYS
+        self._own: set[str] = set()
+        self._foreign_keys = 0
+        self.refused = 0  # events of new foreign keys beyond MAX_KEYS
+
+    def claim(self, buses: Iterable[str]) -> None:
+        """Mark `buses` as this node's GPUs: their pairs are kept whatever other buses have filled."""
+        with self._lock:
+            self._own.update(buses)
+            self._foreign_keys = sum(1 for key in self._recent if key.bus not in self._own)
 
     def record(self, key: XidKey, at: float, source: str = Source.NVML, *, actionable: bool = True) -> bool:
         """Count one event at Unix time `at`; False when it was already counted (or refused)."""
         with self._lock:
             recent = self._recent.get(key)
             if recent is None:
-                if len(self._recent) >= MAX_KEYS:
+                foreign = key.bus not in self._own
+                if foreign and self._foreign_keys >= MAX_KEYS:
                     self.refused += 1
                     return False
+                self._foreign_keys += foreign
                 recent = self._recent[key] = deque(maxlen=RECENT_PER_KEY)
             previous = self._counts.get(key)
             for seen in recent:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_FILE_NAME = re.compile(r"(\d+)(?:\.(\d+))?")
+# ASCII digits only (`\d` is any script's: a file named `٣` is not GPU 3), as many as an index can have.
+_FILE_NAME = re.compile(r"([0-9]{1,4})(?:\.([0-9]{1,4}))?")
 # Slurm job ids: `123`, array tasks `123_4`, heterogeneous components `123+0`.
 _JOB_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.+-]{0,63}")
 

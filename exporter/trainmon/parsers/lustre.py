@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-MAX_COUNTER = (1 << 64) - 1
+from trainmon.parsers.counters import u64
+
 _HEADER_LINES = frozenset({"snapshot_time", "start_time", "elapsed_time"})
 _COUNTER_FIELDS = frozenset({4, 7, 8})  # name count samples [unit], then min max sum, then sumsq
 _SUM = 6
@@ -52,8 +53,8 @@ def parse_stats(text: str) -> dict[str, StatsCounter] | str:
         if not (digits.isdigit() and digits.isascii()) or fields[2] != "samples" \
                 or not (fields[3][0] == "[" and fields[3][-1] == "]"):
             return f"line {line.strip()[:60]!r} is not `name count samples [unit] min max sum`"
-        count, total = int(fields[1]), int(fields[6]) if len(fields) > _SUM else None
-        if max(count, total or 0) > MAX_COUNTER:
+        count, total = u64(fields[1]), u64(fields[6]) if len(fields) > _SUM else None
+        if count is None or (total is None and len(fields) > _SUM):
             return f"line {line.strip()[:60]!r} holds a value over 64 bits"
         counters[fields[0]] = StatsCounter(count, fields[3][1:-1], total)
     return counters
@@ -70,9 +71,9 @@ def parse_import(text: str) -> ImportRpcs | str:
     values: dict[str, int] = {}
     for line in body:
         key, _, value = line.partition(":")
-        number = value.split()[:1]  # `6054 usec`
-        if number and number[0].isdigit() and number[0].isascii():
-            values[key.strip()] = int(number[0])
+        number = u64(value.split()[0]) if value.split() else None  # `6054 usec`
+        if number is not None:
+            values[key.strip()] = number
     if "timeouts" not in values:
         return "rpcs: section without timeouts"
     return ImportRpcs(inflight=values.get("inflight"), timeouts=values["timeouts"])
@@ -102,10 +103,11 @@ def parse_rpc_stats(text: str) -> int | str:
         return "no snapshot_time: line"
     header = {key: value.strip() for key, _, value in
               (line.partition(":") for line in text.split("\n\n", 1)[0].splitlines())}
-    counts = [header.get(name, "") for name in _IN_FLIGHT]
-    if not all(count.isdigit() and count.isascii() for count in counts):
+    counts = [u64(header.get(name, "")) for name in _IN_FLIGHT]
+    read, write = counts
+    if read is None or write is None:
         return "no `read RPCs in flight:` and `write RPCs in flight:` counts"
-    return sum(int(count) for count in counts)
+    return read + write
 
 
 def llite_instance(name: str) -> tuple[str, str] | None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MAX_COUNTER = (1 << 64) - 1
+from trainmon.parsers.counters import u64
+
 COUNTER_KEYS = ("_br_", "_bw_", "_oc_", "_cc_", "_rdc_", "_wc_", "_dir_")
 
 
@@ -46,10 +47,9 @@ def _record(fields: list[str]) -> GpfsIo | str:
     pairs = dict(zip(fields[1::2], fields[2::2], strict=True))
     if pairs.get("_rc_") != "0":
         return f"_rc_ {pairs.get('_rc_')}"
-    values = [pairs.get(key, "") for key in COUNTER_KEYS]
-    if "_fs_" not in pairs or not all(v.isascii() and v.isdigit() for v in values):
+    if "_fs_" not in pairs or not all(key in pairs for key in COUNTER_KEYS):
         return f"missing _fs_ or one of {' '.join(COUNTER_KEYS)}"
-    counters = dict(zip(COUNTER_KEYS, map(int, values), strict=True))
-    if max(counters.values()) > MAX_COUNTER:
-        return "a value over 64 bits"
+    counters = {key: value for key in COUNTER_KEYS if (value := u64(pairs[key])) is not None}
+    if len(counters) < len(COUNTER_KEYS):
+        return "a value that is not an unsigned 64-bit counter"
     return GpfsIo(pairs["_fs_"], counters)

@@ -43,8 +43,10 @@ def unescape(field: str) -> str:
 def parse_mountinfo(text: str) -> Mounts:
     by_point: dict[str, Mount] = {}
     skipped: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    # "\n" only, as the kernel ends lines: a mount point may hold U+2028, NEL, VT or FF (it escapes only
+    # space, tab, newline and backslash), which str.splitlines() would split on.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip(" \t"):
             continue
         mount = _mount(line.split(" "))
         if isinstance(mount, str):

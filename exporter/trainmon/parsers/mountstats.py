@@ -10,14 +10,23 @@ Counters are unsigned 64-bit; a kernel bug can print a queue time just under 2^6
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
-MAX_COUNTER = (1 << 64) - 1
+from trainmon.parsers.counters import MAX_COUNTER, MAX_COUNTER_DIGITS
+
 NFS_FSTYPES = frozenset({"nfs", "nfs4"})
 BYTES_FIELDS = 8
 OP_FIELDS = 8  # 9 with errors (kernel 5.x); the first 8 are the same
-_DEVICE = re.compile(r"device (?P<source>\S+) mounted on (?P<point>.+) with fstype (?P<fstype>\S+)(?: (?P<rest>.*))?")
-_NUMBERS = re.compile(r"[0-9]+(?: [0-9]+)*")
+CACHED_BLOCKS = 1024  # at least the fs collector's MAX_MOUNTS
+# The kernel escapes space, tab, newline and backslash in the source and mount point, nothing else: a
+# point may hold U+2028, NEL, VT or FF, so lines are split on "\n" only and fields on " " only.
+_DEVICE = re.compile(r"device (?P<source>[^ ]+) mounted on (?P<point>.+) with fstype (?P<fstype>[^ ]+)"
+                     r"(?: (?P<rest>.*))?")
+_BLANK = " \t"
+# A line of counters, each checked in one C pass (~70 lines per NFSv4 mount, up to a thousand mounts).
+_NUMBERS = re.compile(f"[0-9]{{1,{MAX_COUNTER_DIGITS}}}(?: [0-9]{{1,{MAX_COUNTER_DIGITS}}})*")
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")  # the kernel's seq_escape, as in mountinfo
 
 
@@ -64,44 +73,55 @@ def unescape(field: str) -> str:
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
-def parse_mountstats(text: str) -> MountStats:
+def parse_mountstats(text: str, wanted: Collection[str] | None = None) -> MountStats:
+    """The NFS mounts of `text`; only those whose mount point is in `wanted` where it is given (the others'
+    blocks are skipped unparsed: a container host can list thousands)."""
     records: dict[str, NfsMountStats] = {}
     skipped: dict[str, str] = {}
-    for header, body in _nfs_blocks(text.splitlines()):
-        record = _record(header, body)
-        point = unescape(header.group("point"))
+    for header, body in _nfs_blocks(text):
+        if wanted is not None and header.point not in wanted:
+            continue
+        record = _block_record(header, body)
         if isinstance(record, str):
-            skipped[point] = f"self/mountstats: {record}"
-            records.pop(point, None)
+            skipped[header.point] = f"self/mountstats: {record}"
+            records.pop(header.point, None)
         else:
-            records[point] = record
-            skipped.pop(point, None)
+            records[header.point] = record
+            skipped.pop(header.point, None)
     return MountStats(records, skipped)
 
 
-def _nfs_blocks(lines: list[str]) -> list[tuple[re.Match[str], list[str]]]:
-    blocks: list[tuple[re.Match[str], list[str]]] = []
-    current: list[str] | None = None
-    for line in lines:
-        header = _DEVICE.fullmatch(line.strip()) if line.startswith("device ") else None
-        if header is not None:
-            current = [] if header.group("fstype") in NFS_FSTYPES else None
-            if current is not None:
-                blocks.append((header, current))
-        elif current is not None and line.strip():
-            current.append(line.strip())
-    return blocks
+@dataclass(frozen=True, slots=True)
+class _Header:
+    point: str
+    source: str
+    fstype: str
+
+
+def _nfs_blocks(text: str) -> Iterator[tuple[_Header, str]]:
+    """Each NFS block's header and body; a block starts at each line that starts `device `."""
+    for block in ("\n" + text).split("\ndevice ")[1:]:
+        first, _, body = block.partition("\n")
+        header = _DEVICE.fullmatch("device " + first.rstrip(_BLANK))
+        if header is not None and header.group("fstype") in NFS_FSTYPES:
+            yield _Header(unescape(header.group("point")), unescape(header.group("source")),
+                          header.group("fstype")), body
+
+
+@lru_cache(maxsize=CACHED_BLOCKS)  # an idle mount's block reads the same every cycle: parsed once
+def _block_record(header: _Header, body: str) -> NfsMountStats | str:
+    return _record(header, [line.strip(_BLANK) for line in body.split("\n") if line.strip(_BLANK)])
 
 
 def _numbers(text: str) -> list[int] | None:
-    text = text.strip()
+    text = text.strip(_BLANK)
     if not _NUMBERS.fullmatch(text):
         return None
-    values = [int(v) for v in text.split()]  # digits only: int() cannot be slow or negative here
+    values = list(map(int, text.split(" ")))  # ASCII digits, at most 20 each: int() cannot raise or be slow
     return values if max(values) <= MAX_COUNTER else None
 
 
-def _record(header: re.Match[str], body: list[str]) -> NfsMountStats | str:
+def _record(header: _Header, body: list[str]) -> NfsMountStats | str:
     bytes_line = next((line[len("bytes:"):] for line in body if line.startswith("bytes:")), None)
     if bytes_line is None:
         return "no bytes: line (truncated?)"
@@ -117,7 +137,5 @@ def _record(header: re.Match[str], body: list[str]) -> NfsMountStats | str:
         if values is None or len(values) < OP_FIELDS or not name.replace("_", "").isalnum():
             return f"per-op line {line[:60]!r} is not a name and {OP_FIELDS} unsigned 64-bit counters"
         operations[name] = NfsOperation(*values[:OP_FIELDS])
-    return NfsMountStats(
-        mount_point=unescape(header.group("point")), source=unescape(header.group("source")),
-        fstype=header.group("fstype"),
-        bytes=NfsBytes(*counts[:6]), operations=operations)
+    return NfsMountStats(mount_point=header.point, source=header.source, fstype=header.fstype,
+                         bytes=NfsBytes(*counts[:6]), operations=operations)
