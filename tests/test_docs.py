@@ -38,6 +38,12 @@ def test_no_relative_link_dangles(doc: Path) -> None:
     assert [] == dangling
 
 
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: str(p.relative_to(REPO)))
+def test_a_users_doc_never_points_at_the_spec(doc: Path) -> None:
+    """A user has no SPEC: a doc says the thing, or links the doc that does."""
+    assert [] == [line for line in doc.read_text().splitlines() if "SPEC §" in line]
+
+
 def test_the_readme_links_every_doc() -> None:
     linked = {(REPO / target).resolve() for target in relative_links(README.read_text())}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -17,10 +18,12 @@ from collections.abc import Sequence
 
 from trainmon.diagnose.analysis import Thresholds, diagnose
 from trainmon.diagnose.collect import Collector
+from trainmon.diagnose.jobs import list_jobs, render_jobs
 from trainmon.diagnose.prometheus import PrometheusClient, PrometheusUnreadable
 from trainmon.diagnose.report import render
 
 DURATION = re.compile(r"(\d+)([smhdw])")
+PROMETHEUS_ENV = "TRAINMON_PROMETHEUS"
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -42,10 +45,15 @@ def parse_duration(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainmon diagnose", description="What holds a training job back, "
                                      "ranked by the share of the job's time it costs, with MFU and goodput.")
-    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
-    parser.add_argument("--job", required=True, metavar="JOB_ID", help="the job_id label of the job")
+    parser.add_argument("--prometheus", default=os.environ.get(PROMETHEUS_ENV) or None, metavar="URL",
+                        help=f"Prometheus base URL (env {PROMETHEUS_ENV})")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--job", metavar="JOB_ID", help="the job_id label of the job")
+    what.add_argument("--list", action="store_true",
+                      help="list the jobs Prometheus knows: job id, ranks, nodes, last seen (within --since)")
     parser.add_argument("--since", default="1h", metavar="DURATION", help="window to look at (default 1h)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object (SPEC §2)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object: job_id, since, findings, mfu, goodput (--list: a list)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "tf32", "fp8"),
                         help="the trainmon_gpu_peak_flops dtype MFU divides by (default bf16)")
     return parser
@@ -58,6 +66,10 @@ def main(argv: Sequence[str]) -> int:
         window = parse_duration(args.since)
     except ValueError as exc:
         parser.error(f"--since: {exc}")
+    if not args.prometheus:
+        parser.error(f"--prometheus URL (or {PROMETHEUS_ENV}) is required")
+    if args.list:
+        return list_known_jobs(args.prometheus, window, args.since, as_json=args.json)
     collector = Collector(PrometheusClient(args.prometheus), time.time(), window, args.dtype)
     try:
         ranks = collector.ranks(args.job)
@@ -74,3 +86,15 @@ def main(argv: Sequence[str]) -> int:
     result = diagnose(args.job, args.since, ranks, hardware, Thresholds(), mounts)
     print(json.dumps(result.as_dict()) if args.json else render(result))
     return 1 if result.findings else 0
+
+
+def list_known_jobs(url: str, window: int, since: str, *, as_json: bool) -> int:
+    """Print the jobs seen within the window; 0, or 2 when Prometheus cannot be read."""
+    now = time.time()
+    try:
+        jobs = list_jobs(PrometheusClient(url), now, window)
+    except PrometheusUnreadable as exc:
+        print(f"trainmon diagnose: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps([j.as_dict() for j in jobs]) if as_json else render_jobs(jobs, now, since))
+    return 0
