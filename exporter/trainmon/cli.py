@@ -177,6 +177,9 @@ def check(settings: Settings) -> int:
     """One cycle of the hardware collectors; the training collector's socket is probed, never bound."""
     from trainmon.daemon import collect_once
 
+    # The table is the report: the daemon's log line of each collector's state would say it all a second time.
+    for name in ("trainmon.scheduler", "trainmon.daemon"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     hardware = tuple(c for c in settings.collectors if c != "training")
     snapshot = collect_once(replace(settings, collectors=hardware))
     for status in snapshot.statuses:
