@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from trainmon.errors import MessageRejected
+from trainmon.ingest.rank_log import RankEvents
 from trainmon.roots import Unavailable, read_attribute
 from trainmon.wire import Report, parse, validate, went_backwards
 
@@ -156,6 +157,7 @@ class RankTable:
         self._evicted: Counter[str] = Counter()
         self._exits = ExitHistory()
         self._job_gone_at: dict[str, float] = {}  # job_id -> when its last live rank left
+        self._events = RankEvents(clock)
 
     def receive(self, data: bytes, sender_pid: int | None = None, sender_uid: int | None = None) -> None:
         """Validate and apply one datagram; never raises for bad input (it is counted)."""
@@ -208,6 +210,7 @@ class RankTable:
         with self._lock:
             for key in [k for k, s in self._ranks.items() if now - s.received_at > self._ttl]:
                 self._expire(key, now)
+            self._events.flush()
             for job_id in [j for j, t in self._job_gone_at.items() if now - t > self._exit_retention]:
                 del self._job_gone_at[job_id]
                 self._exits.forget(job_id)
@@ -247,6 +250,7 @@ class RankTable:
                 self._messages += 1
                 if old is not None:
                     self._remove(key)
+                    self._events.left(report.job_id, report.rank, report.exit_reason)
                 self._count_exit(report.job_id, report.exit_reason, now, verified=old is not None and old.verified)
                 return
             series = self._series_of(report)
@@ -259,6 +263,8 @@ class RankTable:
             report, peaks = held_peaks(report, old.peaks if old is not None and same else (), now)
             self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid, peaks)
             self._series += series - held
+            if not same:
+                self._events.arrived(report.job_id, report.rank, report.pid, report.world_size)
             self._job_gone_at.pop(report.job_id, None)
 
     def _check_successor(self, new: Report, process: int, old: RankSlot) -> None:
@@ -280,6 +286,7 @@ class RankTable:
     def _expire(self, key: RankKey, now: float) -> None:
         verified = self._ranks[key].verified
         self._remove(key)
+        self._events.left(*key, "lost")
         self._evicted["ttl"] += 1
         self._count_exit(key[0], "lost", now, verified=verified)
 
