@@ -83,6 +83,19 @@ def test_check_exits_non_zero_when_a_collector_fails(tmp_path: Path) -> None:
     assert "NotADirectoryError" in result.stdout
 
 
+def test_check_prints_each_result_once(tmp_path: Path) -> None:
+    """Issue 41: each collector's state was printed twice, as a log line on stderr and in the table."""
+    write_diskstats(tmp_path / "proc", [])
+    (tmp_path / "sys" / "class").mkdir(parents=True)
+    (tmp_path / "sys" / "class" / "infiniband").write_text("a file where a directory belongs")
+
+    result = trainmon("check", "--collectors", "infiniband,nvme", "--sysfs", str(tmp_path / "sys"), "--procfs",
+                      str(tmp_path / "proc"))
+
+    both = result.stdout + result.stderr
+    assert (1, 1, 1) == (result.returncode, both.count("NotADirectoryError"), both.count("no NVMe namespaces")), both
+
+
 def test_version() -> None:
     result = trainmon("version")
 

@@ -12,6 +12,7 @@ import pytest
 
 from trainmon.collectors import AVAILABLE
 from trainmon.settings import serve_options
+from trainmon.simulation.incidents import INCIDENTS
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -36,6 +37,19 @@ def test_no_relative_link_dangles(doc: Path) -> None:
     dangling = [target for target in relative_links(doc.read_text()) if not (doc.parent / target).exists()]
 
     assert [] == dangling
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: str(p.relative_to(REPO)))
+def test_a_users_doc_never_points_at_the_spec(doc: Path) -> None:
+    """A user has no SPEC: a doc says the thing, or links the doc that does."""
+    assert [] == [line for line in doc.read_text().splitlines() if "SPEC §" in line]
+
+
+def test_the_demo_doc_has_a_row_for_every_incident() -> None:
+    rows = {line.split("|")[1].strip().strip("`") for line in (REPO / "docs" / "demo.md").read_text().splitlines()
+            if line.startswith("| `")}
+
+    assert [] == [name for name in INCIDENTS if name not in rows]
 
 
 def test_the_readme_links_every_doc() -> None:

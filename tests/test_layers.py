@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("trainmon.nvml", "trainmon.health", "trainmon.fsclients", "trainmon.ingest", "trainmon.http", "trainmon.torch"),
     ("trainmon.collectors", "trainmon.integrations"),
     ("trainmon.scheduler",),
-    ("trainmon.daemon", "trainmon.diagnose"),
+    ("trainmon.daemon", "trainmon.diagnose", "trainmon.top"),
     ("trainmon.demo",),
     ("trainmon.cli", "trainmon.__main__"),
 )

@@ -44,11 +44,12 @@ def reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[wire.Report
     return received
 
 
-def test_readme_snippet_counts_samples_and_passes_the_loss(reports: list[wire.Report]) -> None:
+def test_readme_snippet_counts_samples_and_passes_the_loss_and_grad_norm(reports: list[wire.Report]) -> None:
     last = reports[-1]
 
     assert (BATCHES, BATCH * BATCHES) == (last.steps, last.samples)
     assert last.loss is not None and last.loss > 0
+    assert last.grad_norm is not None and last.grad_norm > 0  # `step.grad_norm`, as the quick start shows
 
 
 def test_a_lone_process_is_rank_0_of_1_on_local_rank_0(reports: list[wire.Report]) -> None:

@@ -190,6 +190,7 @@ def test_self_metrics_and_last_success(scheduler: Build) -> None:
     assert registry.get_sample_value("trainmon_collector_duration_seconds", {"collector": "flaky"}) is not None
     assert 1 == registry.get_sample_value("trainmon_build_info", {"version": __version__})
     assert registry.get_sample_value("process_resident_memory_bytes") is not None
+    assert registry.get_sample_value("trainmon_info", {"simulated": "true"}) is None  # the demo's marker only
     assert store.latest() is snapshot
 
 

@@ -1,4 +1,4 @@
-"""Command line: serve | check | demo | version. The only module that configures logging."""
+"""Command line: serve | check | demo | diagnose | top | version. The only module that configures logging."""
 
 from __future__ import annotations
 
@@ -84,6 +84,8 @@ def build_parser(available: Sequence[str]) -> OneLineParser:
     commands.add_parser("version", help="print the version")
     commands.add_parser("diagnose", help="what holds a training job back, from Prometheus (see diagnose --help)",
                         add_help=False)
+    commands.add_parser("top", help="a live terminal view of this node from its daemon (see top --help)",
+                        add_help=False)
     return parser
 
 
@@ -107,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainmon.diagnose import main as diagnose
 
         return diagnose(argv[1:])
+    if argv[:1] == ["top"]:  # reads a running daemon over HTTP: none of its collectors are needed here
+        from trainmon.top import main as top
+
+        return top(argv[1:])
     missing = missing_daemon_modules()
     if missing and argv[:1] != ["--help"]:
         print(f"trainmon: the daemon needs its dependencies, the [daemon] extra: pip install '.[daemon]' in a "
@@ -177,6 +183,9 @@ def check(settings: Settings) -> int:
     """One cycle of the hardware collectors; the training collector's socket is probed, never bound."""
     from trainmon.daemon import collect_once
 
+    # The table is the report: the daemon's log line of each collector's state would say it all a second time.
+    for name in ("trainmon.scheduler", "trainmon.daemon"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     hardware = tuple(c for c in settings.collectors if c != "training")
     snapshot = collect_once(replace(settings, collectors=hardware))
     for status in snapshot.statuses:

@@ -81,7 +81,8 @@ def close_resources(resources: NodeResources) -> None:
 def make_scheduler(settings: Settings, resources: NodeResources, store: SnapshotStore) -> Scheduler:
     """The scheduler of `resources`' collectors, which maintains `resources` before each cycle."""
     return Scheduler(build_collectors(settings, resources), store, interval=settings.interval,
-                     timeout=settings.collector_timeout, before_cycle=lambda: maintain_resources(resources))
+                     timeout=settings.collector_timeout, before_cycle=lambda: maintain_resources(resources),
+                     simulated=resources.nvml is not None)
 
 
 def collect_once(settings: Settings) -> Snapshot:

@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import ProcessCollector
+from prometheus_client.core import InfoMetricFamily
 
 from trainmon import __version__
 from trainmon.collectors.base import Collection, Collector
 from trainmon.errors import CollectorError, NoData, error_line
-from trainmon.families import Metric, gauge, info
+from trainmon.families import NAMESPACE, Metric, gauge, info
 from trainmon.snapshot import CollectorState, CollectorStatus, Snapshot, SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,10 @@ class Scheduler:
         timeout: float,
         clock: Callable[[], float] = time.time,
         before_cycle: Callable[[], None] = lambda: None,
+        simulated: bool = False,
     ) -> None:
         self._runners = [CollectorRunner(c) for c in collectors]
+        self._simulated = simulated
         self._store = store
         self._interval = interval
         self._timeout = timeout
@@ -200,7 +203,12 @@ class Scheduler:
             duration.add_metric([status.name], status.duration_s)
             if status.last_success is not None:
                 last.add_metric([status.name], status.last_success)
-        return [build, success, duration, last]
+        if not self._simulated:
+            return [build, success, duration, last]
+        marker = InfoMetricFamily(NAMESPACE, "Served by trainmon demo: every GPU and training series is simulated.",
+                                  labels=["simulated"])
+        marker.add_metric(["true"], {})
+        return [build, marker, success, duration, last]
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -132,3 +132,10 @@ def test_the_tree_of_a_demo_killed_with_sigkill_is_swept_by_the_next_start(tmp_p
     assert running != left
     assert 0 == code
     assert [] == list(temp.iterdir())
+
+
+def test_the_demo_marks_its_metrics_simulated(demo: Daemon) -> None:
+    """An `_info` series says it, besides the driver string, for a query or a dashboard to tell a demo apart."""
+    text = demo.get("/metrics").text
+
+    assert 'trainmon_info{simulated="true"} 1.0' in text.splitlines()

@@ -222,3 +222,25 @@ def test_a_spike_on_one_rank_only_suspects_silent_data_corruption_on_its_gpu() -
     assert "suspect silent data corruption on GPU GPU-5" in finding.detail
     assert "dcgmi diag -r 3" in finding.suggestion
     assert "dcgmi diag -r 3" in render(result)
+
+
+def test_a_stragglers_evidence_is_its_own_gpu_and_node_and_the_rest_is_listed_apart() -> None:
+    """Issue 41: a corrected ECC on GPU 2 and application XIDs on GPUs 3 and 6 of the straggler's node were
+    listed as its evidence; they are now under "elsewhere on the job's nodes", with another node's signals."""
+    ranks = [rank(0, step_seconds=90.0, comm_wait=60.0), rank(1, NODE_B)]
+    own = (Hardware("ib_errors", NODE_B, "mlx5_0/1"), Hardware("throttle", NODE_B, "GPU-1"))
+    elsewhere = (Hardware("ecc", NODE_B, "GPU-2"), Hardware("xid", NODE_B, "GPU-3"), Hardware("xid", NODE_B, "GPU-6"),
+                 Hardware("xid", NODE_A, "GPU-0"))
+    result = diagnose("j", "1h", ranks, [*own, *elsewhere])
+
+    straggler = result.findings[0]
+    assert ("straggler", own, elsewhere) == (straggler.cause, straggler.hardware, straggler.elsewhere)
+    as_json = json.loads(json.dumps(result.as_dict()))["findings"][0]
+    assert [h.as_dict() for h in own] == as_json["hardware"]
+    assert [h.as_dict() for h in elsewhere] == as_json["hardware_elsewhere"]
+    report = render(result).splitlines()
+    heading = report.index("   elsewhere on the job's nodes (not this GPU's or node's):")
+    assert ["   hardware on b:9842: ib_errors mlx5_0/1", "   hardware on b:9842: throttle GPU-1"] == \
+        report[heading - 2:heading]
+    assert ["     b:9842: ecc GPU-2", "     b:9842: xid GPU-3", "     b:9842: xid GPU-6",
+            "     a:9842: xid GPU-0"] == report[heading + 1:heading + 5]

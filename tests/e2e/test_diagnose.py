@@ -11,6 +11,7 @@ a healthy one. No recording rules are loaded: diagnose works from raw series.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -198,3 +199,33 @@ def test_prometheus_down_exits_2_with_one_line() -> None:
 
     assert (2, "") == (done.returncode, done.stdout)
     assert ["cannot reach Prometheus"] == [line[19:42] for line in done.stderr.strip().splitlines()]
+
+
+def diagnose_in(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`trainmon diagnose ARGS` with this environment, and no `--prometheus` unless given."""
+    return subprocess.run([sys.executable, "-m", "trainmon", "diagnose", *args], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, env=env)
+
+
+def test_prometheus_comes_from_the_environment_and_the_list_names_every_job(stack: Stack) -> None:
+    """`TRAINMON_PROMETHEUS` stands for `--prometheus` (the runbook's `trainmon diagnose --job <id>`), and
+    `--list` names each running job with its ranks, nodes and when Prometheus last saw it."""
+    env = {**os.environ, "TRAINMON_PROMETHEUS": stack.prometheus.url}
+    listed = diagnose_in(env, "--list", "--since", WINDOW, "--json")
+    table = diagnose_in(env, "--list")
+    job = diagnose_in(env, "--job", "straggler", "--since", WINDOW)
+
+    assert 0 == listed.returncode, listed.stderr
+    jobs = {j["job_id"]: j for j in json.loads(listed.stdout)}
+    assert {job: (ranks, 1) for job, (_, ranks, _, _) in JOBS.items()} == \
+        {job: (j["ranks"], j["nodes"]) for job, j in jobs.items()}
+    assert all(time.time() - 30 < j["last_seen"] <= time.time() for j in jobs.values()), jobs
+    assert 0 == table.returncode and table.stdout.startswith("JOB_ID"), table
+    assert {line.split()[0] for line in table.stdout.splitlines()[1:]} == set(JOBS)
+    assert (1, "1. straggler costs") == (job.returncode, job.stdout.splitlines()[1][:18]), job
+
+
+def test_without_prometheus_anywhere_it_says_what_to_set() -> None:
+    done = diagnose_in({k: v for k, v in os.environ.items() if k != "TRAINMON_PROMETHEUS"}, "--list")
+
+    assert 2 == done.returncode and "--prometheus URL (or TRAINMON_PROMETHEUS) is required" in done.stderr

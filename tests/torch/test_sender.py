@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,3 +57,36 @@ def test_a_daemon_that_answers_starts_the_minute_again(tmp_path: Path, caplog: p
 
     assert 1 == reporter.sent
     assert [] == warnings(caplog)
+
+
+REPO = Path(__file__).resolve().parents[2]
+NOBODY = 65534
+SEND_AS_NOBODY = """
+import logging, os, sys
+from tests.helpers.clock import Clock
+from trainmon.torch._sender import Reporter, UnixTransport
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+clock = Clock()
+reporter = Reporter(lambda kind: b"{}", UnixTransport(sys.argv[1]), 1.0, clock=clock)
+os.setgroups([])
+os.setgid(NOBODY)
+os.setuid(NOBODY)
+for clock.now in (0.0, 60.0):
+    reporter.send_now()
+""".replace("NOBODY", str(NOBODY))
+
+
+def test_a_user_the_socket_refuses_is_told_the_socket_the_errno_and_the_flag(tmp_path: Path) -> None:
+    """A root-owned 0660 socket (the default) and a training process of another uid: the one warning names
+    the path, EACCES and `--ingest-socket-group` (before: "(Permission denied)" and the variable only)."""
+    with tempfile.TemporaryDirectory() as where, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as daemon:
+        os.chmod(where, 0o755)
+        path = os.path.join(where, "ingest.sock")
+        daemon.bind(path)
+        os.chmod(path, 0o660)
+        done = subprocess.run([sys.executable, "-c", SEND_AS_NOBODY, path], cwd=REPO, capture_output=True,
+                              text=True, timeout=30, check=True)
+
+    [message] = done.stderr.splitlines()
+    assert f"socket {path} (EACCES Permission denied)" in message, message
+    assert f"uid {NOBODY}" in message and "--ingest-socket-group GROUP" in message, message

@@ -10,6 +10,8 @@ complete within `--timeout`), or it has no series of the job: one line on stderr
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import sys
 import time
@@ -17,10 +19,12 @@ from collections.abc import Sequence
 
 from trainmon.diagnose.analysis import Thresholds, diagnose
 from trainmon.diagnose.collect import Collector
+from trainmon.diagnose.jobs import list_jobs, render_jobs
 from trainmon.diagnose.prometheus import PrometheusClient, PrometheusUnreadable, deadline
 from trainmon.diagnose.report import render, strict_json
 
 DURATION = re.compile(r"(\d+)([smhdw])")
+PROMETHEUS_ENV = "TRAINMON_PROMETHEUS"
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_LINE_CHARS = 500  # an error line quotes what a server said: one line, printable, short
@@ -44,10 +48,15 @@ def parse_duration(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainmon diagnose", description="What holds a training job back, "
                                      "ranked by the share of the job's time it costs, with MFU and goodput.")
-    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
-    parser.add_argument("--job", required=True, metavar="JOB_ID", help="the job_id label of the job")
+    parser.add_argument("--prometheus", default=os.environ.get(PROMETHEUS_ENV) or None, metavar="URL",
+                        help=f"Prometheus base URL (env {PROMETHEUS_ENV})")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--job", metavar="JOB_ID", help="the job_id label of the job")
+    what.add_argument("--list", action="store_true",
+                      help="list the jobs Prometheus knows: job id, ranks, nodes, last seen (within --since)")
     parser.add_argument("--since", default="1h", metavar="DURATION", help="window to look at (default 1h)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object (SPEC §2)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object: job_id, since, findings, mfu, goodput (--list: a list)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "tf32", "fp8"),
                         help="the trainmon_gpu_peak_flops dtype MFU divides by (default bf16)")
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
@@ -80,6 +89,10 @@ def main(argv: Sequence[str]) -> int:
         window = parse_duration(args.since)
     except ValueError as exc:
         parser.error(f"--since: {exc}")
+    if not args.prometheus:
+        parser.error(f"--prometheus URL (or {PROMETHEUS_ENV}) is required")
+    if args.list:
+        return list_known_jobs(args.prometheus, window, args.since, as_json=args.json, timeout=args.timeout)
     collector = Collector(PrometheusClient(args.prometheus, timeout=args.timeout), time.time(), window, args.dtype)
     try:
         with deadline(args.timeout, args.prometheus):
@@ -111,3 +124,16 @@ def _skipped(unusable: set[tuple[str, str]]) -> str:
     instance, label = min(unusable)
     return (f"skipped {len(unusable)} rank(s) whose rank label is not a rank number (such as {label[:40]!r} "
             f"on {instance[:80]!r})")
+
+
+def list_known_jobs(url: str, window: int, since: str, *, as_json: bool, timeout: float) -> int:
+    """Print the jobs seen within the window; 0, or 2 when Prometheus cannot be read."""
+    now = time.time()
+    try:
+        with deadline(timeout, url):
+            jobs = list_jobs(PrometheusClient(url, timeout=timeout), now, window)
+    except PrometheusUnreadable as exc:
+        print(f"trainmon diagnose: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    print(json.dumps([j.as_dict() for j in jobs], allow_nan=False) if as_json else render_jobs(jobs, now, since))
+    return 0

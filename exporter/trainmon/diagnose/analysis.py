@@ -21,6 +21,8 @@ CAUSE_SIGNALS = {
     "slow_rank": ("throttle", "power_cap", "clocks", "pcie_link", "xid", "ecc"),
     "instability": ("throttle", "power_cap", "clocks", "pcie_link", "xid", "ecc"),
 }
+# Signals of one GPU (the others, InfiniBand ports and NVMe devices, are the node's).
+GPU_SIGNALS = frozenset({"throttle", "power_cap", "clocks", "pcie_link", "xid", "ecc", "health"})
 SDC_CHECK = "dcgmi diag -r 3"
 # Found however little time they cost so far: each is a reason to act now.
 ALWAYS_REPORTED = frozenset({"stall", "hang", "slow_rank", "instability", "silent_data_corruption"})
@@ -109,6 +111,15 @@ class _Signals:
     def on_job(self, cause: str) -> tuple[Hardware, ...]:
         return tuple(h for h in self._hardware if h.instance in self._instances and h.signal in CAUSE_SIGNALS[cause])
 
+    def of_culprit(self, cause: str, instance: str, uuid: str) -> tuple[tuple[Hardware, ...], tuple[Hardware, ...]]:
+        """The signals on the culprit's GPU and node (another GPU's are not its), and the rest on the job's nodes.
+
+        Without the culprit's GPU (`uuid` empty) every signal of its node is its.
+        """
+        own = tuple(h for h in self.on_node(cause, instance) if not uuid or h.signal not in GPU_SIGNALS
+                    or h.device == uuid)
+        return own, tuple(h for h in self.on_job(cause) if h not in own)
+
 
 def _stragglers(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Signals) -> list[Finding]:
     """Ranks whose compute per step is slow against the fastest rank's; the cost is the others' wait for them."""
@@ -124,11 +135,12 @@ def _stragglers(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Si
         if score >= t.straggler_score:
             continue
         cost = sum(max(slow - per_step[o.rank], 0.0) * o.steps for o in stepping if o is not r)
+        own, elsewhere = signals.of_culprit("straggler", r.instance, r.uuid)
         findings.append(Finding(
             cause="straggler", share=cost / total, rank=r.rank, instance=r.instance, uuid=r.uuid or None,
             detail=f"rank {r.rank} computes {slow * 1000:.0f} ms per step against the fastest rank's "
                    f"{fastest * 1000:.0f} ms (score {score:.2f}); the other ranks wait for it",
-            hardware=signals.on_node("straggler", r.instance)))
+            hardware=own, elsewhere=elsewhere))
     return findings
 
 

@@ -110,6 +110,7 @@ class Finding:
     phase: str | None = None
     mount: str | None = None
     hardware: tuple[Hardware, ...] = ()
+    elsewhere: tuple[Hardware, ...] = ()  # signals on the job's nodes that are not the culprit's GPU or node
     signals: dict[str, float] = field(default_factory=dict)  # storage: what moved on the mount
     ranks: tuple[int, ...] = ()  # the ranks a job-wide cause was seen on
     step_window: tuple[int, int] | None = None
@@ -129,6 +130,8 @@ class Finding:
             out["suggestion"] = self.suggestion
         if self.cause in WITH_HARDWARE:
             out["hardware"] = [h.as_dict() for h in self.hardware]
+        if self.elsewhere:
+            out["hardware_elsewhere"] = [h.as_dict() for h in self.elsewhere]
         if self.signals:
             out["signals"] = {name: round(value, 6) for name, value in self.signals.items()}
         return out

@@ -44,6 +44,9 @@ def render(d: Diagnosis) -> str:
             lines.append(f"   next: {f.suggestion}")
         for h in f.hardware:
             lines.append(f"   hardware on {h.instance}: {h.signal} {h.device}")
+        if f.elsewhere:
+            lines.append("   elsewhere on the job's nodes (not this GPU's or node's):")
+            lines.extend(f"     {h.instance}: {h.signal} {h.device}" for h in f.elsewhere)
         lines.append(f"   runbook: {runbook_url(f.cause)}")
     mfu = "unknown" if d.mfu is None else f"{d.mfu:.1%}"
     lines.append(f"MFU {mfu} ({d.mfu_detail}); runbook: {runbook_url('mfu')}")

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from trainmon.errors import MessageRejected
+from trainmon.ingest.rank_log import RankEvents
 from trainmon.roots import Unavailable, read_attribute
 from trainmon.wire import Report, parse, validate, went_backwards
 
@@ -170,6 +171,7 @@ class RankTable:
         self._evicted: Counter[str] = Counter()
         self._exits = ExitHistory()
         self._job_gone_at: dict[str, float] = {}  # job_id -> when its last live rank left
+        self._events = RankEvents(clock)
 
     def receive(self, data: bytes, sender_pid: int | None = None, sender_uid: int | None = None) -> None:
         """Validate and apply one datagram; never raises for bad input (it is counted)."""
@@ -225,6 +227,7 @@ class RankTable:
             for key in [k for k, s in self._ranks.items()
                         if s.exited_at is not None and now - s.exited_at > self._exited_retention]:
                 self._remove(key)
+            self._events.flush()
             for job_id in [j for j, t in self._job_gone_at.items() if now - t > self._exit_retention]:
                 del self._job_gone_at[job_id]
                 self._exits.forget(job_id)
@@ -270,6 +273,7 @@ class RankTable:
                 if old is not None:
                     self._remove(key)
                     self._keep_exited(key, report, old, now)
+                    self._events.left(report.job_id, report.rank, report.exit_reason)
                 self._count_exit(report.job_id, report.exit_reason, now, verified=old is not None and old.verified)
                 return
             series = self._series_of(report)
@@ -282,6 +286,8 @@ class RankTable:
             report, peaks = held_peaks(report, old.peaks if old is not None and same else (), now)
             self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid, peaks)
             self._series += series - held
+            if not same:
+                self._events.arrived(report.job_id, report.rank, report.pid, report.world_size)
             self._job_gone_at.pop(report.job_id, None)
 
     def _keep_exited(self, key: RankKey, bye: Report, old: RankSlot, now: float) -> None:
@@ -317,6 +323,7 @@ class RankTable:
     def _expire(self, key: RankKey, now: float) -> None:
         verified = self._ranks[key].verified
         self._remove(key)
+        self._events.left(*key, "lost")
         self._evicted["ttl"] += 1
         self._count_exit(key[0], "lost", now, verified=verified)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 import threading
 import time
@@ -143,9 +144,7 @@ class Reporter:
             self._unreachable_since = now
         if not self._warned_unreachable and now - self._unreachable_since >= UNREACHABLE_WARNING_S:
             self._warned_unreachable = True
-            log.warning("trainmon: no daemon has taken this rank's reports for %.0fs (%s); the daemon's socket "
-                        "is set with TRAINMON_INGEST_SOCKET (default %s) or TRAINMON_INGEST_UDP; training "
-                        "goes on unaffected", now - self._unreachable_since, exc.strerror or exc, DEFAULT_SOCKET)
+            log.warning("%s", unreachable_warning(exc, now - self._unreachable_since, self._transport))
 
     def stop(self, *, bye: bool) -> None:
         """Stop the thread; with `bye`, send the goodbye that marks a clean exit."""
@@ -160,3 +159,24 @@ class Reporter:
         self.send_now()
         while not self._stop.wait(self._interval):
             self.send_now()
+
+
+def unreachable_warning(exc: OSError, seconds: float, transport: Transport) -> str:
+    """The one warning of a hook no daemon answers: where it sends, the kernel's errno, and the fix."""
+    path = getattr(transport, "_path", None)
+    address = getattr(transport, "_target", None)
+    target = f"socket {path}" if path else f"UDP {address[0]}:{address[1]}" if address else "the daemon"
+    reason = f"{errno.errorcode.get(exc.errno or 0, 'error')} {exc.strerror or exc}"
+    if path and exc.errno in (errno.EACCES, errno.EPERM):
+        groups = ",".join(map(str, sorted({os.getgid(), *os.getgroups()})))
+        fix = (f"this process (uid {os.getuid()}, gids {groups}) may not write to it: "
+               "run training in the socket's group (the systemd unit's is trainmon; the DaemonSet's gid 10001, "
+               "supplementalGroups in the training pod) or start the daemon with --ingest-socket-group GROUP "
+               "(TRAINMON_INGEST_SOCKET_GROUP) naming a group training runs in")
+    elif path and exc.errno in (errno.ENOENT, errno.ECONNREFUSED):
+        fix = "no daemon is bound there: start trainmon serve, or set TRAINMON_INGEST_SOCKET to its --ingest-socket"
+    else:
+        fix = (f"the daemon's socket is set with TRAINMON_INGEST_SOCKET (default {DEFAULT_SOCKET}) or "
+               "TRAINMON_INGEST_UDP")
+    return (f"trainmon: no daemon has taken this rank's reports for {seconds:.0f}s: {target} ({reason}); {fix}; "
+            "training goes on unaffected")

@@ -10,11 +10,18 @@ gradient norm (2-norm over all parameters, after unscaling) is taken on the devi
 `on_before_optimizer_step`, where Lightning calls its own `grad_norm` hook, and read without a sync;
 only where every rank holds whole gradients (single device, DDP): under FSDP or DeepSpeed a rank's
 local gradients are shards, and the norm is left out.
+
+Data-loader wait is the time Lightning's fit loop spends fetching each training batch: Lightning times
+that fetch through its profiler, as the action `[_TrainingEpochLoop].train_dataloader_next` (the line
+`SimpleProfiler` prints), and the callback times the same action on whichever profiler the trainer
+has, from training start to teardown. The copy of the batch to the device comes after it and is not
+counted; nor is the batch Lightning prefetches before training starts from a loader without a length.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,6 +50,38 @@ def batch_size(batch: Any) -> int:
         batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
     shape = getattr(batch, "shape", None)
     return int(shape[0]) if shape else 0
+
+
+FETCH_ACTION = ".train_dataloader_next"  # Lightning's profiler action around each training batch's fetch
+
+
+class FetchTimer:
+    """Adds the time of each training-batch fetch, as Lightning's profiler sees it, to the monitor's data wait."""
+
+    def __init__(self, profiler: Any, monitor: TrainingMonitor) -> None:
+        self._profiler = profiler
+        self._monitor = monitor
+        self._start: Callable[[str], None] = profiler.start
+        self._stop: Callable[[str], None] = profiler.stop
+        self._began: float | None = None
+        profiler.start, profiler.stop = self.start, self.stop
+
+    def start(self, action_name: str) -> None:
+        self._start(action_name)
+        if action_name.endswith(FETCH_ACTION):
+            self._began = perf_counter()
+
+    def stop(self, action_name: str) -> None:
+        if action_name.endswith(FETCH_ACTION) and self._began is not None:
+            if self._monitor.enabled:
+                self._monitor.state.data_wait += perf_counter() - self._began
+            self._began = None
+        self._stop(action_name)
+
+    def remove(self) -> None:
+        """Give the profiler its own methods back."""
+        if self._profiler.start == self.start:
+            del self._profiler.start, self._profiler.stop
 
 
 def whole_gradients(strategy: Any) -> bool:
@@ -75,6 +114,7 @@ class TrainmonCallback(Callback):
         self._grad_norm: Any = None
         self._want_grad_norm = grad_norm
         self._eval: Phase | None = None
+        self._fetches: FetchTimer | None = None
 
     @property
     def monitor(self) -> TrainingMonitor:
@@ -85,6 +125,8 @@ class TrainmonCallback(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.monitor.set_framework("lightning")
         self.monitor.watch(model=trainer.strategy.model, scaler=getattr(trainer.precision_plugin, "scaler", None))
+        if self._fetches is None:
+            self._fetches = FetchTimer(trainer.profiler, self.monitor)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self._open_at is None:
@@ -120,5 +162,8 @@ class TrainmonCallback(Callback):
             self._eval = None
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self._fetches is not None and stage == "fit":
+            self._fetches.remove()
+            self._fetches = None
         if self._owned and self._monitor is not None and stage == "fit":
             self._monitor.close()
