@@ -125,7 +125,8 @@ class NcclInspectorCollector:
         if self._json_dir is not None:
             problems += self._read_dumps(self._json_dir, owners, now, budget)
         self._expire(now)
-        return Collection(families=tuple(self._families()), found=self._found(), skipped=self._problems.update(problems),
+        return Collection(families=tuple(self._families()), found=self._found(),
+                          skipped=self._problems.update(problems),
                           details={"label_sets": len(self._totals), "skipped_records": dict(self._skipped)})
 
     def close(self) -> None:

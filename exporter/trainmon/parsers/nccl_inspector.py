@@ -38,8 +38,8 @@ GBS = 1e9  # Inspector's GB/s are decimal (bytes / µs / 1000)
 UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 SIZE_BUCKET = re.compile(r"(\d+)-\d+(B|KB|MB|GB|TB)")
 LINE = re.compile(r'(nccl_(?:p2p_)?(?:bus_bandwidth_gbs|collective_exec_time_microseconds|exec_time_microseconds))'
-                  r'\{((?:[a-z_]+="(?:[^"\\]|\\.)*",?)*)\}\s+(\S+)')
-LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"')
+                  r'\{((?:[a-z0-9_]+="(?:[^"\\]|\\.)*",?)*)\}\s+(\S+)')
+LABEL = re.compile(r'([a-z0-9_]+)="((?:[^"\\]|\\.)*)"')
 
 
 def size_class(size_bytes: float) -> str:
