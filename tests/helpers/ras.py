@@ -7,6 +7,7 @@ answer (a slow RAS), `close_after_handshake` (NCCL gone mid-conversation).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -37,11 +38,8 @@ class RasStandIn:
                 conn, _ = self._server.accept()
             except OSError:
                 return
-            with conn:
-                try:
-                    self._converse(conn)
-                except OSError:
-                    pass
+            with conn, contextlib.suppress(OSError):  # the poller gave up first
+                self._converse(conn)
 
     def _converse(self, conn: socket.socket) -> None:
         lines = conn.makefile("rb")
