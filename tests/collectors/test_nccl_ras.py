@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_an_answer_over_the_cap_fails_loudly_naming_the_flag(node: Node) -> None
     ras = RasStandIn(answer("status_oversized_512.json"), chunk=4096)
     try:
         c = ras_collector(node, ras.port, max_bytes=256 << 10)
-        [error] = wait_until(lambda: failure(c))  # type: ignore[misc]
+        error: CollectorError = cast(list[CollectorError], wait_until(lambda: failure(c)))[0]
         c.close()
     finally:
         ras.close()

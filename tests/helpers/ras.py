@@ -29,6 +29,8 @@ class RasStandIn:
         self._thread.start()
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept() that close() alone would leave blocked
         self._server.close()
         self._thread.join(timeout=5)
 
