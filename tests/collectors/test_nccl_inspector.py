@@ -18,7 +18,7 @@ from trainmon.errors import NoData
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nccl" / "inspector"
 PROM_NAME = "nccl_inspector_metrics_00000000-0000-0000-0000-000000000001.prom"
-JSON_NAME = "gpu-node-07-pid4001.log"
+JSON_NAME = "gpu-node-07-pid4001.log"  # the fixture: Inspector in pid 4001
 DP_BIG = {"job_id": "llama", "rank": "9", "comm_name": "DP Group 0", "collective": "all_reduce",
           "size_class": ">=256MiB"}
 BANDWIDTH = "trainmon_nccl_inspector_bus_bandwidth_bytes_per_second"
@@ -52,6 +52,11 @@ def json_dump(pid: int) -> str:
     return (FIXTURES / "json" / JSON_NAME).read_text().replace('"pid":4001', f'"pid":{pid}')
 
 
+def dump_path(tmp_path: Path, pid: int | None = None) -> Path:
+    """Where Inspector in process `pid` (this one by default) writes its JSON dump."""
+    return tmp_path / "json" / f"gpu-node-07-pid{pid or os.getpid()}.log"
+
+
 def value(node_collector: NcclInspectorCollector, name: str, labels: dict[str, str]) -> float | None:
     return registry_of(node_collector.collect().families).get_sample_value(name, labels)
 
@@ -78,7 +83,7 @@ def test_a_textfile_window_joins_through_the_gpu_uuid_to_the_hooks_rank_once(nod
 
 def test_json_operations_become_counters_and_cpu_timed_ones_are_dropped(node: Node, tmp_path: Path) -> None:
     node.report(rank=9)
-    (tmp_path / "json" / JSON_NAME).write_text(json_dump(os.getpid()))
+    dump_path(tmp_path).write_text(json_dump(os.getpid()))
     c = collector(node)
 
     reg = registry_of(c.collect().families)
@@ -90,7 +95,7 @@ def test_json_operations_become_counters_and_cpu_timed_ones_are_dropped(node: No
     tp = {**DP_BIG, "comm_name": "TP Group 0", "collective": "all_gather", "size_class": "<256MiB"}
     assert 3 == reg.get_sample_value("trainmon_nccl_inspector_operations_total", tp)
 
-    with open(tmp_path / "json" / JSON_NAME, "a") as f:  # the next dump appends
+    with open(dump_path(tmp_path), "a") as f:  # the next dump appends
         f.write(json_dump(os.getpid()).splitlines(keepends=True)[0])
     assert 5 == value(c, "trainmon_nccl_inspector_operations_total", DP_BIG)
 
@@ -98,7 +103,7 @@ def test_json_operations_become_counters_and_cpu_timed_ones_are_dropped(node: No
 def test_a_record_cut_short_waits_for_its_writer_then_is_skipped_and_counted(node: Node, tmp_path: Path) -> None:
     node.report(rank=9)
     lines = json_dump(os.getpid()).splitlines(keepends=True)
-    path = tmp_path / "json" / JSON_NAME
+    path = dump_path(tmp_path)
     path.write_text(lines[0] + lines[1][:50])
     clock = Clock()
     clock.ahead = 0.0  # the writer may still be writing
@@ -122,7 +127,7 @@ def test_a_record_cut_short_waits_for_its_writer_then_is_skipped_and_counted(nod
 
 def test_a_replaced_dump_is_read_from_its_start(node: Node, tmp_path: Path) -> None:
     node.report(rank=9)
-    path = tmp_path / "json" / JSON_NAME
+    path = dump_path(tmp_path)
     path.write_text(json_dump(os.getpid()))
     c = collector(node)
     assert 4 == value(c, "trainmon_nccl_inspector_operations_total", DP_BIG)
@@ -133,7 +138,7 @@ def test_a_replaced_dump_is_read_from_its_start(node: Node, tmp_path: Path) -> N
 
 
 def test_without_a_hook_a_record_goes_to_its_gpu(node: Node, tmp_path: Path) -> None:
-    (tmp_path / "json" / "gpu-node-07-pid4001.log").write_text(json_dump(4001))  # NVML's process on GPU 1
+    dump_path(tmp_path, 4001).write_text(json_dump(4001))  # NVML's process on GPU 1
     shutil.copy(FIXTURES / "prom" / PROM_NAME, tmp_path / "prom" / PROM_NAME)
     reg = registry_of(collector(node).collect().families)
 
@@ -146,10 +151,21 @@ def test_records_of_no_known_process_or_gpu_are_counted_not_served(node: Node, t
     (tmp_path / "json" / "h-pid77.log").write_text(json_dump(77))
     other = PROM_NAME.replace("000000000001", "000000000042")
     shutil.copy(FIXTURES / "prom" / PROM_NAME, tmp_path / "prom" / other)
-    reg = registry_of(collector(node).collect().families)
+    collection = collector(node).collect()
+    reg = registry_of(collection.families)
 
-    assert 8 + 7 == reg.get_sample_value("trainmon_nccl_inspector_records_skipped_total", {"reason": "unattributed"})
+    assert 7 == reg.get_sample_value("trainmon_nccl_inspector_records_skipped_total", {"reason": "unattributed"})
     assert reg.get_sample_value("trainmon_nccl_inspector_operations_total", DP_BIG) is None
+    assert any("h-pid77.log: pid 77 is no hook rank" in s for s in collection.skipped)  # waits for its hook
+
+
+def test_a_dump_written_before_the_hooks_first_report_waits_for_it(node: Node, tmp_path: Path) -> None:
+    dump_path(tmp_path).write_text(json_dump(os.getpid()))
+    c = collector(node)
+    assert value(c, "trainmon_nccl_inspector_operations_total", DP_BIG) is None
+
+    node.report(rank=9)
+    assert 4 == value(c, "trainmon_nccl_inspector_operations_total", DP_BIG)
 
 
 def test_label_sets_beyond_the_budget_are_refused_and_counted(node: Node, tmp_path: Path,
@@ -157,7 +173,7 @@ def test_label_sets_beyond_the_budget_are_refused_and_counted(node: Node, tmp_pa
     monkeypatch.setattr(nccl_inspector, "MAX_LABEL_SETS", 2)
     monkeypatch.setattr(nccl_inspector, "MAX_COMM_NAMES", 1)
     node.report(rank=9)
-    (tmp_path / "json" / JSON_NAME).write_text(json_dump(os.getpid()))
+    dump_path(tmp_path).write_text(json_dump(os.getpid()))
     collection = collector(node).collect()
     reg = registry_of(collection.families)
 

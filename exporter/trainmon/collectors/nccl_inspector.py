@@ -14,7 +14,8 @@ size_class}, so `rate()` survives a lost window:
 Bounded: at most `MAX_FILES` files a directory and `MAX_CYCLE_BYTES` read a cycle; a textfile over
 `MAX_TEXTFILE_BYTES`, or unchanged for `MAX_AGE_S`, is not read; a textfile younger than `SETTLE_S` is
 read next cycle (Inspector rewrites it in place). A line cut short (a writer still writing, or dead) is
-skipped and counted; a JSON dump that shrinks or is replaced is read again from its start. Label sets
+skipped and counted; a JSON dump that shrinks or is replaced is read again from its start, and one whose
+writer's pid (in its name) is not yet known here waits, so that the hook's first report is not raced. Label sets
 beyond `MAX_LABEL_SETS`, and communicator names beyond `MAX_COMM_NAMES` a job (then `other`), are
 refused and counted; a label set not fed for `--exit-retention` is dropped.
 """
@@ -61,6 +62,7 @@ SETTLE_S = 2.0
 MAX_LABEL_SETS = 2048
 MAX_COMM_NAMES = 16
 TEXTFILE = re.compile(r"nccl_inspector_metrics_([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.prom")
+DUMP_FILE = re.compile(r".*-pid(\d+)\.log")  # "<hostname>-pid<pid>.log"
 GPU_LABEL = re.compile(r"GPU(\d+)")
 Key = tuple[str, str, str, str, str]
 
@@ -182,6 +184,11 @@ class NcclInspectorCollector:
         seen: set[str] = set()
         for entry in self._entries(directory, ".log", problems):
             seen.add(entry.path)
+            writer = DUMP_FILE.fullmatch(entry.name)
+            if writer and owners.of_pid(int(writer.group(1)), self._procfs) is None:
+                problems.append(f"{entry.name}: pid {writer.group(1)} is no hook rank nor GPU process here (yet); "
+                                "not read until it is")
+                continue
             try:
                 st = entry.stat()
             except OSError:
