@@ -204,3 +204,19 @@ def test_without_either_directory_there_is_nothing_to_read(tmp_path: Path) -> No
             collector(n).collect()
     finally:
         n.close()
+
+
+def test_a_dump_larger_than_a_cycle_reads_is_caught_up_over_cycles(node: Node, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nccl_inspector, "MAX_CYCLE_BYTES", 1000)  # two records a cycle
+    node.report(rank=9)
+    dump_path(tmp_path).write_text(json_dump(os.getpid()))
+    c = collector(node)
+
+    reg = registry_of(c.collect().families)
+    assert 2 == reg.get_sample_value("trainmon_nccl_inspector_operations_total", DP_BIG)
+    assert 0 < (reg.get_sample_value("trainmon_nccl_inspector_backlog_bytes") or 0)
+    for _ in range(3):
+        reg = registry_of(c.collect().families)
+    assert 4 == reg.get_sample_value("trainmon_nccl_inspector_operations_total", DP_BIG)
+    assert 0 == reg.get_sample_value("trainmon_nccl_inspector_backlog_bytes")

@@ -37,7 +37,7 @@ from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.nccl_owners import Owner, Owners, snapshot
 from trainmon.collectors.problems import ProblemLog
 from trainmon.errors import NoData
-from trainmon.families import NAMESPACE, Metric, counter, info
+from trainmon.families import NAMESPACE, Metric, counter, gauge, info
 from trainmon.gpu_inventory import GpuInventory
 from trainmon.ingest.server import IngestServer
 from trainmon.parsers.nccl_inspector import (
@@ -56,7 +56,9 @@ log = logging.getLogger(__name__)
 LABELS = ("job_id", "rank", "comm_name", "collective", "size_class")
 MAX_FILES = 256
 MAX_TEXTFILE_BYTES = 1 << 20  # "~12-24 KB per GPU" for 8 communicators (Inspector's README)
-MAX_CYCLE_BYTES = 16 << 20  # JSON grows 200-500 bytes an operation; the rest is read next cycle
+# JSON grows 200-500 bytes an operation, parsed at ~0.1-0.3 ms each: ~10k operations a cycle at most; the rest
+# waits for the next cycle (trainmon_nccl_inspector_backlog_bytes)
+MAX_CYCLE_BYTES = 4 << 20
 MAX_AGE_S = 600.0
 SETTLE_S = 2.0
 MAX_LABEL_SETS = 2048
@@ -114,6 +116,7 @@ class NcclInspectorCollector:
         self._windows: dict[str, tuple[int, int, int]] = {}  # textfile -> (inode, mtime_ns, size) counted
         self._cursors: dict[str, Cursor] = {}
         self._skipped: Counter[str] = Counter()
+        self._backlog = 0
 
     def collect(self) -> Collection:
         if self._textfile_dir is None and self._json_dir is None:
@@ -182,6 +185,7 @@ class NcclInspectorCollector:
     def _read_dumps(self, directory: Path, owners: Owners, now: float, budget: list[int]) -> list[str]:
         problems: list[str] = []
         seen: set[str] = set()
+        sizes: dict[str, int] = {}
         for entry in self._entries(directory, ".log", problems):
             seen.add(entry.path)
             writer = DUMP_FILE.fullmatch(entry.name)
@@ -193,6 +197,7 @@ class NcclInspectorCollector:
                 st = entry.stat()
             except OSError:
                 continue
+            sizes[entry.path] = st.st_size
             cursor = self._cursors.get(entry.path)
             if cursor is None or cursor.inode != st.st_ino or st.st_size < cursor.offset:
                 cursor = self._cursors[entry.path] = Cursor(st.st_ino, 0)  # new, replaced or truncated
@@ -212,6 +217,7 @@ class NcclInspectorCollector:
                 self._skipped["truncated"] += 1  # a record its writer never finished
                 cursor.offset += tail
         self._cursors = {p: c for p, c in self._cursors.items() if p in seen}
+        self._backlog = sum(max(0, sizes[p] - c.offset) for p, c in self._cursors.items() if p in sizes)
         return problems
 
     def _operation(self, line: bytes, owners: Owners, now: float) -> None:
@@ -305,7 +311,10 @@ class NcclInspectorCollector:
                           "too_many_files).", ("reason",))
         for reason, n in sorted(self._skipped.items()):
             skipped.add_metric([reason], n)
-        return [operations, seconds, sent, dropped, bandwidth, source, skipped]
+        backlog = gauge("nccl_inspector_backlog_bytes", "JSON dump bytes not read yet: above zero for long, the "
+                        "dumps grow faster than a cycle reads (use the textfile).")
+        backlog.add_metric([], self._backlog)
+        return [operations, seconds, sent, dropped, bandwidth, source, skipped, backlog]
 
     def _found(self) -> tuple[str, ...]:
         ranks = Counter((k[0], k[1]) for k in self._totals)

@@ -10,7 +10,7 @@ its Slurm job; the rank is then `gpu<NVML index>`, unique on the node (with `ins
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trainmon.collectors.hpc_jobs import cgroup_jobs
 from trainmon.collectors.training import inflight_age
@@ -38,6 +38,8 @@ class Owners:
     gpu_uuid: dict[int, str]  # NVML index -> UUID
     gpu_of_pid: dict[int, int]  # NVML's compute processes -> NVML index
     oldest_inflight: float  # seconds, over every live rank's in-flight collectives; 0 when none
+    # of_pid's answers this cycle: a dump's every record names its pid, and a cgroup read is a syscall or three
+    resolved: dict[int, Owner | None] = field(default_factory=dict)
 
     def of_gpu(self, uuid: str, index: int | None, slurm_job: str) -> Owner | None:
         """The owner of a GPU named by its UUID, or by its index where the UUID is unknown; None when the
@@ -55,6 +57,11 @@ class Owners:
         """The owner of a process: the hook's rank with that pid, else its GPU and its Slurm job (cgroup)."""
         if pid in self.by_pid:
             return self.by_pid[pid]
+        if pid not in self.resolved:
+            self.resolved[pid] = self._of_gpu_process(pid, procfs)
+        return self.resolved[pid]
+
+    def _of_gpu_process(self, pid: int, procfs: Root) -> Owner | None:
         index = self.gpu_of_pid.get(pid)
         if index is None:
             return None
