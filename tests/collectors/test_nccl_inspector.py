@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.collectors.nccl_node import UUID1, Node
 from tests.helpers.metrics import registry_of
+from tests.helpers.nccl_node import UUID1, Node
 from trainmon.collectors import nccl_inspector
 from trainmon.collectors.nccl_inspector import NcclInspectorCollector
 from trainmon.errors import NoData

@@ -10,8 +10,8 @@ from typing import cast
 
 import pytest
 
-from tests.collectors.nccl_node import Node
 from tests.helpers.metrics import registry_of
+from tests.helpers.nccl_node import Node
 from tests.helpers.net import free_port, wait_until
 from tests.helpers.ras import RasStandIn
 from trainmon import wire
@@ -145,6 +145,30 @@ def test_a_slow_or_vanishing_ras_is_down_for_the_hooks_job(node: Node, kwargs: d
     assert 0 == reg.get_sample_value("trainmon_nccl_ras_up", JOB)
     assert 1 == reg.get_sample_value("trainmon_nccl_ras_polls_total", {"command": "status", "result": result})
     assert reg.get_sample_value("trainmon_nccl_ras_missing_ranks", {**JOB, "kind": "dead"}) is None
+
+
+def test_the_first_collection_waits_briefly_for_the_first_answer(node: Node) -> None:
+    ras = RasStandIn(answer("status_healthy_16.json"))
+    try:
+        c = ras_collector(node, ras.port)
+        reg = registry_of(c.collect().families)  # not NoData: `trainmon check` shows what RAS says
+        c.close()
+    finally:
+        ras.close()
+
+    assert 1 == reg.get_sample_value("trainmon_nccl_ras_up", JOB)
+
+
+def test_a_connection_closed_instead_of_an_answer_is_closed_not_malformed(node: Node) -> None:
+    ras = RasStandIn(b"")
+    try:
+        c = ras_collector(node, ras.port)
+        reg = registry_of(polled(c).families)
+        c.close()
+    finally:
+        ras.close()
+
+    assert 1 == reg.get_sample_value("trainmon_nccl_ras_polls_total", {"command": "status", "result": "closed"})
 
 
 def test_nothing_listening_is_refused(node: Node) -> None:

@@ -24,6 +24,15 @@ def test_a_textfile_becomes_one_window_per_bucket_with_size_classes_not_bucket_s
     assert {"GPU1"} == {w.gpu for w in read.windows}
 
 
+def test_a_comm_name_that_cannot_be_a_label_value_is_malformed() -> None:
+    text = PROM.read_text().replace('comm_name="TP Group 0"', 'comm_name="TP\\tGroup\x07"')
+
+    read = parse_textfile(text)
+
+    assert 3 == read.malformed
+    assert {"DP Group 0", "PP Group 0"} == {w.comm_name for w in read.windows}
+
+
 def test_a_line_cut_short_is_skipped_and_counted() -> None:
     text = PROM.read_text()
     read = parse_textfile(text[: len(text) - 40])
@@ -57,6 +66,9 @@ def test_json_records_give_time_bytes_bandwidth_and_the_timing_source() -> None:
     ('{"header":{},"metadata":{"inspector_output_format_version":"v4.0","pid":1},"coll_perf":{"coll":"AllReduce"}}',
      "malformed"),
     ("[1, 2]", "malformed"),
+    ('{"header":{"comm_name":"a\\u0007b"},"metadata":{"inspector_output_format_version":"v4.0","pid":1},'
+     '"coll_perf":{"coll":"AllReduce","coll_msg_size_bytes":1,"coll_exec_time_us":1,"coll_busbw_gbs":1.0,'
+     '"coll_timing_source":"kernel_gpu"}}', "malformed"),
 ])
 def test_bad_records_are_refused_with_a_reason(line: str, reason: str) -> None:
     with pytest.raises(RecordError) as caught:

@@ -134,13 +134,16 @@ def query(addr: Address, command: str, deadline_s: float, cap: int) -> bytes:
             if not conn.line().upper().startswith("SERVER PROTOCOL "):
                 raise PollFailed("protocol", "the peer did not answer the RAS handshake")
             conn.send("SET FORMAT json")
-            answer = conn.line()
-            if answer.upper() != "OK":
-                raise PollFailed("protocol", f"SET FORMAT json answered {answer[:80]!r} (NCCL older than 2.28.7?)")
+            reply = conn.line()
+            if reply.upper() != "OK":
+                raise PollFailed("protocol", f"SET FORMAT json answered {reply[:80]!r} (NCCL older than 2.28.7?)")
             conn.send(command)
-            return conn.rest(cap)
+            answer = conn.rest(cap)
         except (ConnectionResetError, BrokenPipeError):
             raise PollFailed("closed", "NCCL reset the connection") from None
+        if not answer:
+            raise PollFailed("closed", f"NCCL closed the connection without answering {command}")
+        return answer
 
 
 def poll(addr: Address, command: str, deadline_s: float, cap: int) -> Outcome:
@@ -165,6 +168,9 @@ class NcclRasCollector:
         self._clock = clock
         self._deadline_s = deadline_s
         self._poll_s = poll_s
+        # The first poll is waited for this long, so that `trainmon check` and the first scrape have an answer
+        # (a local RAS answers in well under a second) without the cycle passing its own timeout.
+        self._first_wait_s = settings.collector_timeout / 2
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nccl-ras")
         self._inflight: concurrent.futures.Future[Outcome] | None = None
         self._started_at: float | None = None
@@ -177,6 +183,9 @@ class NcclRasCollector:
         owners = snapshot(self._ingest, self._inventory)
         self._harvest()
         self._maybe_start(owners)
+        if self._last is None and self._inflight is not None:
+            concurrent.futures.wait([self._inflight], timeout=self._first_wait_s)
+            self._harvest()
         last = self._last
         if last is None:
             raise NoData(f"no RAS answer yet from {self._addr}")

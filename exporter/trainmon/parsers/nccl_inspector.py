@@ -34,12 +34,18 @@ COLLECTIVES = {
 }
 JSON_FORMAT_MAJOR = "v4"  # the JSON layout read here; another major version is skipped as `version`
 GPU_TIMED = "kernel_gpu"
+MAX_LABEL = 128
 GBS = 1e9  # Inspector's GB/s are decimal (bytes / µs / 1000)
 UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 SIZE_BUCKET = re.compile(r"(\d+)-\d+(B|KB|MB|GB|TB)")
 LINE = re.compile(r'(nccl_(?:p2p_)?(?:bus_bandwidth_gbs|collective_exec_time_microseconds|exec_time_microseconds))'
                   r'\{((?:[a-z0-9_]+="(?:[^"\\]|\\.)*",?)*)\}\s+(\S+)')
 LABEL = re.compile(r'([a-z0-9_]+)="((?:[^"\\]|\\.)*)"')
+
+
+def label_text(text: str) -> bool:
+    """Whether `text` may become a label value: printable, not empty, at most `MAX_LABEL` characters."""
+    return 0 < len(text) <= MAX_LABEL and text.isprintable()
 
 
 def size_class(size_bytes: float) -> str:
@@ -101,7 +107,7 @@ def parse_textfile(text: str) -> TextfileRead:
 def _window(labels: dict[str, str], values: dict[str, float]) -> Window | None:
     operation = labels.get("collective", labels.get("p2p_operation"))
     bucket = SIZE_BUCKET.fullmatch(labels.get("message_size", ""))
-    if operation is None or bucket is None or "comm_name" not in labels:
+    if operation is None or bucket is None or not label_text(labels.get("comm_name", "")):
         return None
     lower = int(bucket.group(1)) * UNITS[bucket.group(2)]
     bus, time_us = values.get("bus"), values.get("time")
@@ -164,7 +170,10 @@ def parse_record(line: str) -> Operation:
         raise RecordError("malformed", f"missing or bad field: {exc}") from None
     if size < 0 or not (math.isfinite(exec_us) and exec_us >= 0 and math.isfinite(busbw) and busbw >= 0):
         raise RecordError("malformed", "negative or non-finite size, time or bandwidth")
-    return Operation(pid=pid, comm_name=str(header.get("comm_name") or "unknown"), collective=collective_name(name),
+    comm_name = str(header.get("comm_name") or "unknown")
+    if not label_text(comm_name):
+        raise RecordError("malformed", "a comm_name that cannot be a label value")
+    return Operation(pid=pid, comm_name=comm_name, collective=collective_name(name),
                      size_class=size_class(size), size_bytes=size, exec_seconds=exec_us / 1e6,
                      bus_bandwidth=busbw * GBS, gpu_timed=source == GPU_TIMED, version=version)
 
