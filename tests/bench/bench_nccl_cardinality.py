@@ -54,7 +54,7 @@ def inspector_series(args: argparse.Namespace) -> dict[str, int]:
         gpus = GpuInventory()
         gpus.publish([InventoryGpu(index=i, uuid=f"GPU-{i}", pids=(4000 + i,)) for i in range(args.gpus_per_node)])
         settings = Settings(nccl_inspector_json_dir=Path(tmp))
-        collector = NcclInspectorCollector(settings, NodeResources(gpus=gpus))
+        collector = NcclInspectorCollector(settings, NodeResources(gpus=gpus), hostname="node")
         return samples(collector.collect())
 
 

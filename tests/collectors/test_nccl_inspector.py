@@ -21,6 +21,7 @@ PROM_NAME = "nccl_inspector_metrics_00000000-0000-0000-0000-000000000001.prom"
 JSON_NAME = "gpu-node-07-pid4001.log"  # the fixture: Inspector in pid 4001
 DP_BIG = {"job_id": "llama", "rank": "9", "comm_name": "DP Group 0", "collective": "all_reduce",
           "size_class": ">=256MiB"}
+HOST = "gpu-node-07"  # the fixtures' writer: this node
 BANDWIDTH = "trainmon_nccl_inspector_bus_bandwidth_bytes_per_second"
 
 
@@ -44,7 +45,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 
 def collector(node: Node, clock: Clock | None = None) -> NcclInspectorCollector:
-    return NcclInspectorCollector(node.settings, node.resources, clock=clock or Clock())
+    return NcclInspectorCollector(node.settings, node.resources, clock=clock or Clock(), hostname=HOST)
 
 
 def json_dump(pid: int) -> str:
@@ -148,7 +149,7 @@ def test_without_a_hook_a_record_goes_to_its_gpu(node: Node, tmp_path: Path) -> 
 
 
 def test_records_of_no_known_process_or_gpu_are_counted_not_served(node: Node, tmp_path: Path) -> None:
-    (tmp_path / "json" / "h-pid77.log").write_text(json_dump(77))
+    dump_path(tmp_path, 77).write_text(json_dump(77))
     other = PROM_NAME.replace("000000000001", "000000000042")
     shutil.copy(FIXTURES / "prom" / PROM_NAME, tmp_path / "prom" / other)
     collection = collector(node).collect()
@@ -156,7 +157,7 @@ def test_records_of_no_known_process_or_gpu_are_counted_not_served(node: Node, t
 
     assert 7 == reg.get_sample_value("trainmon_nccl_inspector_records_skipped_total", {"reason": "unattributed"})
     assert reg.get_sample_value("trainmon_nccl_inspector_operations_total", DP_BIG) is None
-    assert any("h-pid77.log: pid 77 is no hook rank" in s for s in collection.skipped)  # waits for its hook
+    assert any("pid 77 is no hook rank" in s for s in collection.skipped)  # waits for its hook
 
 
 def test_a_dump_written_before_the_hooks_first_report_waits_for_it(node: Node, tmp_path: Path) -> None:
@@ -220,3 +221,13 @@ def test_a_dump_larger_than_a_cycle_reads_is_caught_up_over_cycles(node: Node, t
         reg = registry_of(c.collect().families)
     assert 4 == reg.get_sample_value("trainmon_nccl_inspector_operations_total", DP_BIG)
     assert 0 == reg.get_sample_value("trainmon_nccl_inspector_backlog_bytes")
+
+
+def test_a_dump_written_on_another_node_of_a_shared_directory_is_not_read(node: Node, tmp_path: Path) -> None:
+    node.report(rank=9)
+    (tmp_path / "json" / f"gpu-node-08-pid{os.getpid()}.log").write_text(json_dump(os.getpid()))
+    collection = collector(node).collect()
+
+    assert registry_of(collection.families).get_sample_value("trainmon_nccl_inspector_operations_total",
+                                                             DP_BIG) is None
+    assert any("written on gpu-node-08, not on this node" in s for s in collection.skipped)

@@ -34,7 +34,8 @@ def write_inspector_output(prom: Path, dumps: Path) -> None:
     past = time.time() - 5  # a window Inspector finished writing
     os.utime(prom / PROM_NAME, (past, past))
     records = (NCCL / "inspector" / "json" / "gpu-node-07-pid4001.log").read_text()
-    (dumps / f"gpu-node-07-pid{os.getpid()}.log").write_text(records.replace('"pid":4001', f'"pid":{os.getpid()}'))
+    (dumps / f"{socket.gethostname()}-pid{os.getpid()}.log").write_text(
+        records.replace('"pid":4001', f'"pid":{os.getpid()}'))
 
 
 def test_inspector_and_ras_join_to_the_hooks_job_rank_and_gpu(tmp_path: Path, fake_nvml_dir: Path) -> None:  # noqa: F811

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -64,7 +65,7 @@ SETTLE_S = 2.0
 MAX_LABEL_SETS = 1024  # x 5 series: ~5k a node at most (a 64-rank job with 8 communicators takes 256-960)
 MAX_COMM_NAMES = 16
 TEXTFILE = re.compile(r"nccl_inspector_metrics_([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.prom")
-DUMP_FILE = re.compile(r".*-pid(\d+)\.log")  # "<hostname>-pid<pid>.log"
+DUMP_FILE = re.compile(r"(.+)-pid(\d+)\.log")  # "<hostname>-pid<pid>.log"
 GPU_LABEL = re.compile(r"GPU(\d+)")
 Key = tuple[str, str, str, str, str]
 
@@ -101,7 +102,7 @@ class NcclInspectorCollector:
     name = "nccl_inspector"
 
     def __init__(self, settings: Settings, resources: NodeResources,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, hostname: str | None = None) -> None:
         self._textfile_dir = settings.nccl_inspector_dir
         self._json_dir = settings.nccl_inspector_json_dir
         self._retention = settings.exit_retention
@@ -109,6 +110,9 @@ class NcclInspectorCollector:
         self._ingest: IngestServer | None = resources.ingest
         self._inventory: GpuInventory = resources.gpus
         self._clock = clock
+        host = hostname or socket.gethostname()
+        # NCCL writes gethostname(): this node's name, or a pod's (the hook reports it) where the job is in one.
+        self._hosts = frozenset({host, host.split(".")[0]})
         self._problems = ProblemLog(log, self.name)
         self._totals: dict[Key, Totals] = {}
         self._sources: dict[tuple[str, str], Source] = {}
@@ -168,7 +172,8 @@ class NcclInspectorCollector:
         match = TEXTFILE.fullmatch(name)
         uuid = f"GPU-{match.group(1)}" if match else ""
         for window in read.windows:
-            owner = owners.of_gpu(uuid, _gpu_index(window), _slurm(window))
+            local = window.node in self._hosts | owners.pods
+            owner = owners.of_gpu(uuid, _gpu_index(window) if local else None, _slurm(window))
             if owner is None:
                 self._skipped["unattributed"] += 1
                 continue
@@ -188,10 +193,9 @@ class NcclInspectorCollector:
         sizes: dict[str, int] = {}
         for entry in self._entries(directory, ".log", problems):
             seen.add(entry.path)
-            writer = DUMP_FILE.fullmatch(entry.name)
-            if writer and owners.of_pid(int(writer.group(1)), self._procfs) is None:
-                problems.append(f"{entry.name}: pid {writer.group(1)} is no hook rank nor GPU process here (yet); "
-                                "not read until it is")
+            waiting = self._not_ours(entry.name, owners)
+            if waiting:
+                problems.append(waiting)
                 continue
             try:
                 st = entry.stat()
@@ -219,6 +223,19 @@ class NcclInspectorCollector:
         self._cursors = {p: c for p, c in self._cursors.items() if p in seen}
         self._backlog = sum(max(0, sizes[p] - c.offset) for p, c in self._cursors.items() if p in sizes)
         return problems
+
+    def _not_ours(self, name: str, owners: Owners) -> str:
+        """Why a dump is not read (yet): written on another host (a shared directory), or by a process
+        that is no hook rank nor GPU process here yet; "" when it is read."""
+        writer = DUMP_FILE.fullmatch(name)
+        if writer is None:
+            return ""
+        host, pid = writer.group(1), int(writer.group(2))
+        if host not in self._hosts | owners.pods:
+            return f"{name}: written on {host}, not on this node (a shared directory?); not read"
+        if owners.of_pid(pid, self._procfs) is None:
+            return f"{name}: pid {pid} is no hook rank nor GPU process here (yet); not read until it is"
+        return ""
 
     def _operation(self, line: bytes, owners: Owners, now: float) -> None:
         if not line.strip():

@@ -38,6 +38,7 @@ class Owners:
     gpu_uuid: dict[int, str]  # NVML index -> UUID
     gpu_of_pid: dict[int, int]  # NVML's compute processes -> NVML index
     oldest_inflight: float  # seconds, over every live rank's in-flight collectives; 0 when none
+    pods: frozenset[str] = frozenset()  # the hook's ranks' pod names: a pod's hostname, which NCCL writes
     # of_pid's answers this cycle: a dump's every record names its pid, and a cgroup read is a syscall or three
     resolved: dict[int, Owner | None] = field(default_factory=dict)
 
@@ -73,6 +74,7 @@ def snapshot(ingest: IngestServer | None, inventory: GpuInventory) -> Owners:
     """The hook's live ranks (lowest rank first where two share a GPU) and the GPUs NVML read last."""
     by_uuid: dict[str, Owner] = {}
     by_pid: dict[int, Owner] = {}
+    pods: set[str] = set()
     oldest = 0.0
     if ingest is not None:
         view = ingest.table.view()
@@ -83,13 +85,16 @@ def snapshot(ingest: IngestServer | None, inventory: GpuInventory) -> Owners:
                 continue
             owner = Owner(job_id=r.job_id, rank=str(r.rank), uuid=r.uuid)
             by_pid.setdefault(r.pid, owner)
+            if r.pod:
+                pods.add(r.pod)
             if r.uuid:
                 by_uuid.setdefault(r.uuid, owner)
             oldest = max([oldest, *(inflight_age(slot, f, now, view.taken_at) for f in r.inflight)])
     gpus = inventory.latest() or ()
     gpu_uuid = {g.index: g.uuid for g in gpus}
     gpu_of_pid = {pid: g.index for g in gpus for pid in g.pids or ()}
-    return Owners(by_uuid=by_uuid, by_pid=by_pid, gpu_uuid=gpu_uuid, gpu_of_pid=gpu_of_pid, oldest_inflight=oldest)
+    return Owners(by_uuid=by_uuid, by_pid=by_pid, gpu_uuid=gpu_uuid, gpu_of_pid=gpu_of_pid, oldest_inflight=oldest,
+                  pods=frozenset(pods))
 
 
 __all__ = ["UNKNOWN_JOB", "Owner", "Owners", "snapshot"]

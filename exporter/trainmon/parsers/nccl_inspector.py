@@ -70,6 +70,7 @@ class Window:
     exec_seconds: float | None
     version: str
     gpu: str  # Inspector's `gpu` label, "GPU<CUDA device index>"
+    node: str  # Inspector's `node` label: the writer's hostname
     slurm_job_id: str  # "unknown" outside Slurm
 
 
@@ -114,7 +115,7 @@ def _window(labels: dict[str, str], values: dict[str, float]) -> Window | None:
     return Window(comm_name=labels["comm_name"], collective=collective_name(operation), size_class=size_class(lower),
                   bus_bandwidth=bus * GBS if bus is not None and bus > 0 else None,
                   exec_seconds=time_us / 1e6 if time_us is not None and time_us > 0 else None,
-                  version=labels.get("version", "unknown"), gpu=labels.get("gpu", ""),
+                  version=labels.get("version", "unknown"), gpu=labels.get("gpu", ""), node=labels.get("node", ""),
                   slurm_job_id=labels.get("slurm_job_id", "unknown"))
 
 
