@@ -150,8 +150,10 @@ def test_without_a_hook_a_record_goes_to_its_gpu(node: Node, tmp_path: Path) -> 
 
 def test_records_of_no_known_process_or_gpu_are_counted_not_served(node: Node, tmp_path: Path) -> None:
     dump_path(tmp_path, 77).write_text(json_dump(77))
-    other = PROM_NAME.replace("000000000001", "000000000042")
+    other = PROM_NAME.replace("000000000001", "000000000042")  # another node's GPU: its file is not read
     shutil.copy(FIXTURES / "prom" / PROM_NAME, tmp_path / "prom" / other)
+    unnamed = (FIXTURES / "prom" / PROM_NAME).read_text().replace('gpu="GPU1"', 'gpu="GPU5"')
+    (tmp_path / "prom" / "older-inspector.prom").write_text(unnamed)  # no UUID, and no GPU 5 here
     collection = collector(node).collect()
     reg = registry_of(collection.families)
 

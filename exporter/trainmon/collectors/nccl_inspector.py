@@ -145,7 +145,11 @@ class NcclInspectorCollector:
 
     def _read_textfiles(self, directory: Path, owners: Owners, now: float) -> list[str]:
         problems: list[str] = []
+        local = set(owners.gpu_uuid.values())
         for entry in self._entries(directory, ".prom", problems):
+            named = TEXTFILE.fullmatch(entry.name)
+            if named and local and f"GPU-{named.group(1)}" not in local:
+                continue  # another node's GPU, in a directory the nodes share
             try:
                 st = entry.stat()
             except OSError:
