@@ -128,11 +128,10 @@ class NcclInspectorCollector:
         now = self._clock()
         owners = snapshot(self._ingest, self._inventory)
         problems: list[str] = []
-        budget = [MAX_CYCLE_BYTES]
         if self._textfile_dir is not None:
             problems += self._read_textfiles(self._textfile_dir, owners, now)
         if self._json_dir is not None:
-            problems += self._read_dumps(self._json_dir, owners, now, budget)
+            problems += self._read_dumps(self._json_dir, owners, now)
         self._expire(now)
         return Collection(families=tuple(self._families()), found=self._found(),
                           skipped=self._problems.update(problems),
@@ -146,10 +145,12 @@ class NcclInspectorCollector:
     def _read_textfiles(self, directory: Path, owners: Owners, now: float) -> list[str]:
         problems: list[str] = []
         local = set(owners.gpu_uuid.values())
-        for entry in self._entries(directory, ".prom", problems):
-            named = TEXTFILE.fullmatch(entry.name)
-            if named and local and f"GPU-{named.group(1)}" not in local:
-                continue  # another node's GPU, in a directory the nodes share
+
+        def ours(name: str) -> bool:  # not another node's GPU, in a directory the nodes share
+            named = TEXTFILE.fullmatch(name)
+            return not (named and local and f"GPU-{named.group(1)}" not in local)
+
+        for entry in self._entries(directory, ".prom", ours, problems):
             try:
                 st = entry.stat()
             except OSError:
@@ -191,15 +192,23 @@ class NcclInspectorCollector:
 
     # JSON dumps: every complete line once.
 
-    def _read_dumps(self, directory: Path, owners: Owners, now: float, budget: list[int]) -> list[str]:
+    def _read_dumps(self, directory: Path, owners: Owners, now: float) -> list[str]:
         problems: list[str] = []
         seen: set[str] = set()
         sizes: dict[str, int] = {}
-        for entry in self._entries(directory, ".log", problems):
+        budget = MAX_CYCLE_BYTES
+        hosts = self._hosts | owners.pods
+
+        def ours(name: str) -> bool:  # written on this node, not another one sharing the directory
+            writer = DUMP_FILE.fullmatch(name)
+            return writer is None or writer.group(1) in hosts
+
+        for entry in self._entries(directory, ".log", ours, problems):
             seen.add(entry.path)
-            waiting = self._not_ours(entry.name, owners)
-            if waiting:
-                problems.append(waiting)
+            writer = DUMP_FILE.fullmatch(entry.name)
+            if writer and owners.of_pid(int(writer.group(2)), self._procfs) is None:
+                problems.append(f"{entry.name}: pid {writer.group(2)} is no hook rank nor GPU process here (yet); "
+                                "not read until it is")
                 continue
             try:
                 st = entry.stat()
@@ -209,12 +218,12 @@ class NcclInspectorCollector:
             cursor = self._cursors.get(entry.path)
             if cursor is None or cursor.inode != st.st_ino or st.st_size < cursor.offset:
                 cursor = self._cursors[entry.path] = Cursor(st.st_ino, 0)  # new, replaced or truncated
-            if st.st_size == cursor.offset or budget[0] <= 0 or now - st.st_mtime > MAX_AGE_S:
+            if st.st_size == cursor.offset or budget <= 0 or now - st.st_mtime > MAX_AGE_S:
                 continue
-            chunk = _read(entry.path, cursor.offset, min(budget[0], st.st_size - cursor.offset))
+            chunk = _read(entry.path, cursor.offset, min(budget, st.st_size - cursor.offset))
             if chunk is None:
                 continue
-            budget[0] -= len(chunk)
+            budget -= len(chunk)
             complete = chunk.rfind(b"\n") + 1
             for line in chunk[:complete].splitlines():
                 self._operation(line, owners, now)
@@ -227,19 +236,6 @@ class NcclInspectorCollector:
         self._cursors = {p: c for p, c in self._cursors.items() if p in seen}
         self._backlog = sum(max(0, sizes[p] - c.offset) for p, c in self._cursors.items() if p in sizes)
         return problems
-
-    def _not_ours(self, name: str, owners: Owners) -> str:
-        """Why a dump is not read (yet): written on another host (a shared directory), or by a process
-        that is no hook rank nor GPU process here yet; "" when it is read."""
-        writer = DUMP_FILE.fullmatch(name)
-        if writer is None:
-            return ""
-        host, pid = writer.group(1), int(writer.group(2))
-        if host not in self._hosts | owners.pods:
-            return f"{name}: written on {host}, not on this node (a shared directory?); not read"
-        if owners.of_pid(pid, self._procfs) is None:
-            return f"{name}: pid {pid} is no hook rank nor GPU process here (yet); not read until it is"
-        return ""
 
     def _operation(self, line: bytes, owners: Owners, now: float) -> None:
         if not line.strip():
@@ -285,10 +281,12 @@ class NcclInspectorCollector:
         jobs = {k[0] for k in live}
         self._comm_names = {j: n for j, n in self._comm_names.items() if j in jobs}
 
-    def _entries(self, directory: Path, suffix: str, problems: list[str]) -> Iterator[os.DirEntry[str]]:
+    def _entries(self, directory: Path, suffix: str, ours: Callable[[str], bool],
+                 problems: list[str]) -> Iterator[os.DirEntry[str]]:
+        """This node's files of `directory` (`ours`), at most `MAX_FILES`, by name."""
         try:
-            entries = sorted((e for e in os.scandir(directory) if e.name.endswith(suffix) and e.is_file()),
-                             key=lambda e: e.name)
+            entries = sorted((e for e in os.scandir(directory)
+                              if e.name.endswith(suffix) and ours(e.name) and e.is_file()), key=lambda e: e.name)
         except FileNotFoundError:
             return iter(())  # no job has written yet
         except OSError as exc:
