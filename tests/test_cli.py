@@ -30,6 +30,7 @@ def trainmon(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     (["serve", "--log-level", "loud"], "expected one of debug"),
     (["serve", "--max-ranks", "0"], "expected a positive integer"),
     (["serve", "--ingest-udp", "0.0.0.0:9843"], "add --ingest-udp-allow-remote"),
+    (["serve", "--nccl-ras-addr", "10.0.0.7:28028"], "needs --nccl-ras-allow-remote"),
     (["serve", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
 ])
 def test_bad_values_get_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -43,3 +43,14 @@ def test_ownership_flags_are_paths_and_off_by_default() -> None:
     assert Path("/var/lib/kubelet/pod-resources/kubelet.sock") == settings.kubelet_pod_resources_socket
     assert Path("/var/lib/dcgm-exporter/job-mapping") == settings.hpc_job_mapping_dir
     assert (None, None) == (default.kubelet_pod_resources_socket, default.hpc_job_mapping_dir)
+
+
+def test_nccl_collectors_are_off_by_default_and_ras_defaults_to_nccls_loopback_port() -> None:
+    settings = settings_from({}, serve_options(tuple(AVAILABLE)))
+
+    assert not {"nccl_inspector", "nccl_ras"} & set(settings.collectors)
+    assert ("127.0.0.1", 28028, True) == (settings.nccl_ras_addr.host, settings.nccl_ras_addr.port,
+                                          settings.nccl_ras_addr.is_loopback)
+    remote = settings_from({"nccl_ras_addr": "10.0.0.7:28028", "nccl_ras_allow_remote": "true"},
+                           serve_options(tuple(AVAILABLE)))
+    assert "10.0.0.7" == remote.nccl_ras_addr.host

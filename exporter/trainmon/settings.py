@@ -75,6 +75,11 @@ class Settings:
     fs_mounts: re.Pattern[str] | None = None
     gpfs_mmpmon: Path | None = None
     kmsg: Path = Path("/dev/kmsg")
+    nccl_inspector_dir: Path | None = None
+    nccl_inspector_json_dir: Path | None = None
+    nccl_ras_addr: Address = Address("127.0.0.1", 28028)
+    nccl_ras_allow_remote: bool = False
+    nccl_ras_max_bytes: int = 8 << 20
     state_dir: Path | None = Path("/var/lib/trainmon")
     state_read_only: bool = False  # `trainmon check` reads the state the daemon keeps, never writes it
     web_max_requests: int = 40
@@ -285,6 +290,15 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
                "run this mmpmon (-p -s, fs_io_s) in the background for GPFS mounts (needs root)"),
         Option("kmsg", parse_path, "kernel log read for XIDs (the ring buffer from its start, then followed); "
                "a regular file is read the same way"),
+        Option("nccl-inspector-dir", parse_optional_path,
+               "NCCL Inspector's Prometheus textfile directory (NCCL_INSPECTOR_DUMP_DIR with "
+               "NCCL_INSPECTOR_PROM_DUMP=1), read by the nccl_inspector collector"),
+        Option("nccl-inspector-json-dir", parse_optional_path,
+               "NCCL Inspector's JSON dump directory (NCCL_INSPECTOR_DUMP_DIR), read by the nccl_inspector collector"),
+        Option("nccl-ras-addr", parse_address, "NCCL RAS address the nccl_ras collector polls (NCCL_RAS_ADDR)"),
+        Option("nccl-ras-allow-remote", parse_bool, "allow a non-loopback --nccl-ras-addr host", is_switch=True),
+        Option("nccl-ras-max-bytes", parse_positive_int,
+               "cap on one RAS answer; a larger one fails the nccl_ras collector, naming this flag"),
         Option("state-dir", parse_optional_path,
                "directory of the GPU health history kept across daemon restarts and reboots (the same XID "
                'again after a reboot or a GPU reset asks for service); "" keeps it in memory only'),
@@ -304,7 +318,8 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
 CHECK_FLAGS = frozenset({"collectors", "procfs", "sysfs", "devfs", "nvme-devices", "infiniband-devices",
                          "gpu-processes", "ingest-socket", "kubelet-pod-resources-socket",
                          "kubelet-pod-resources-refresh", "hpc-job-mapping-dir", "fs-mounts", "gpfs-mmpmon", "kmsg",
-                         "state-dir", "log-level"})
+                         "state-dir", "log-level", "nccl-inspector-dir", "nccl-inspector-json-dir", "nccl-ras-addr",
+                         "nccl-ras-allow-remote", "nccl-ras-max-bytes"})
 DEMO_FLAGS = frozenset({"listen", "interval", "collectors", "gpu-processes", "web-config", "log-level"})
 DEMO_DEFAULTS = {"interval": "1"}  # GPM needs two samples: SM activity shows after one interval
 
@@ -352,4 +367,9 @@ def settings_from(values: Mapping[str, str], options: Sequence[Option], **overri
         raise ConfigError("ingest-udp", str(udp),
                           "a non-loopback address accepts datagrams from the network; "
                           "add --ingest-udp-allow-remote to mean it")
+    ras = settings.nccl_ras_addr
+    if not ras.is_loopback and not settings.nccl_ras_allow_remote:
+        raise ConfigError("nccl-ras-addr", str(ras),
+                          "RAS answers for the whole job to anyone who connects; a non-loopback address "
+                          "needs --nccl-ras-allow-remote to mean it")
     return settings

@@ -204,6 +204,29 @@ def _communication(b: Board) -> Board:
             "short",
             Query(f"rank_group:trainmon_nccl_issued:lag{{{rank_matchers}}}", "rank {{rank}} {{group}}"),
         ),
+        graph(
+            "Bus bandwidth per communicator member (NCCL Inspector)",
+            "NCCL Inspector's GPU-timed bus bandwidth of each rank per communicator, collective and message-size "
+            "class over 10 minutes, and the members' median: a member well below its peers is the slow link "
+            "(TrainmonNCCLSlowLink). Needs the nccl_inspector collector and Inspector enabled in the job.",
+            "Bps",
+            Query(f"rank_comm:trainmon_nccl_inspector_bus_bandwidth:mean10m{{{rank_matchers}}}",
+                  "rank {{rank}} {{comm_name}} {{collective}} {{size_class}}"),
+            Query(f"job_id_comm:trainmon_nccl_inspector_bus_bandwidth:median10m{{{job_matchers}}}",
+                  "median {{comm_name}} {{collective}} {{size_class}}"),
+            width=16,
+        ),
+        graph(
+            "NCCL ranks missing (RAS)",
+            "Ranks NCCL RAS reports missing from the job, by kind: unresponsive (~5 s without an answer), dead "
+            "(~60 s), absent (not in a communicator's data); and communicators whose ranks disagree on a "
+            "collective's count. Needs the nccl_ras collector (TrainmonNCCLRanksMissing).",
+            "short",
+            Query(f"max without (instance) (trainmon_nccl_ras_missing_ranks{{{job_matchers}}})", "{{kind}}"),
+            Query(f"max without (instance) (trainmon_nccl_ras_communicators_mismatched{{{job_matchers}}})",
+                  "communicators in op-count mismatch"),
+            width=8,
+        ),
     )
 
 

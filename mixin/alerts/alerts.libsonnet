@@ -284,7 +284,7 @@
               "summary": "A training rank's GPU is idle.",
               "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) of rank {{ $labels.rank }}, job {{ $labels.job_id }} on {{ $labels.instance }} has been idle for 15 minutes (activity {{ $value | humanizePercentage }}).",
               "runbook_url": $._config.runbook + "#trainmongpuidleduringtraining",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=46&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=48&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -386,7 +386,7 @@
               "summary": "A training rank is short of GPU memory.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }}: the CUDA caching allocator retried allocations or ran out of memory in the last 10 minutes.",
               "runbook_url": $._config.runbook + "#trainmongpumemorypressure",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=50&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=52&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -399,7 +399,7 @@
               "summary": "A training rank reported a NaN or infinite loss.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a non-finite loss in the last 10 minutes.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -419,7 +419,7 @@
               "summary": "A rank's mixed-precision loss scale collapsed.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} runs at loss scale {{ $value }}: gradients keep overflowing and steps are being skipped.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=40&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -438,7 +438,7 @@
               "summary": "A training rank's gradient norm spiked.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted gradient norm spikes in the last 10 minutes (over 10x the median of its last 100 steps). Run `trainmon diagnose` on the node: a spike on one rank only suggests silent data corruption on its GPU.",
               "runbook_url": $._config.runbook + "#trainmongradnormspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -451,7 +451,7 @@
               "summary": "A training rank's loss spiked.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted loss spikes in the last 10 minutes (over 2x the mean of its last 100 steps). Run `trainmon diagnose` on the node: a spike on one rank only suggests silent data corruption on its GPU.",
               "runbook_url": $._config.runbook + "#trainmonlossspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -465,7 +465,7 @@
               "summary": "A training job's loss is rising.",
               "description": "Job {{ $labels.job_id }}: its mean loss of the last 30 minutes is over " + std.format('%g', $._config.loss_diverging_ratio) + "x the 30 minutes before, or one rank counted more than " + std.toString($._config.loss_spike_patience) + " loss spikes in 30 minutes.",
               "runbook_url": $._config.runbook + "#trainmonlossdiverging",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=36&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=38&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -561,6 +561,40 @@
         ],
       },
       {
+        "name": "trainmon.nccl",
+        "interval": std.get($._config.group_intervals, "trainmon.nccl", "1m"),
+        "rules": [
+          {
+            "alert": "TrainmonNCCLSlowLink",
+            "expr": "(\n    rank_comm:trainmon_nccl_inspector_bus_bandwidth:peer_ratio < 0.7\n  and on (job, job_id, comm_name, collective, size_class)\n    job_id_comm:trainmon_nccl_inspector_members:count >= 3\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  max without (source, version) (trainmon_nccl_inspector_info{" + $._config.selector + "})",
+            "for": std.get($._config.alert_for, "TrainmonNCCLSlowLink", "10m"),
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "One member of an NCCL communicator is much slower than its peers.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) reaches {{ $value | humanizePercentage }} of the median bus bandwidth of its peers in communicator {{ $labels.comm_name }} ({{ $labels.collective }}, messages {{ $labels.size_class }}) over 10 minutes, by NCCL Inspector's GPU timings. Across nodes suspect its network path (the node's InfiniBand ports: errors, degraded rate or width); inside one node, its NVLinks. Every member of the communicator waits for it.",
+              "runbook_url": $._config.runbook + "#trainmonncclslowlink",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=35&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonNCCLRanksMissing",
+            "expr": "max without (instance) (trainmon_nccl_ras_missing_ranks{" + $._config.selector + ", kind=~\"unresponsive|dead\"}) > 0",
+            "for": std.get($._config.alert_for, "TrainmonNCCLRanksMissing", "2m"),
+            "labels": {
+              "severity": "critical",
+            },
+            "annotations": {
+              "summary": "NCCL RAS reports ranks of a job unresponsive or dead.",
+              "description": "NCCL RAS reports {{ $value }} rank(s) of job {{ $labels.job_id }} {{ $labels.kind }} (unresponsive: no answer for ~5 s; dead: ~60 s): their processes or nodes are gone or stuck, and every collective that needs them will hang. Run ncclras on a node of the job for the ranks' hosts and pids.",
+              "runbook_url": $._config.runbook + "#trainmonncclranksmissing",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=36&var-job_id={{ $labels.job_id }}",
+            },
+          },
+        ],
+      },
+      {
         "name": "trainmon.fabric",
         "interval": std.get($._config.group_intervals, "trainmon.fabric", "30s"),
         "rules": [
@@ -651,7 +685,7 @@
               "summary": "A training job's checkpoint takes much longer than its usual one.",
               "description": "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over " + std.format('%g', $._config.checkpoint_slow_factor) + "x its median checkpoint; its nodes write {{ with printf \"job_id:trainmon_fs_written_bytes:rate5m{job_id='%s'}\" $labels.job_id | query }}{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} to their network file systems.",
               "runbook_url": $._config.runbook + "#trainmoncheckpointwriteslow",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=44&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=46&var-job_id={{ $labels.job_id }}",
             },
           },
         ],

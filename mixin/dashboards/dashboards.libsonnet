@@ -2995,14 +2995,108 @@
           "type": "timeseries",
         },
         {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "NCCL Inspector's GPU-timed bus bandwidth of each rank per communicator, collective and message-size class over 10 minutes, and the members' median: a member well below its peers is the slow link (TrainmonNCCLSlowLink). Needs the nccl_inspector collector and Inspector enabled in the job.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "Bps",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 16,
+            "x": 0,
+            "y": 92,
+          },
+          "id": 35,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "rank_comm:trainmon_nccl_inspector_bus_bandwidth:mean10m{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}",
+              "legendFormat": "rank {{rank}} {{comm_name}} {{collective}} {{size_class}}",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "job_id_comm:trainmon_nccl_inspector_bus_bandwidth:median10m{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\"}",
+              "legendFormat": "median {{comm_name}} {{collective}} {{size_class}}",
+              "refId": "B",
+            },
+          ],
+          "title": "Bus bandwidth per communicator member (NCCL Inspector)",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "Ranks NCCL RAS reports missing from the job, by kind: unresponsive (~5 s without an answer), dead (~60 s), absent (not in a communicator's data); and communicators whose ranks disagree on a collective's count. Needs the nccl_ras collector (TrainmonNCCLRanksMissing).",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "short",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 8,
+            "x": 16,
+            "y": 92,
+          },
+          "id": 36,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "max without (instance) (trainmon_nccl_ras_missing_ranks{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\"})",
+              "legendFormat": "{{kind}}",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "max without (instance) (trainmon_nccl_ras_communicators_mismatched{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\"})",
+              "legendFormat": "communicators in op-count mismatch",
+              "refId": "B",
+            },
+          ],
+          "title": "NCCL ranks missing (RAS)",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
           "collapsed": false,
           "gridPos": {
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 92,
+            "y": 100,
           },
-          "id": 35,
+          "id": 37,
           "panels": [],
           "title": "Numerics: loss, gradients and precision",
           "type": "row",
@@ -3026,9 +3120,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 93,
+            "y": 101,
           },
-          "id": 36,
+          "id": 38,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3064,9 +3158,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 93,
+            "y": 101,
           },
-          "id": 37,
+          "id": 39,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3102,9 +3196,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 93,
+            "y": 101,
           },
-          "id": 38,
+          "id": 40,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3140,9 +3234,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 101,
+            "y": 109,
           },
-          "id": 39,
+          "id": 41,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3187,9 +3281,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 101,
+            "y": 109,
           },
-          "id": 40,
+          "id": 42,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3225,9 +3319,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 101,
+            "y": 109,
           },
-          "id": 41,
+          "id": 43,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3259,9 +3353,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 109,
+            "y": 117,
           },
-          "id": 42,
+          "id": 44,
           "panels": [],
           "title": "Data path",
           "type": "row",
@@ -3302,9 +3396,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 110,
+            "y": 118,
           },
-          "id": 43,
+          "id": 45,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3366,9 +3460,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 110,
+            "y": 118,
           },
-          "id": 44,
+          "id": 46,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3400,9 +3494,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 118,
+            "y": 126,
           },
-          "id": 45,
+          "id": 47,
           "panels": [],
           "title": "The job's GPUs",
           "type": "row",
@@ -3428,9 +3522,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 119,
+            "y": 127,
           },
-          "id": 46,
+          "id": 48,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3468,9 +3562,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 119,
+            "y": 127,
           },
-          "id": 47,
+          "id": 49,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3506,9 +3600,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 127,
+            "y": 135,
           },
-          "id": 48,
+          "id": 50,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3544,9 +3638,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 127,
+            "y": 135,
           },
-          "id": 49,
+          "id": 51,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3582,9 +3676,9 @@
             "h": 8,
             "w": 24,
             "x": 0,
-            "y": 135,
+            "y": 143,
           },
-          "id": 50,
+          "id": 52,
           "repeatDirection": "h",
           "targets": [
             {

@@ -197,6 +197,28 @@
         ],
       },
       {
+        "name": "trainmon.nccl.rules",
+        "interval": std.get($._config.group_intervals, "trainmon.nccl.rules", "30s"),
+        "rules": [
+          {
+            "record": "rank_comm:trainmon_nccl_inspector_bus_bandwidth:mean10m",
+            "expr": "rate(trainmon_nccl_inspector_bus_bandwidth_bytes_per_second_sum{" + $._config.selector + "}[10m])\n/\n  rate(trainmon_nccl_inspector_bus_bandwidth_bytes_per_second_count{" + $._config.selector + "}[10m]) > 0",
+          },
+          {
+            "record": "job_id_comm:trainmon_nccl_inspector_bus_bandwidth:median10m",
+            "expr": "quantile without (instance, rank) (0.5, rank_comm:trainmon_nccl_inspector_bus_bandwidth:mean10m)",
+          },
+          {
+            "record": "job_id_comm:trainmon_nccl_inspector_members:count",
+            "expr": "count without (instance, rank) (rank_comm:trainmon_nccl_inspector_bus_bandwidth:mean10m)",
+          },
+          {
+            "record": "rank_comm:trainmon_nccl_inspector_bus_bandwidth:peer_ratio",
+            "expr": "rank_comm:trainmon_nccl_inspector_bus_bandwidth:mean10m\n/ on (job, job_id, comm_name, collective, size_class) group_left\n  job_id_comm:trainmon_nccl_inspector_bus_bandwidth:median10m",
+          },
+        ],
+      },
+      {
         "name": "trainmon.nvme.rules",
         "interval": std.get($._config.group_intervals, "trainmon.nvme.rules", "30s"),
         "rules": [

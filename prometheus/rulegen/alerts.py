@@ -11,6 +11,7 @@ from dataclasses import replace
 from .config import RulesConfig
 from .dashboards import FLEET, NODE, TRAINING_JOB, panel_url
 from .model import Alert, Group
+from .nccl import nccl_alerts
 from .numerics import numerics_alerts
 from .recording import NOT_OTHER, RANK_INFO
 
@@ -736,6 +737,7 @@ def alert_groups(c: RulesConfig) -> list[Group]:
         "trainmon.loss_scale": (loss_scale_alerts(c), "1m"),
         "trainmon.numerics": (numerics_alerts(c), "30s"),
         "trainmon.collectives": (collective_alerts(c), "30s"),
+        "trainmon.nccl": (nccl_alerts(c), "1m"),
         "trainmon.fabric": (fabric_alerts(c), "30s"),
         "trainmon.storage": (storage_alerts(c), "1m"),
     }

@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("bench_flood", ["--seconds", "1", "--idle", "200", "--flood", "200", "--settle", "0.2"], "flood answers"),
     ("bench_auth_flood", ["--scrapes", "5", "--clients", "8", "--cost", "4"], "wrong-password clients"),
     ("bench_soak", ["--minutes", "0.1", "--ranks", "16"], "live ranks"),
+    ("bench_nccl_cardinality", ["--ranks", "16", "--comms", "2"], "nccl_inspector total"),
 ])
 def test_benchmark_prints_its_table(bench: str, args: list[str], expected: str) -> None:
     assert_prints_table(bench, args, expected)

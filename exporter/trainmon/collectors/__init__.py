@@ -22,6 +22,8 @@ AVAILABLE: dict[str, str] = {
     "pod_resources": "trainmon.collectors.pod_resources:PodResourcesCollector",
     "hpc_jobs": "trainmon.collectors.hpc_jobs:HpcJobsCollector",
     "fs": "trainmon.collectors.fs:FsCollector",
+    "nccl_inspector": "trainmon.collectors.nccl_inspector:NcclInspectorCollector",
+    "nccl_ras": "trainmon.collectors.nccl_ras:NcclRasCollector",
 }
 
 __all__ = ["AVAILABLE", "Collection", "Collector", "NodeResources", "build_collector"]

@@ -1,0 +1,84 @@
+"""NCCL's own view: slow links from NCCL Inspector's bus bandwidth, missing ranks from NCCL RAS.
+
+A communicator's members run the same collectives at the same sizes, so within one (comm_name,
+collective, size class) their bus bandwidth should agree; the one well below the others' median holds
+the communicator back: its network path (a data-parallel group across nodes) or its NVLink (a
+tensor-parallel group inside one node). Comparing within a size class keeps a job whose message sizes
+change over time (and with them the bandwidth of every member) from looking slow.
+"""
+
+from __future__ import annotations
+
+from .config import RulesConfig
+from .dashboards import TRAINING_JOB, panel_url
+from .model import Alert, Group, Record
+
+BANDWIDTH = "rank_comm:trainmon_nccl_inspector_bus_bandwidth:mean10m"
+MEDIAN = "job_id_comm:trainmon_nccl_inspector_bus_bandwidth:median10m"
+MEMBERS = "job_id_comm:trainmon_nccl_inspector_members:count"
+RATIO = "rank_comm:trainmon_nccl_inspector_bus_bandwidth:peer_ratio"
+ON_COMM = "on (job, job_id, comm_name, collective, size_class)"
+SLOW_FRACTION = 0.7
+# With two members a slow one cannot be told from a fast one.
+MIN_MEMBERS = 3
+PANEL = "Bus bandwidth per communicator member (NCCL Inspector)"
+RAS_PANEL = "NCCL ranks missing (RAS)"
+
+
+def nccl_group(c: RulesConfig) -> Group:
+    summary = "trainmon_nccl_inspector_bus_bandwidth_bytes_per_second"
+    return Group(name="trainmon.nccl.rules", rules=[
+        Record(record=BANDWIDTH, expr=f"""
+  rate({c.m(f"{summary}_sum")}[10m])
+/
+  rate({c.m(f"{summary}_count")}[10m]) > 0"""),
+        Record(record=MEDIAN, expr=f"quantile without (instance, rank) (0.5, {BANDWIDTH})"),
+        Record(record=MEMBERS, expr=f"count without (instance, rank) ({BANDWIDTH})"),
+        Record(record=RATIO, expr=f"{BANDWIDTH}\n/ {ON_COMM} group_left\n  {MEDIAN}"),
+    ])
+
+
+def nccl_alerts(c: RulesConfig) -> list[Alert]:
+    missing = c.m("trainmon_nccl_ras_missing_ranks", 'kind=~"unresponsive|dead"')
+    return [
+        Alert(
+            alert="TrainmonNCCLSlowLink",
+            dashboard_url=panel_url(c, TRAINING_JOB, PANEL),
+            expr=f"""
+(
+    {RATIO} < {SLOW_FRACTION}
+  and {ON_COMM}
+    {MEMBERS} >= {MIN_MEMBERS}
+)
+* on (instance, job, job_id, rank) group_left (uuid)
+  max without (source, version) ({c.m("trainmon_nccl_inspector_info")})""",
+            for_="10m",
+            severity="warning",
+            summary="One member of an NCCL communicator is much slower than its peers.",
+            description=(
+                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU "
+                "{{ $labels.uuid }}) reaches {{ $value | humanizePercentage }} of the median bus bandwidth of "
+                "its peers in communicator {{ $labels.comm_name }} ({{ $labels.collective }}, messages "
+                "{{ $labels.size_class }}) over 10 minutes, by NCCL Inspector's GPU timings. Across nodes "
+                "suspect its network path (the node's InfiniBand ports: errors, degraded rate or width); inside "
+                "one node, its NVLinks. Every member of the communicator waits for it."
+            ),
+        ),
+        Alert(
+            alert="TrainmonNCCLRanksMissing",
+            dashboard_url=panel_url(c, TRAINING_JOB, RAS_PANEL),
+            expr=f"max without (instance) ({missing}) > 0",
+            for_="2m",
+            severity="critical",
+            summary="NCCL RAS reports ranks of a job unresponsive or dead.",
+            description=(
+                "NCCL RAS reports {{ $value }} rank(s) of job {{ $labels.job_id }} {{ $labels.kind }} "
+                "(unresponsive: no answer for ~5 s; dead: ~60 s): their processes or nodes are gone or stuck, "
+                "and every collective that needs them will hang. Run ncclras on a node of the job for the "
+                "ranks' hosts and pids."
+            ),
+        ),
+    ]
+
+
+__all__ = ["nccl_alerts", "nccl_group"]
