@@ -289,7 +289,7 @@
           },
           {
             "alert": "TrainmonCommunicationBound",
-            "expr": "job_id:trainmon_train_comm_wait_per_step_time:ratio > " + std.format('%g', $._config.comm_bound_ratio) + "\nunless on (job, job_id)\n  instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio),
+            "expr": "job_id:trainmon_train_comm_wait_per_step_time:ratio > " + std.format('%g', $._config.comm_bound_ratio) + "\nunless on (job, job_id)\n  (\n  instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + "\nunless on (job, job_id)\n  job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + ")",
             "for": std.get($._config.alert_for, "TrainmonCommunicationBound", "15m"),
             "labels": {
               "severity": "warning",
@@ -414,7 +414,7 @@
             },
             "annotations": {
               "summary": "Most ranks of a training job reported a NaN or infinite loss.",
-              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_nonfinite_loss_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} reported a NaN or infinite loss in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_nonfinite_loss:rising10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
+              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_nonfinite_loss_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} reported a NaN or infinite loss in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_nonfinite_loss:rising10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
             },
@@ -428,7 +428,7 @@
             },
             "annotations": {
               "summary": "A few ranks of a training job reported a NaN or infinite loss.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a NaN or infinite loss in the last 10 minutes while most of its peers did not: suspect silent data corruption on its GPU; drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a NaN or infinite loss in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
             },
@@ -449,7 +449,7 @@
             },
             "annotations": {
               "summary": "Most ranks of a training job had the loss scale collapse.",
-              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_scale_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; first:{{ range $i, $s := printf `rank:trainmon_train_loss_scale:collapsed{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
+              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_scale_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; first:{{ range $i, $s := printf `rank:trainmon_train_loss_scale:collapsed{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=40&var-job_id={{ $labels.job_id }}",
             },
@@ -464,7 +464,7 @@
             },
             "annotations": {
               "summary": "A few ranks of a training job had the loss scale collapse.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped while most of its peers did not: suspect silent data corruption on its GPU; drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=40&var-job_id={{ $labels.job_id }}",
             },
@@ -484,7 +484,7 @@
             },
             "annotations": {
               "summary": "Most ranks of a training job counted gradient norm spikes.",
-              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_grad_norm_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_grad_norm_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
+              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_grad_norm_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_grad_norm_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmongradnormspike",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
             },
@@ -498,7 +498,7 @@
             },
             "annotations": {
               "summary": "A few ranks of a training job counted gradient norm spikes.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes while most of its peers did not: suspect silent data corruption on its GPU; drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmongradnormspike",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
             },
@@ -512,7 +512,7 @@
             },
             "annotations": {
               "summary": "Most ranks of a training job counted loss spikes.",
-              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_loss_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
+              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_loss_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossspike",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
             },
@@ -526,7 +526,7 @@
             },
             "annotations": {
               "summary": "A few ranks of a training job counted loss spikes.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes while most of its peers did not: suspect silent data corruption on its GPU; drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossspike",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
             },
@@ -670,45 +670,14 @@
           },
           {
             "alert": "TrainmonNVMeLatencyHigh",
-            "expr": "instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_floor_seconds) + "\nand\n  instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_slow_factor) + " * instance_device:trainmon_nvme_request_seconds:median1d\nand\n  instance_device:trainmon_nvme_requests:rate5m > 1",
+            "expr": "(\n    instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_floor_seconds) + "\n  and\n    (\n        instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_slow_factor) + " * instance_device:trainmon_nvme_request_seconds:median1d\n      or\n        max without (model) (\n            instance_device:trainmon_nvme_request_seconds:mean5m\n          * on (job, instance, device) group_left (model)\n            trainmon_nvme_info{" + $._config.selector + "}\n          > on (job, instance, model) group_left\n            " + std.format('%g', $._config.nvme_slow_factor) + " * instance_model:trainmon_nvme_request_seconds:min\n        )\n    )\n  or\n    instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_seconds) + "\n)\nand\n  instance_device:trainmon_nvme_requests:rate5m > 1",
             "for": std.get($._config.alert_for, "TrainmonNVMeLatencyHigh", "10m"),
             "labels": {
               "severity": "warning",
-              "against": "own_past",
             },
             "annotations": {
               "summary": "An NVMe namespace answers slowly.",
-              "description": "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request on average over 5 minutes, over " + std.format('%g', $._config.nvme_slow_factor) + "x its median of the last day. Ranks on this node wait for their data (see TrainmonDataLoaderBound).",
-              "runbook_url": $._config.runbook + "#trainmonnvmelatencyhigh",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
-            },
-          },
-          {
-            "alert": "TrainmonNVMeLatencyHigh",
-            "expr": "(\n    instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_floor_seconds) + "\n  and\n    instance_device:trainmon_nvme_requests:rate5m > 1\n)\n* on (job, instance, device) group_left (model)\n  trainmon_nvme_info{" + $._config.selector + "}\n> on (job, instance, model) group_left\n  " + std.format('%g', $._config.nvme_slow_factor) + " * instance_model:trainmon_nvme_request_seconds:min",
-            "for": std.get($._config.alert_for, "TrainmonNVMeLatencyHigh", "10m"),
-            "labels": {
-              "severity": "warning",
-              "against": "siblings",
-            },
-            "annotations": {
-              "summary": "An NVMe namespace answers slowly.",
-              "description": "{{ $labels.device }} ({{ $labels.model }}) on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request on average over 5 minutes, over " + std.format('%g', $._config.nvme_slow_factor) + "x the fastest drive of its model on the node. Ranks on this node wait for their data (see TrainmonDataLoaderBound).",
-              "runbook_url": $._config.runbook + "#trainmonnvmelatencyhigh",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
-            },
-          },
-          {
-            "alert": "TrainmonNVMeLatencyHigh",
-            "expr": "instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_seconds) + "\nand\n  instance_device:trainmon_nvme_requests:rate5m > 1",
-            "for": std.get($._config.alert_for, "TrainmonNVMeLatencyHigh", "10m"),
-            "labels": {
-              "severity": "warning",
-              "against": "absolute",
-            },
-            "annotations": {
-              "summary": "An NVMe namespace answers slowly.",
-              "description": "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request on average over 5 minutes (over " + std.format('%g', $._config.nvme_latency_seconds) + " s).",
+              "description": "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request on average over 5 minutes: over " + std.format('%g', $._config.nvme_slow_factor) + "x its median of the last day or the fastest drive of its model on the node (and over " + std.format('%g', $._config.nvme_latency_floor_seconds) + " s), or over " + std.format('%g', $._config.nvme_latency_seconds) + " s. Ranks on this node that read from it wait for their data (see TrainmonDataLoaderBound).",
               "runbook_url": $._config.runbook + "#trainmonnvmelatencyhigh",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
             },

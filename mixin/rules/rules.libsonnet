@@ -310,7 +310,7 @@
           },
           {
             "record": "job_id:trainmon_train_checkpoint_seconds:increase10m",
-            "expr": "avg without (instance, rank) (increase(trainmon_train_phase_seconds_total{" + $._config.selector + ", phase=\"checkpoint\"}[10m]))",
+            "expr": "avg without (instance, rank, phase) (increase(trainmon_train_phase_seconds_total{" + $._config.selector + ", phase=\"checkpoint\"}[10m]))",
           },
           {
             "record": "job_id:trainmon_train_checkpoint_seconds:completed10m",

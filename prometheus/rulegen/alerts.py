@@ -247,12 +247,12 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         Alert(
             alert="TrainmonCommunicationBound",
             dashboard_url=panel_url(c, TRAINING_JOB, "Communication wait share per rank"),
-            # Not while some node of the job waits for data: the others' wait is for that node's ranks
-            # (TrainmonDataLoaderBound names it), not for the network.
+            # Not while one node of the job waits for data and the job as a whole does not: the others' wait is
+            # for that node's ranks (TrainmonDataLoaderBound names it), not for the network.
             expr=f"""
   job_id:trainmon_train_comm_wait_per_step_time:ratio > {c.comm_bound_ratio}
 unless {ON_JOB}
-  {DATA_WAIT_NODE} > {c.dataloader_bound_ratio}""",
+  ({node_data_bound(c)})""",
             for_="15m",
             severity="warning",
             summary="A training job spends too much of each step waiting for communication.",
@@ -329,6 +329,14 @@ and {ON_JOB}
     ]
 
 
+def node_data_bound(c: RulesConfig) -> str:
+    """The nodes of a job whose ranks wait for data over the threshold while the job as a whole does not."""
+    return f"""
+  {DATA_WAIT_NODE} > {c.dataloader_bound_ratio}
+unless {ON_JOB}
+  job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.dataloader_bound_ratio}"""
+
+
 def dataloader_alerts(c: RulesConfig) -> list[Alert]:
     """The job waits for data; or only the ranks of one node do (its local NVMe, its loader workers), and the
     rest of the job waits for them in collectives: then the node is named, not the job."""
@@ -347,10 +355,7 @@ def dataloader_alerts(c: RulesConfig) -> list[Alert]:
     )
     return [bound, replace(
         bound,
-        expr=f"""
-  {DATA_WAIT_NODE} > {c.dataloader_bound_ratio}
-unless {ON_JOB}
-  job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.dataloader_bound_ratio}""",
+        expr=node_data_bound(c),
         labels=(("scope", "node"),),
         summary="One node's ranks wait for their input and hold their job back.",
         description=(
@@ -524,69 +529,50 @@ or
                 "{{ $value | humanize }} errors in 10 minutes: check the cable and transceiver."
             ),
         ),
-        *nvme_alerts(c),
+        nvme_alert(c),
         infiniband_degraded_alert(c),
     ]
 
 
-def nvme_alerts(c: RulesConfig) -> list[Alert]:
+def nvme_alert(c: RulesConfig) -> Alert:
     """A drive against its own day and against the fastest drive of its model on the node, above a floor that
-    fits NVMe (0.1-0.2 ms is normal: 12 ms is 100 times slower and fails no fixed 50 ms threshold), and
-    still the absolute figure for a drive with neither."""
+    fits NVMe (0.1-0.2 ms is normal: 12 ms is 100 times slower and fails a fixed 50 ms threshold), or over the
+    absolute figure whatever its past and siblings. One alert per drive whichever holds."""
     latency = "instance_device:trainmon_nvme_request_seconds:mean5m"
     factor = f"{c.nvme_slow_factor:g}"
-    busy = "instance_device:trainmon_nvme_requests:rate5m > 1"
-    slow = Alert(
+    return Alert(
         alert="TrainmonNVMeLatencyHigh",
         dashboard_url=panel_url(c, NODE, "NVMe latency"),
         expr=f"""
-  {latency} > {c.nvme_latency_floor_seconds:g}
-and
-  {latency} > {factor} * instance_device:trainmon_nvme_request_seconds:median1d
-and
-  {busy}""",
-        for_="10m",
-        severity="warning",
-        labels=(("against", "own_past"),),
-        summary="An NVMe namespace answers slowly.",
-        description=(
-            "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request "
-            f"on average over 5 minutes, over {factor}x its median of the last day. Ranks on this node wait for "
-            "their data (see TrainmonDataLoaderBound)."
-        ),
-    )
-    return [
-        slow,
-        replace(
-            slow,
-            expr=f"""
 (
     {latency} > {c.nvme_latency_floor_seconds:g}
   and
-    {busy}
+    (
+        {latency} > {factor} * instance_device:trainmon_nvme_request_seconds:median1d
+      or
+        max without (model) (
+            {latency}
+          * on (job, instance, device) group_left (model)
+            {c.m('trainmon_nvme_info')}
+          > on (job, instance, model) group_left
+            {factor} * instance_model:trainmon_nvme_request_seconds:min
+        )
+    )
+  or
+    {latency} > {c.nvme_latency_seconds:g}
 )
-* on (job, instance, device) group_left (model)
-  {c.m('trainmon_nvme_info')}
-> on (job, instance, model) group_left
-  {factor} * instance_model:trainmon_nvme_request_seconds:min""",
-            labels=(("against", "siblings"),),
-            description=(
-                "{{ $labels.device }} ({{ $labels.model }}) on {{ $labels.instance }} takes "
-                "{{ $value | humanizeDuration }} per request on average over 5 minutes, over "
-                f"{factor}x the fastest drive of its model on the node. Ranks on this node wait for their data "
-                "(see TrainmonDataLoaderBound)."
-            ),
+and
+  instance_device:trainmon_nvme_requests:rate5m > 1""",
+        for_="10m",
+        severity="warning",
+        summary="An NVMe namespace answers slowly.",
+        description=(
+            "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request "
+            f"on average over 5 minutes: over {factor}x its median of the last day or the fastest drive of its "
+            f"model on the node (and over {c.nvme_latency_floor_seconds:g} s), or over {c.nvme_latency_seconds:g} s. "
+            "Ranks on this node that read from it wait for their data (see TrainmonDataLoaderBound)."
         ),
-        replace(
-            slow,
-            expr=f"{latency} > {c.nvme_latency_seconds:g}\nand\n  {busy}",
-            labels=(("against", "absolute"),),
-            description=(
-                "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request "
-                f"on average over 5 minutes (over {c.nvme_latency_seconds:g} s)."
-            ),
-        ),
-    ]
+    )
 
 
 def infiniband_degraded_alert(c: RulesConfig) -> Alert:

@@ -119,8 +119,8 @@ def _job_wide(c: RulesConfig, e: RankEvent) -> str:
 def _first_ranks(series: str) -> str:
     """Template: the first three ranks (by name) of the alert's job that have `series`."""
     query = f'printf `{series}{{job="%s",job_id="%s"}}` $labels.job $labels.job_id | query | sortByLabel "rank"'
-    return (f"{{{{ range $i, $s := {query} }}}}{{{{ if lt $i 3 }}}} rank {{{{ $s.Labels.rank }}}} "
-            f"({{{{ $s.Labels.instance }}}}){{{{ end }}}}{{{{ end }}}}")
+    return (f"{{{{ range $i, $s := {query} }}}}{{{{ if lt $i 3 }}}}{{{{ if $i }}}},{{{{ end }}}} "
+            "rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}")
 
 
 def rank_event_alerts(c: RulesConfig, e: RankEvent) -> list[Alert]:
@@ -152,8 +152,8 @@ def rank_event_alerts(c: RulesConfig, e: RankEvent) -> list[Alert]:
             dashboard_url=panel_url(c, TRAINING_JOB, e.panel),
             description=(
                 f"Rank {{{{ $labels.rank }}}} of job {{{{ $labels.job_id }}}} on {{{{ $labels.instance }}}} {e.what} "
-                f"{e.when} while most of its peers did not: suspect silent data corruption on its GPU; drain the "
-                "node and run `trainmon diagnose` and `dcgmi diag -r 3` on it."
+                f"{e.when}; most of its peers did not. Suspect silent data corruption on its GPU: drain the node "
+                "and run `trainmon diagnose` and `dcgmi diag -r 3` on it."
             ),
         ),
     ]

@@ -353,7 +353,7 @@ sum by (job, job_id) (
         # A checkpoint's length, as the checkpoint seconds of a 10-minute window (the ranks' average).
         Record(
             record=CHECKPOINT_WINDOW,
-            expr=f"avg without (instance, rank) "
+            expr=f"avg without (instance, rank, phase) "
                  f"(increase({c.m('trainmon_train_phase_seconds_total', CHECKPOINT_PHASE)}[10m]))",
         ),
         # The same once no rank is inside the checkpoint any more: a completed checkpoint's whole length, for the
