@@ -289,7 +289,7 @@
           },
           {
             "alert": "TrainmonCommunicationBound",
-            "expr": "job_id:trainmon_train_comm_wait_per_step_time:ratio > " + std.format('%g', $._config.comm_bound_ratio) + "\nunless on (job, job_id)\n  (\n  instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + "\nunless on (job, job_id)\n  job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + ")",
+            "expr": "job_id:trainmon_train_comm_wait_outside_phases_per_step_time:ratio > " + std.format('%g', $._config.comm_bound_ratio) + "\nunless on (job, job_id)\n  (\n  instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + "\nunless on (job, job_id)\n  job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + ")",
             "for": std.get($._config.alert_for, "TrainmonCommunicationBound", "15m"),
             "labels": {
               "severity": "warning",
@@ -561,7 +561,7 @@
           },
           {
             "alert": "TrainmonSlowRank",
-            "expr": "(\n    rank:trainmon_train_compute_seconds_per_step:zscore > " + std.format('%g', $._config.slow_rank_zscore) + "\n  and on (instance, job, job_id, rank)\n    rank:trainmon_train_compute_seconds_per_step:mean5m / (1 + " + std.format('%g', $._config.slow_rank_excess_ratio) + ") > on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median\n  unless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  rank:trainmon_train_rank_info:max",
+            "expr": "(\n    rank:trainmon_train_compute_seconds_per_step:zscore > " + std.format('%g', $._config.slow_rank_zscore) + "\n  and on (instance, job, job_id, rank)\n    rank:trainmon_train_compute_seconds_per_step:mean5m / (1 + " + std.format('%g', $._config.slow_rank_excess_ratio) + ") > on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  rank:trainmon_train_rank_info:max",
             "for": std.get($._config.alert_for, "TrainmonSlowRank", "15m"),
             "labels": {
               "severity": "warning",

@@ -48,11 +48,15 @@
         "rules": [
           {
             "record": "rank:trainmon_train_comm_wait_seconds:rate5m",
-            "expr": "clamp_min(rate(trainmon_train_comm_wait_seconds_total{" + $._config.selector + "}[5m]) - sum without (phase) (rate(trainmon_train_phase_seconds_total{" + $._config.selector + "}[5m])), 0)\nor\n  rate(trainmon_train_comm_wait_seconds_total{" + $._config.selector + "}[5m])",
+            "expr": "rate(trainmon_train_comm_wait_seconds_total{" + $._config.selector + "}[5m])",
           },
           {
             "record": "rank:trainmon_train_dataloader_wait_seconds:rate5m",
             "expr": "rate(trainmon_train_dataloader_wait_seconds_total{" + $._config.selector + "}[5m])",
+          },
+          {
+            "record": "rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m",
+            "expr": "clamp_min(rank:trainmon_train_comm_wait_seconds:rate5m - sum without (phase) (rate(trainmon_train_phase_seconds_total{" + $._config.selector + "}[5m])), 0)\nor\n  rank:trainmon_train_comm_wait_seconds:rate5m",
           },
           {
             "record": "rank:trainmon_nccl_time_seconds:rate5m",
@@ -115,6 +119,10 @@
           {
             "record": "job_id:trainmon_train_compute_per_step_time:ratio",
             "expr": "sum without (instance, rank) (rank:trainmon_train_compute_seconds:rate5m)\n/\n  job_id:trainmon_train_step_duration_seconds_sum:rate5m",
+          },
+          {
+            "record": "job_id:trainmon_train_comm_wait_outside_phases_per_step_time:ratio",
+            "expr": "sum without (instance, rank) (rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m)\n/\n  job_id:trainmon_train_step_duration_seconds_sum:rate5m",
           },
         ],
       },
@@ -437,8 +445,12 @@
             "expr": "rank:trainmon_train_compute_seconds:rate5m / (rank:trainmon_train_step_duration_seconds_count:rate5m > 0)",
           },
           {
+            "record": "rank:trainmon_train_compute_outside_phases_seconds_per_step:mean5m",
+            "expr": "clamp_min(\n    rank:trainmon_train_step_duration_seconds_sum:rate5m\n  - rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m\n  - rank:trainmon_train_dataloader_wait_seconds:rate5m,\n  0\n)\n/ (rank:trainmon_train_step_duration_seconds_count:rate5m > 0)",
+          },
+          {
             "record": "rank:trainmon_train_straggler_score:relative",
-            "expr": "min without (instance, rank) (rank:trainmon_train_compute_seconds_per_step:mean5m)\n/ on (job, job_id) group_right\n  rank:trainmon_train_compute_seconds_per_step:mean5m",
+            "expr": "min without (instance, rank) (rank:trainmon_train_compute_outside_phases_seconds_per_step:mean5m > 0)\n/ on (job, job_id) group_right\n  rank:trainmon_train_compute_outside_phases_seconds_per_step:mean5m",
           },
           {
             "record": "rank:trainmon_train_straggler_score:individual",

@@ -250,7 +250,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
             # Not while one node of the job waits for data and the job as a whole does not: the others' wait is
             # for that node's ranks (TrainmonDataLoaderBound names it), not for the network.
             expr=f"""
-  job_id:trainmon_train_comm_wait_per_step_time:ratio > {c.comm_bound_ratio}
+  job_id:trainmon_train_comm_wait_outside_phases_per_step_time:ratio > {c.comm_bound_ratio}
 unless {ON_JOB}
   ({node_data_bound(c)})""",
             for_="15m",

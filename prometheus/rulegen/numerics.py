@@ -250,12 +250,13 @@ and {ON_JOB}
         ),
         Alert(
             alert="TrainmonSlowRank",
+            # Not suspended in a phase: a rank's compute per step is the same over a 5-minute window that holds an
+            # evaluation, and a pending alert restarted by each one would go quiet while the GPU is still slow.
             expr=f"""
 (
     {ZSCORE} > {c.slow_rank_zscore:g}
   and {ON_RANK}
     {PER_STEP} / (1 + {c.slow_rank_excess_ratio}) > {ON_JOB} group_left {MEDIAN}
-  {_in_phase(c, ON_RANK)}
 )
 * {ON_RANK} group_left (uuid)
   rank:trainmon_train_rank_info:max""",

@@ -36,6 +36,7 @@ UNCORRECTED = 'error="uncorrected"'
 STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
 JOB_STEP_SECONDS = "job_id:trainmon_train_step_duration_seconds_sum:rate5m"
 NVME_REQUESTS = "instance_device:trainmon_nvme_requests:rate5m"
+COMM_OUTSIDE_PHASES = "rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m"
 NVME_LATENCY = "instance_device:trainmon_nvme_request_seconds:mean5m"
 RANK_INFO = "rank:trainmon_train_rank_info:max"
 METADATA_OPS = 'op!~"read|write"'
@@ -92,17 +93,20 @@ def step_rates_group(c: RulesConfig) -> Group:
 def wait_rates_group(c: RulesConfig) -> Group:
     """Per-rank rates of the time a rank waits: exposed communication, data loading, collectives.
 
-    Communication wait is counted outside declared phases only: ranks that wait in a barrier while rank 0
-    writes a checkpoint inside `mon.phase("checkpoint")` are neither communication bound nor are they
-    stragglers' victims. The hook counts that wait as communication, so a rank's phase seconds are taken
-    off its wait (an upper bound of the wait inside them)."""
-    comm = f"rate({c.m('trainmon_train_comm_wait_seconds_total')}[5m])"
+    Communication wait outside declared phases too, for the alerts that blame the network or a straggler: ranks
+    that wait in a barrier while rank 0 writes a checkpoint inside `mon.phase("checkpoint")` are neither. The hook
+    counts that wait as communication, so a rank's phase seconds are taken off it (an upper bound of the wait
+    inside them); the slow-rank rules, which compare ranks within 3%, keep the whole wait."""
+    rules = _rank_rates(c, {
+        "trainmon_train_comm_wait_seconds": "trainmon_train_comm_wait_seconds_total",
+        "trainmon_train_dataloader_wait_seconds": "trainmon_train_dataloader_wait_seconds_total",
+    })
     phases = f"sum without (phase) (rate({c.m('trainmon_train_phase_seconds_total')}[5m]))"
-    rules = [
-        Record(record="rank:trainmon_train_comm_wait_seconds:rate5m",
-               expr=f"\n  clamp_min({comm} - {phases}, 0)\nor\n  {comm}"),
-        *_rank_rates(c, {"trainmon_train_dataloader_wait_seconds": "trainmon_train_dataloader_wait_seconds_total"}),
-    ]
+    rules.append(Record(
+        record=COMM_OUTSIDE_PHASES,
+        expr=f"\n  clamp_min(rank:trainmon_train_comm_wait_seconds:rate5m - {phases}, 0)\nor\n"
+             "  rank:trainmon_train_comm_wait_seconds:rate5m",
+    ))
     rules.append(Record(
         record="rank:trainmon_nccl_time_seconds:rate5m",
         expr=f"sum without (op, group) (rate({c.m('trainmon_nccl_time_seconds_total')}[5m]))",
@@ -157,7 +161,7 @@ clamp_min(
 /
   {JOB_STEP_SECONDS}""",
         )
-        for name, per_rank in STEP_SHARES
+        for name, per_rank in (*STEP_SHARES, ("trainmon_train_comm_wait_outside_phases", COMM_OUTSIDE_PHASES))
     ]
     return Group(name="trainmon.training.rules", rules=rules)
 
