@@ -215,8 +215,8 @@ def silent(times: list[int], alerts: tuple[str, ...] = ALERTS) -> list[dict[str,
     return [{"eval_time": f"{t}m", "alertname": name, "exp_alerts": []} for t in times for name in alerts]
 
 
-def expected(alert: str, scope: str | None = None, value: str = "", total: int = 0, first: tuple[int, ...] = (),
-             **labels: str) -> dict[str, object]:
+def expected(alert: str, labels: dict[str, str], scope: str | None = None, value: str = "", total: int = 0,
+             first: tuple[int, ...] = ()) -> dict[str, object]:
     """The alert with these labels and its annotations rendered: `{{ $labels.x }}`, `{{ $value }}` (as given), and
     a job-wide numerics alert's queries (`total` ranks, the `first` ones by name)."""
     (rule,) = [r for r in alert_rules() if r["alert"] == alert and r["labels"].get("scope") == scope]
@@ -236,7 +236,7 @@ def expected(alert: str, scope: str | None = None, value: str = "", total: int =
 
 def rank_alert(alert: str, job_id: str, rank: int, scope: str | None = None, value: str = "",
                **extra: str) -> dict[str, object]:
-    return expected(alert, scope, value, instance=instance(rank), job_id=job_id, rank=str(rank), **extra)
+    return expected(alert, {"instance": instance(rank), "job_id": job_id, "rank": str(rank), **extra}, scope, value)
 
 
 def firing(t: int, alert: str, expected: list[dict[str, object]]) -> dict[str, object]:
@@ -287,7 +287,7 @@ def slow_gpu() -> dict[str, object]:
         *silent([onset, onset + 10]),
         firing(onset + 30, "TrainmonSlowRank", [rank_alert("TrainmonSlowRank", "bloom", slow, uuid=uuid(slow))]),
         firing(onset + 45, "TrainmonThroughputDrift",
-               [expected("TrainmonThroughputDrift", job_id="bloom")]),
+               [expected("TrainmonThroughputDrift", {"job_id": "bloom"})]),
     ])
 
 
@@ -308,10 +308,10 @@ def bloom_spike() -> dict[str, object]:
     at = 40
     job = Job("bloom-spike", 0, 90, spikes=lambda rank, minute: (3, 1) if minute == at else (0, 0),
               loss_bump=lambda minute: 0.4 * math.exp(-(minute - at) / 5) if minute >= at else 0.0)
-    every_rank = {"scope": "job", "value": str(WORLD), "total": WORLD, "first": (0, 1, 10)}
+
     return case("BLOOM grad-norm and loss spike on every rank: one alert per job, not 64", [job], 90, [
         *silent([at - 1], ("TrainmonGradNormSpike", "TrainmonLossSpike")),
-        *(firing(at, alert, [expected(alert, job_id="bloom-spike", **every_rank)])  # type: ignore[arg-type]
+        *(firing(at, alert, [expected(alert, {"job_id": "bloom-spike"}, "job", str(WORLD), WORLD, (0, 1, 10))])
           for alert in ("TrainmonGradNormSpike", "TrainmonLossSpike")),
         *silent([at + 11], ("TrainmonGradNormSpike", "TrainmonLossSpike")),
     ])
@@ -331,7 +331,7 @@ def one_rank_spike() -> dict[str, object]:
 def increase5m(series: list[Series], metric: str, minute: int, ranks: range) -> float:
     """The ranks' summed increase of `metric` over the 5 minutes to `minute`: a ratio of two such sums is what the
     ratio of their rate5m() sums comes to, the series being sampled alike."""
-    return sum(s.values[minute] - s.values[minute - 5] for s in series  # type: ignore[operator]
+    return sum((s.values[minute] or 0.0) - (s.values[minute - 5] or 0.0) for s in series
                if s.labels["__name__"] == metric and int(s.labels["rank"]) in ranks)
 
 
@@ -360,7 +360,8 @@ def nvme_collapse() -> dict[str, object]:
     share = (increase5m(series, "trainmon_train_dataloader_wait_seconds_total", at, bound)
              / increase5m(series, "trainmon_train_step_duration_seconds_sum", at, bound))
     causes = ("TrainmonStragglerRank", "TrainmonCommunicationBound", "TrainmonSlowRank")
-    named = expected("TrainmonDataLoaderBound", "node", percentage(share), instance=instance(bound[0]), job_id="nvme")
+    named = expected("TrainmonDataLoaderBound", {"instance": instance(bound[0]), "job_id": "nvme"}, "node",
+                     percentage(share))
     return case("one node's NVMe collapses: its ranks are named data-bound, none of the 56 waiting ranks a straggler",
                 [job], 90, [
                     *silent([onset, onset + 10], ("TrainmonDataLoaderBound",)),
@@ -420,7 +421,7 @@ def slow_checkpoint() -> dict[str, object]:
         return ("checkpoint", 40.0) if minute % 20 == 19 and minute < at else None
 
     job = Job("ckpt", 0, 130, phase=phase)
-    slow = expected("TrainmonCheckpointWriteSlow", job_id="ckpt", value="4m 0s")
+    slow = expected("TrainmonCheckpointWriteSlow", {"job_id": "ckpt"}, value="4m 0s")
     slow["exp_annotations"]["description"] = re.sub(  # type: ignore[index]
         r"\{\{ with printf .*\{\{ end \}\}", "nothing measured", slow["exp_annotations"]["description"])  # type: ignore[index]
     return case("a 4-minute checkpoint after five of 40 s is slow", [job], 130, [
@@ -440,7 +441,7 @@ def slow_network() -> dict[str, object]:
     return case("a congested fabric makes the job communication bound, with no straggler", [job], 60, [
         *silent([onset + 5], ("TrainmonCommunicationBound",)),
         firing(at, "TrainmonCommunicationBound",
-               [expected("TrainmonCommunicationBound", value=percentage(share), job_id="congested")]),
+               [expected("TrainmonCommunicationBound", {"job_id": "congested"}, value=percentage(share))]),
         *silent(every(5, 60), ("TrainmonStragglerRank", "TrainmonDataLoaderBound")),
     ])
 
@@ -476,7 +477,7 @@ def rising_loss() -> dict[str, object]:
     return case("a loss rising 20% over an hour", [job], 200, [
         *silent(every(10, onset + 10), ("TrainmonLossDiverging",)),
         firing(onset + 45, "TrainmonLossDiverging",
-               [expected("TrainmonLossDiverging", job_id="diverge")]),
+               [expected("TrainmonLossDiverging", {"job_id": "diverge"})]),
     ])
 
 
@@ -490,7 +491,7 @@ def slower_after_restart() -> dict[str, object]:
     return case("a 20% throughput drop after a restart under the same job id", [before, after], 200, [
         *silent([restart + 20], ("TrainmonThroughputDrift",)),
         firing(restart + 45, "TrainmonThroughputDrift",
-               [expected("TrainmonThroughputDrift", job_id="requeued")]),
+               [expected("TrainmonThroughputDrift", {"job_id": "requeued"})]),
         *silent(every(5, 200, restart), ("TrainmonSlowRank", "TrainmonLossDiverging")),
     ])
 
