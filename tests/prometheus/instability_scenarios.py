@@ -396,16 +396,17 @@ def final_checkpoint() -> dict[str, object]:
 
 
 def barrier_checkpoint() -> dict[str, object]:
-    """A 4-rank job whose ranks all enter a 90-s checkpoint phase every 20 minutes, ranks 1-3 waiting in a barrier
-    inside it while rank 0 writes: the wait is the phase's, not communication, and rank 0 is no straggler."""
+    """A small 4-rank job (0.3 s of compute per step) whose ranks all enter a 90-s checkpoint phase every 4 minutes,
+    ranks 1-3 waiting in a barrier inside it while rank 0 writes: the wait is the phase's, not communication, and
+    rank 0 is no straggler."""
 
     def phase(minute: int) -> tuple[str, float] | None:
-        return {19: ("checkpoint", 60.0), 20: ("checkpoint", 30.0)}.get(minute % 20)
+        return {2: ("checkpoint", 60.0), 3: ("checkpoint", 30.0)}.get(minute % 4)
 
     def barrier(minute: int) -> float:
-        return {19: 58.0, 20: 29.0}.get(minute % 20, 0.0)
+        return {2: 58.0, 3: 29.0}.get(minute % 4, 0.0)
 
-    job = Job("gloo4", 0, 70, ranks=4, phase=phase, barrier=barrier)
+    job = Job("gloo4", 0, 70, ranks=4, compute=lambda rank, minute: 0.3, phase=phase, barrier=barrier)
     return case("a 4-rank job whose ranks wait in a barrier inside a 90-s checkpoint phase stays silent", [job], 70,
                 silent(every(1, 70, 15), ("TrainmonCommunicationBound", "TrainmonStragglerRank",
                                           "TrainmonCheckpointWriteSlow")))
