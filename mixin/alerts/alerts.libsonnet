@@ -289,14 +289,14 @@
           },
           {
             "alert": "TrainmonCommunicationBound",
-            "expr": "job_id:trainmon_train_comm_wait_per_step_time:ratio > " + std.format('%g', $._config.comm_bound_ratio),
+            "expr": "job_id:trainmon_train_comm_wait_outside_phases_per_step_time:ratio > " + std.format('%g', $._config.comm_bound_ratio) + "\nunless on (job, job_id)\n  (\n  instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + "\nunless on (job, job_id)\n  job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + ")",
             "for": std.get($._config.alert_for, "TrainmonCommunicationBound", "15m"),
             "labels": {
               "severity": "warning",
             },
             "annotations": {
               "summary": "A training job spends too much of each step waiting for communication.",
-              "description": "Job {{ $labels.job_id }} waits on communication for {{ $value | humanizePercentage }} of its step time (threshold " + std.format('%d%%', std.round($._config.comm_bound_ratio * 100)) + ").",
+              "description": "Job {{ $labels.job_id }} waits on communication for {{ $value | humanizePercentage }} of its step time (threshold " + std.format('%d%%', std.round($._config.comm_bound_ratio * 100)) + "), outside checkpoints and other phases.",
               "runbook_url": $._config.runbook + "#trainmoncommunicationbound",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=29&var-job_id={{ $labels.job_id }}",
             },
@@ -307,10 +307,26 @@
             "for": std.get($._config.alert_for, "TrainmonDataLoaderBound", "15m"),
             "labels": {
               "severity": "warning",
+              "scope": "job",
             },
             "annotations": {
               "summary": "A training job waits for its input pipeline.",
               "description": "Job {{ $labels.job_id }} waits for the next batch for {{ $value | humanizePercentage }} of its step time (threshold " + std.format('%d%%', std.round($._config.dataloader_bound_ratio * 100)) + ").",
+              "runbook_url": $._config.runbook + "#trainmondataloaderbound",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=15&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonDataLoaderBound",
+            "expr": "instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio) + "\nunless on (job, job_id)\n  job_id:trainmon_train_dataloader_wait_per_step_time:ratio > " + std.format('%g', $._config.dataloader_bound_ratio),
+            "for": std.get($._config.alert_for, "TrainmonDataLoaderBound", "15m"),
+            "labels": {
+              "severity": "warning",
+              "scope": "node",
+            },
+            "annotations": {
+              "summary": "One node's ranks wait for their input and hold their job back.",
+              "description": "The ranks of job {{ $labels.job_id }} on {{ $labels.instance }} wait for the next batch for {{ $value | humanizePercentage }} of their step time while the job's other nodes do not: the rest of the job waits for them in collectives. Look at this node's data path (TrainmonNVMeLatencyHigh, TrainmonStorageSlow, loader workers, CPU) and run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmondataloaderbound",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=15&var-job_id={{ $labels.job_id }}",
             },
@@ -358,7 +374,7 @@
           },
           {
             "alert": "TrainmonStragglerRank",
-            "expr": "rank:trainmon_train_straggler_score:relative < " + std.format('%g', $._config.straggler_score_threshold) + "\nand on (job, job_id)\n  quantile without (instance, rank) (0.5, rank:trainmon_train_comm_wait_per_step_time:ratio)\n  > " + std.format('%g', $._config.straggler_peer_wait_ratio),
+            "expr": "rank:trainmon_train_straggler_score:relative < " + std.format('%g', $._config.straggler_score_threshold) + "\nand on (instance, job, job_id, rank)\n  rank:trainmon_train_comm_wait_per_step_time:ratio\n  < on (job, job_id) group_left\n  quantile without (instance, rank) (0.5, rank:trainmon_train_comm_wait_per_step_time:ratio)\nand on (job, job_id)\n  quantile without (instance, rank) (0.5, rank:trainmon_train_comm_wait_per_step_time:ratio) > " + std.format('%g', $._config.straggler_peer_wait_ratio) + "\nunless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1",
             "for": std.get($._config.alert_for, "TrainmonStragglerRank", "10m"),
             "labels": {
               "severity": "warning",
@@ -391,13 +407,28 @@
           },
           {
             "alert": "TrainmonLossNonFinite",
-            "expr": "(\n  increase(trainmon_train_nonfinite_loss_total{" + $._config.selector + "}[10m]) > 0\nor\n  (trainmon_train_nonfinite_loss_total{" + $._config.selector + "} > 0 unless trainmon_train_nonfinite_loss_total{" + $._config.selector + "} offset 10m)\n)",
+            "expr": "count without (instance, rank) (rank:trainmon_train_nonfinite_loss:rising10m) > " + std.format('%g', $._config.numerics_job_wide_ratio) + " * job_id:trainmon_train_nonfinite_loss_ranks:count",
             "labels": {
               "severity": "warning",
+              "scope": "job",
             },
             "annotations": {
-              "summary": "A training rank reported a NaN or infinite loss.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a non-finite loss in the last 10 minutes.",
+              "summary": "Most ranks of a training job reported a NaN or infinite loss.",
+              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_nonfinite_loss_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} reported a NaN or infinite loss in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_nonfinite_loss:rising10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
+              "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonLossNonFinite",
+            "expr": "rank:trainmon_train_nonfinite_loss:rising10m\nunless on (job, job_id)\n  count without (instance, rank) (rank:trainmon_train_nonfinite_loss:rising10m) > " + std.format('%g', $._config.numerics_job_wide_ratio) + " * job_id:trainmon_train_nonfinite_loss_ranks:count",
+            "labels": {
+              "severity": "warning",
+              "scope": "rank",
+            },
+            "annotations": {
+              "summary": "A few ranks of a training job reported a NaN or infinite loss.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a NaN or infinite loss in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
             },
@@ -410,14 +441,30 @@
         "rules": [
           {
             "alert": "TrainmonLossScaleCollapse",
-            "expr": "trainmon_train_loss_scale{" + $._config.selector + "}\n<=\n  clamp_min(max_over_time(trainmon_train_loss_scale{" + $._config.selector + "}[1h]) / 1024, 1)\nunless on (instance, job, job_id, rank)\n  trainmon_train_rank_info{" + $._config.selector + ", loss_scaler=\"none\"}",
+            "expr": "count without (instance, rank) (rank:trainmon_train_loss_scale:collapsed) > " + std.format('%g', $._config.numerics_job_wide_ratio) + " * job_id:trainmon_train_loss_scale_ranks:count",
             "for": std.get($._config.alert_for, "TrainmonLossScaleCollapse", "5m"),
             "labels": {
               "severity": "warning",
+              "scope": "job",
             },
             "annotations": {
-              "summary": "A rank's mixed-precision loss scale collapsed.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} runs at loss scale {{ $value }}: gradients keep overflowing and steps are being skipped.",
+              "summary": "Most ranks of a training job had the loss scale collapse.",
+              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_scale_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; first:{{ range $i, $s := printf `rank:trainmon_train_loss_scale:collapsed{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
+              "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonLossScaleCollapse",
+            "expr": "rank:trainmon_train_loss_scale:collapsed\nunless on (job, job_id)\n  count without (instance, rank) (rank:trainmon_train_loss_scale:collapsed) > " + std.format('%g', $._config.numerics_job_wide_ratio) + " * job_id:trainmon_train_loss_scale_ranks:count",
+            "for": std.get($._config.alert_for, "TrainmonLossScaleCollapse", "5m"),
+            "labels": {
+              "severity": "warning",
+              "scope": "rank",
+            },
+            "annotations": {
+              "summary": "A few ranks of a training job had the loss scale collapse.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
             },
@@ -430,26 +477,56 @@
         "rules": [
           {
             "alert": "TrainmonGradNormSpike",
-            "expr": "increase(trainmon_train_grad_norm_spikes_total{" + $._config.selector + "}[10m]) > 0",
+            "expr": "count without (instance, rank) (rank:trainmon_train_grad_norm_spikes:increase10m) > " + std.format('%g', $._config.numerics_job_wide_ratio) + " * job_id:trainmon_train_grad_norm_spikes_ranks:count",
             "labels": {
               "severity": "warning",
+              "scope": "job",
             },
             "annotations": {
-              "summary": "A training rank's gradient norm spiked.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted gradient norm spikes in the last 10 minutes (over 10x the median of its last 100 steps). Run `trainmon diagnose` on the node: a spike on one rank only suggests silent data corruption on its GPU.",
+              "summary": "Most ranks of a training job counted gradient norm spikes.",
+              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_grad_norm_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_grad_norm_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
+              "runbook_url": $._config.runbook + "#trainmongradnormspike",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonGradNormSpike",
+            "expr": "rank:trainmon_train_grad_norm_spikes:increase10m\nunless on (job, job_id)\n  count without (instance, rank) (rank:trainmon_train_grad_norm_spikes:increase10m) > " + std.format('%g', $._config.numerics_job_wide_ratio) + " * job_id:trainmon_train_grad_norm_spikes_ranks:count",
+            "labels": {
+              "severity": "warning",
+              "scope": "rank",
+            },
+            "annotations": {
+              "summary": "A few ranks of a training job counted gradient norm spikes.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmongradnormspike",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
             },
           },
           {
             "alert": "TrainmonLossSpike",
-            "expr": "increase(trainmon_train_loss_spikes_total{" + $._config.selector + "}[10m]) > 0",
+            "expr": "count without (instance, rank) (rank:trainmon_train_loss_spikes:increase10m) > " + std.format('%g', $._config.numerics_job_wide_ratio) + " * job_id:trainmon_train_loss_spikes_ranks:count",
             "labels": {
               "severity": "warning",
+              "scope": "job",
             },
             "annotations": {
-              "summary": "A training rank's loss spiked.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted loss spikes in the last 10 minutes (over 2x the mean of its last 100 steps). Run `trainmon diagnose` on the node: a spike on one rank only suggests silent data corruption on its GPU.",
+              "summary": "Most ranks of a training job counted loss spikes.",
+              "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_loss_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
+              "runbook_url": $._config.runbook + "#trainmonlossspike",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
+            },
+          },
+          {
+            "alert": "TrainmonLossSpike",
+            "expr": "rank:trainmon_train_loss_spikes:increase10m\nunless on (job, job_id)\n  count without (instance, rank) (rank:trainmon_train_loss_spikes:increase10m) > " + std.format('%g', $._config.numerics_job_wide_ratio) + " * job_id:trainmon_train_loss_spikes_ranks:count",
+            "labels": {
+              "severity": "warning",
+              "scope": "rank",
+            },
+            "annotations": {
+              "summary": "A few ranks of a training job counted loss spikes.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossspike",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
             },
@@ -484,7 +561,7 @@
           },
           {
             "alert": "TrainmonSlowRank",
-            "expr": "(\n    rank:trainmon_train_compute_seconds_per_step:zscore > " + std.format('%g', $._config.slow_rank_zscore) + "\n  and on (instance, job, job_id, rank)\n    rank:trainmon_train_compute_seconds_per_step:mean5m / (1 + " + std.format('%g', $._config.slow_rank_excess_ratio) + ") > on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median\n  unless on (instance, job, job_id, rank) trainmon_train_phase{" + $._config.selector + "} == 1\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  rank:trainmon_train_rank_info:max",
+            "expr": "(\n    rank:trainmon_train_compute_seconds_per_step:zscore > " + std.format('%g', $._config.slow_rank_zscore) + "\n  and on (instance, job, job_id, rank)\n    rank:trainmon_train_compute_seconds_per_step:mean5m / (1 + " + std.format('%g', $._config.slow_rank_excess_ratio) + ") > on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  rank:trainmon_train_rank_info:max",
             "for": std.get($._config.alert_for, "TrainmonSlowRank", "15m"),
             "labels": {
               "severity": "warning",
@@ -627,16 +704,30 @@
           },
           {
             "alert": "TrainmonNVMeLatencyHigh",
-            "expr": "instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_seconds) + "\nand\n  instance_device:trainmon_nvme_requests:rate5m > 1",
-            "for": std.get($._config.alert_for, "TrainmonNVMeLatencyHigh", "15m"),
+            "expr": "(\n    instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_floor_seconds) + "\n  and\n    (\n        instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_slow_factor) + " * instance_device:trainmon_nvme_request_seconds:median1d\n      or\n        max without (model) (\n            instance_device:trainmon_nvme_request_seconds:mean5m\n          * on (job, instance, device) group_left (model)\n            trainmon_nvme_info{" + $._config.selector + "}\n          > on (job, instance, model) group_left\n            " + std.format('%g', $._config.nvme_slow_factor) + " * instance_model:trainmon_nvme_request_seconds:min\n        )\n    )\n  or\n    instance_device:trainmon_nvme_request_seconds:mean5m > " + std.format('%g', $._config.nvme_latency_seconds) + "\n)\nand\n  instance_device:trainmon_nvme_requests:rate5m > 1",
+            "for": std.get($._config.alert_for, "TrainmonNVMeLatencyHigh", "10m"),
             "labels": {
               "severity": "warning",
             },
             "annotations": {
               "summary": "An NVMe namespace answers slowly.",
-              "description": "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request on average over 5 minutes.",
+              "description": "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request on average over 5 minutes: over " + std.format('%g', $._config.nvme_slow_factor) + "x its median of the last day or the fastest drive of its model on the node (and over " + std.format('%g', $._config.nvme_latency_floor_seconds) + " s), or over " + std.format('%g', $._config.nvme_latency_seconds) + " s. Ranks on this node that read from it wait for their data (see TrainmonDataLoaderBound).",
               "runbook_url": $._config.runbook + "#trainmonnvmelatencyhigh",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=29&var-instance={{ $labels.instance }}",
+            },
+          },
+          {
+            "alert": "TrainmonInfinibandLinkDegraded",
+            "expr": "instance_port:trainmon_infiniband_rate_bytes_per_second:role < on (job, instance, device, port) group_left\n  instance_port:trainmon_infiniband_rate_bytes_per_second:max1d\nor\n  instance_port:trainmon_infiniband_rate_bytes_per_second:role < on (job, instance, link_layer, board_id) group_left\n  max by (job, instance, link_layer, board_id) (instance_port:trainmon_infiniband_rate_bytes_per_second:role)",
+            "for": std.get($._config.alert_for, "TrainmonInfinibandLinkDegraded", "10m"),
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "An InfiniBand port runs below its rate.",
+              "description": "Port {{ $labels.port }} of {{ $labels.device }} on {{ $labels.instance }} is active at {{ $value | humanize }}B/s, below its own rate of the last day or the node's other {{ $labels.link_layer }} ports of its board ({{ $labels.board_id }}): it trained at a lower speed or on fewer lanes. Every collective through it runs slower; reseat or replace the cable or transceiver.",
+              "runbook_url": $._config.runbook + "#trainmoninfinibandlinkdegraded",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-node?viewPanel=39&var-instance={{ $labels.instance }}",
             },
           },
         ],
@@ -677,13 +768,13 @@
           },
           {
             "alert": "TrainmonCheckpointWriteSlow",
-            "expr": "job_id:trainmon_train_checkpoint_seconds:increase10m\n> " + std.format('%g', $._config.checkpoint_slow_factor) + " * job_id:trainmon_train_checkpoint_seconds:median1d",
+            "expr": "job_id:trainmon_train_checkpoint_seconds:increase10m\n> on (job, job_id)\n  " + std.format('%g', $._config.checkpoint_slow_factor) + " * (job_id:trainmon_train_checkpoint_seconds:median1d offset 10m)\nand on (job, job_id)\n  (job_id:trainmon_train_checkpoints_completed:count1d offset 10m) >= " + std.toString($._config.checkpoint_baseline_count),
             "labels": {
               "severity": "warning",
             },
             "annotations": {
               "summary": "A training job's checkpoint takes much longer than its usual one.",
-              "description": "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over " + std.format('%g', $._config.checkpoint_slow_factor) + "x its median checkpoint; its nodes write {{ with printf \"job_id:trainmon_fs_written_bytes:rate5m{job_id='%s'}\" $labels.job_id | query }}{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} to their network file systems.",
+              "description": "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over " + std.format('%g', $._config.checkpoint_slow_factor) + "x the median of its earlier completed checkpoints; its nodes write {{ with printf \"job_id:trainmon_fs_written_bytes:rate5m{job_id='%s'}\" $labels.job_id | query }}{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} to their network file systems.",
               "runbook_url": $._config.runbook + "#trainmoncheckpointwriteslow",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=46&var-job_id={{ $labels.job_id }}",
             },

@@ -55,6 +55,10 @@
             "expr": "rate(trainmon_train_dataloader_wait_seconds_total{" + $._config.selector + "}[5m])",
           },
           {
+            "record": "rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m",
+            "expr": "clamp_min(rank:trainmon_train_comm_wait_seconds:rate5m - sum without (phase) (rate(trainmon_train_phase_seconds_total{" + $._config.selector + "}[5m])), 0)\nor\n  rank:trainmon_train_comm_wait_seconds:rate5m",
+          },
+          {
             "record": "rank:trainmon_nccl_time_seconds:rate5m",
             "expr": "sum without (op, group) (rate(trainmon_nccl_time_seconds_total{" + $._config.selector + "}[5m]))",
           },
@@ -115,6 +119,10 @@
           {
             "record": "job_id:trainmon_train_compute_per_step_time:ratio",
             "expr": "sum without (instance, rank) (rank:trainmon_train_compute_seconds:rate5m)\n/\n  job_id:trainmon_train_step_duration_seconds_sum:rate5m",
+          },
+          {
+            "record": "job_id:trainmon_train_comm_wait_outside_phases_per_step_time:ratio",
+            "expr": "sum without (instance, rank) (rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m)\n/\n  job_id:trainmon_train_step_duration_seconds_sum:rate5m",
           },
         ],
       },
@@ -230,6 +238,28 @@
             "record": "instance_device:trainmon_nvme_request_seconds:mean5m",
             "expr": "(rate(trainmon_nvme_read_time_seconds_total{" + $._config.selector + "}[5m]) + rate(trainmon_nvme_write_time_seconds_total{" + $._config.selector + "}[5m])) / instance_device:trainmon_nvme_requests:rate5m",
           },
+          {
+            "record": "instance_device:trainmon_nvme_request_seconds:median1d",
+            "expr": "quantile_over_time(0.5, instance_device:trainmon_nvme_request_seconds:mean5m[1d])",
+          },
+          {
+            "record": "instance_model:trainmon_nvme_request_seconds:min",
+            "expr": "min by (job, instance, model) (\n    (instance_device:trainmon_nvme_request_seconds:mean5m and instance_device:trainmon_nvme_requests:rate5m > 1)\n  * on (job, instance, device) group_left (model)\n    trainmon_nvme_info{" + $._config.selector + "}\n)",
+          },
+        ],
+      },
+      {
+        "name": "trainmon.infiniband.rules",
+        "interval": std.get($._config.group_intervals, "trainmon.infiniband.rules", "30s"),
+        "rules": [
+          {
+            "record": "instance_port:trainmon_infiniband_rate_bytes_per_second:role",
+            "expr": "(\n      trainmon_infiniband_rate_bytes_per_second{" + $._config.selector + "}\n    and on (job, instance, device, port)\n      trainmon_infiniband_state_id{" + $._config.selector + "} == 4\n  )\n* on (job, instance, device, port) group_left (link_layer)\n  max by (job, instance, device, port, link_layer) (trainmon_infiniband_port_info{" + $._config.selector + "})\n* on (job, instance, device) group_left (board_id)\n  max by (job, instance, device, board_id) (trainmon_infiniband_info{" + $._config.selector + "})",
+          },
+          {
+            "record": "instance_port:trainmon_infiniband_rate_bytes_per_second:max1d",
+            "expr": "max_over_time(trainmon_infiniband_rate_bytes_per_second{" + $._config.selector + "}[1d])",
+          },
         ],
       },
       {
@@ -314,11 +344,19 @@
           },
           {
             "record": "job_id:trainmon_train_checkpoint_seconds:increase10m",
-            "expr": "avg without (instance, rank) (increase(trainmon_train_phase_seconds_total{" + $._config.selector + ", phase=\"checkpoint\"}[10m]))",
+            "expr": "avg without (instance, rank, phase) (increase(trainmon_train_phase_seconds_total{" + $._config.selector + ", phase=\"checkpoint\"}[10m]))",
+          },
+          {
+            "record": "job_id:trainmon_train_checkpoint_seconds:completed10m",
+            "expr": "job_id:trainmon_train_checkpoint_seconds:increase10m > 0\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + ", phase=\"checkpoint\"} == 1",
+          },
+          {
+            "record": "job_id:trainmon_train_checkpoints_completed:count1d",
+            "expr": "count_over_time((job_id:trainmon_train_checkpoint_seconds:completed10m unless job_id:trainmon_train_checkpoint_seconds:completed10m offset 1m)[1d:1m])",
           },
           {
             "record": "job_id:trainmon_train_checkpoint_seconds:median1d",
-            "expr": "quantile_over_time(0.5, (job_id:trainmon_train_checkpoint_seconds:increase10m > 0)[1d:1m])",
+            "expr": "quantile_over_time(0.5, job_id:trainmon_train_checkpoint_seconds:completed10m[1d])",
           },
         ],
       },
@@ -429,12 +467,16 @@
         "interval": std.get($._config.group_intervals, "trainmon.stragglers.rules", "30s"),
         "rules": [
           {
-            "record": "rank:trainmon_train_straggler_score:relative",
-            "expr": "min without (instance, rank) (rank:trainmon_train_compute_seconds:rate5m)\n/ on (job, job_id) group_right\n  rank:trainmon_train_compute_seconds:rate5m",
+            "record": "rank:trainmon_train_compute_seconds_per_step:mean5m",
+            "expr": "rank:trainmon_train_compute_seconds:rate5m / (rank:trainmon_train_step_duration_seconds_count:rate5m > 0)",
           },
           {
-            "record": "rank:trainmon_train_compute_seconds_per_step:mean5m",
-            "expr": "rank:trainmon_train_compute_seconds:rate5m / rank:trainmon_train_step_duration_seconds_count:rate5m",
+            "record": "rank:trainmon_train_compute_outside_phases_seconds_per_step:mean5m",
+            "expr": "clamp_min(\n    rank:trainmon_train_step_duration_seconds_sum:rate5m\n  - rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m\n  - rank:trainmon_train_dataloader_wait_seconds:rate5m,\n  0\n)\n/ (rank:trainmon_train_step_duration_seconds_count:rate5m > 0)",
+          },
+          {
+            "record": "rank:trainmon_train_straggler_score:relative",
+            "expr": "min without (instance, rank) (rank:trainmon_train_compute_outside_phases_seconds_per_step:mean5m > 0)\n/ on (job, job_id) group_right\n  rank:trainmon_train_compute_outside_phases_seconds_per_step:mean5m",
           },
           {
             "record": "rank:trainmon_train_straggler_score:individual",
@@ -485,6 +527,44 @@
           {
             "record": "job_id:trainmon_train_steps_per_training_second:best1h",
             "expr": "max_over_time(job_id:trainmon_train_steps_per_training_second:avg1h[" + $._config.throughput_drift_lookback + "])",
+          },
+          {
+            "record": "rank:trainmon_train_grad_norm_spikes:increase10m",
+            "expr": "increase(trainmon_train_grad_norm_spikes_total{" + $._config.selector + "}[10m]) > 0",
+          },
+          {
+            "record": "job_id:trainmon_train_grad_norm_spikes_ranks:count",
+            "expr": "count without (instance, rank) (trainmon_train_grad_norm_spikes_total{" + $._config.selector + "})",
+          },
+          {
+            "record": "rank:trainmon_train_loss_spikes:increase10m",
+            "expr": "increase(trainmon_train_loss_spikes_total{" + $._config.selector + "}[10m]) > 0",
+          },
+          {
+            "record": "job_id:trainmon_train_loss_spikes_ranks:count",
+            "expr": "count without (instance, rank) (trainmon_train_loss_spikes_total{" + $._config.selector + "})",
+          },
+          {
+            "record": "rank:trainmon_train_nonfinite_loss:rising10m",
+            "expr": "(\n  increase(trainmon_train_nonfinite_loss_total{" + $._config.selector + "}[10m]) > 0\nor\n  (trainmon_train_nonfinite_loss_total{" + $._config.selector + "} > 0 unless trainmon_train_nonfinite_loss_total{" + $._config.selector + "} offset 10m)\n)",
+          },
+          {
+            "record": "job_id:trainmon_train_nonfinite_loss_ranks:count",
+            "expr": "count without (instance, rank) (trainmon_train_nonfinite_loss_total{" + $._config.selector + "})",
+          },
+        ],
+      },
+      {
+        "name": "trainmon.loss_scale.rules",
+        "interval": std.get($._config.group_intervals, "trainmon.loss_scale.rules", "1m"),
+        "rules": [
+          {
+            "record": "rank:trainmon_train_loss_scale:collapsed",
+            "expr": "trainmon_train_loss_scale{" + $._config.selector + "}\n<=\n  clamp_min(max_over_time(trainmon_train_loss_scale{" + $._config.selector + "}[1h]) / 1024, 1)\nunless on (instance, job, job_id, rank)\n  trainmon_train_rank_info{" + $._config.selector + ", loss_scaler=\"none\"}",
+          },
+          {
+            "record": "job_id:trainmon_train_loss_scale_ranks:count",
+            "expr": "count without (instance, rank) (trainmon_train_loss_scale{" + $._config.selector + "} unless on (instance, job, job_id, rank) trainmon_train_rank_info{" + $._config.selector + ", loss_scaler=\"none\"})",
           },
         ],
       },

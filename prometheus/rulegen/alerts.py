@@ -12,21 +12,15 @@ from .config import RulesConfig
 from .dashboards import FLEET, NODE, TRAINING_JOB, panel_url
 from .model import Alert, Group
 from .nccl import nccl_alerts
-from .numerics import numerics_alerts
+from .numerics import loss_scale_event, nonfinite_event, numerics_alerts, rank_event_alerts, rising
 from .recording import NOT_OTHER, RANK_INFO
 
 ON_RANK = "on (instance, job, job_id, rank)"
+ON_JOB = "on (job, job_id)"
+COMM_WAIT_MEDIAN = "quantile without (instance, rank) (0.5, rank:trainmon_train_comm_wait_per_step_time:ratio)"
+DATA_WAIT_NODE = "instance_job_id:trainmon_train_dataloader_wait_per_step_time:ratio"
 # NVML throttle reasons spelled `thermal`, `hw_thermal_slowdown`, `sw_thermal_slowdown`, ...
 THERMAL = 'reason=~".*thermal.*"'
-
-
-def rising(series: str, window: str) -> str:
-    """A counter that grew within `window`, or that appeared within it already above zero."""
-    return f"""(
-  increase({series}[{window}]) > 0
-or
-  ({series} > 0 unless {series} offset {window})
-)"""
 
 
 def not_in_phase(c: RulesConfig, on: str = ON_RANK) -> str:
@@ -254,27 +248,21 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         Alert(
             alert="TrainmonCommunicationBound",
             dashboard_url=panel_url(c, TRAINING_JOB, "Communication wait share per rank"),
-            expr=f"job_id:trainmon_train_comm_wait_per_step_time:ratio > {c.comm_bound_ratio}",
+            # Not while one node of the job waits for data and the job as a whole does not: the others' wait is
+            # for that node's ranks (TrainmonDataLoaderBound names it), not for the network.
+            expr=f"""
+  job_id:trainmon_train_comm_wait_outside_phases_per_step_time:ratio > {c.comm_bound_ratio}
+unless {ON_JOB}
+  ({node_data_bound(c)})""",
             for_="15m",
             severity="warning",
             summary="A training job spends too much of each step waiting for communication.",
             description=(
                 "Job {{ $labels.job_id }} waits on communication for {{ $value | humanizePercentage }} of its "
-                f"step time (threshold {c.comm_bound_ratio:.0%})."
+                f"step time (threshold {c.comm_bound_ratio:.0%}), outside checkpoints and other phases."
             ),
         ),
-        Alert(
-            alert="TrainmonDataLoaderBound",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Data-loader wait share per rank"),
-            expr=f"job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.dataloader_bound_ratio}",
-            for_="15m",
-            severity="warning",
-            summary="A training job waits for its input pipeline.",
-            description=(
-                "Job {{ $labels.job_id }} waits for the next batch for {{ $value | humanizePercentage }} of its "
-                f"step time (threshold {c.dataloader_bound_ratio:.0%})."
-            ),
-        ),
+        *dataloader_alerts(c),
         Alert(
             alert="TrainmonTrainingStalled",
             dashboard_url=panel_url(c, TRAINING_JOB, "Step time per rank"),
@@ -320,12 +308,17 @@ unless {ON_RANK} {c.m("trainmon_train_rank_exited")} == 1""",
         Alert(
             alert="TrainmonStragglerRank",
             dashboard_url=panel_url(c, TRAINING_JOB, "Straggler score by rank"),
-            # Its compute is slow against the job's fastest rank, while the median rank waits in collectives.
+            # Its compute per step is slow against the job's fastest rank, while the median rank waits in
+            # collectives and it waits less than that: a rank that waits in communication is never the straggler.
             expr=f"""
   rank:trainmon_train_straggler_score:relative < {c.straggler_score_threshold}
-and on (job, job_id)
-  quantile without (instance, rank) (0.5, rank:trainmon_train_comm_wait_per_step_time:ratio)
-  > {c.straggler_peer_wait_ratio}""",
+and {ON_RANK}
+  rank:trainmon_train_comm_wait_per_step_time:ratio
+  < {ON_JOB} group_left
+  {COMM_WAIT_MEDIAN}
+and {ON_JOB}
+  {COMM_WAIT_MEDIAN} > {c.straggler_peer_wait_ratio}
+{not_in_phase(c)}""",
             for_="10m",
             severity="warning",
             summary="One rank computes slower than the rest of its job.",
@@ -336,6 +329,44 @@ and on (job, job_id)
             ),
         ),
     ]
+
+
+def node_data_bound(c: RulesConfig) -> str:
+    """The nodes of a job whose ranks wait for data over the threshold while the job as a whole does not."""
+    return f"""
+  {DATA_WAIT_NODE} > {c.dataloader_bound_ratio}
+unless {ON_JOB}
+  job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.dataloader_bound_ratio}"""
+
+
+def dataloader_alerts(c: RulesConfig) -> list[Alert]:
+    """The job waits for data; or only the ranks of one node do (its local NVMe, its loader workers), and the
+    rest of the job waits for them in collectives: then the node is named, not the job."""
+    bound = Alert(
+        alert="TrainmonDataLoaderBound",
+        dashboard_url=panel_url(c, TRAINING_JOB, "Data-loader wait share per rank"),
+        expr=f"job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.dataloader_bound_ratio}",
+        for_="15m",
+        severity="warning",
+        labels=(("scope", "job"),),
+        summary="A training job waits for its input pipeline.",
+        description=(
+            "Job {{ $labels.job_id }} waits for the next batch for {{ $value | humanizePercentage }} of its "
+            f"step time (threshold {c.dataloader_bound_ratio:.0%})."
+        ),
+    )
+    return [bound, replace(
+        bound,
+        expr=node_data_bound(c),
+        labels=(("scope", "node"),),
+        summary="One node's ranks wait for their input and hold their job back.",
+        description=(
+            "The ranks of job {{ $labels.job_id }} on {{ $labels.instance }} wait for the next batch for "
+            "{{ $value | humanizePercentage }} of their step time while the job's other nodes do not: the rest "
+            "of the job waits for them in collectives. Look at this node's data path (TrainmonNVMeLatencyHigh, "
+            "TrainmonStorageSlow, loader workers, CPU) and run `trainmon diagnose`."
+        ),
+    )]
 
 
 def rank_counter_alerts(c: RulesConfig) -> list[Alert]:
@@ -356,43 +387,13 @@ or
                 "allocator retried allocations or ran out of memory in the last 10 minutes."
             ),
         ),
-        Alert(
-            alert="TrainmonLossNonFinite",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Skipped and non-finite steps"),
-            expr=rising(c.m("trainmon_train_nonfinite_loss_total"), "10m"),
-            severity="warning",
-            summary="A training rank reported a NaN or infinite loss.",
-            description=(
-                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a "
-                "non-finite loss in the last 10 minutes."
-            ),
-        ),
+        *rank_event_alerts(c, nonfinite_event(c)),
     ]
 
 
 def loss_scale_alerts(c: RulesConfig) -> list[Alert]:
-    """Each rank's loss scale against its own hour: 8,000 ranks' hour of samples at 1,000 nodes, the
-    costliest read of any alert, for a condition that develops over minutes (it must hold 5 of them)."""
-    return [
-        Alert(
-            alert="TrainmonLossScaleCollapse",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Loss scale"),
-            # The gauge exists only where a loss scaler does (bf16 runs have none).
-            expr=f"""
-  {c.m("trainmon_train_loss_scale")}
-<=
-  clamp_min(max_over_time({c.m("trainmon_train_loss_scale")}[1h]) / 1024, 1)
-unless {ON_RANK}
-  {c.m("trainmon_train_rank_info", 'loss_scaler="none"')}""",
-            for_="5m",
-            severity="warning",
-            summary="A rank's mixed-precision loss scale collapsed.",
-            description=(
-                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} runs at loss scale {{ $value }}: gradients "
-                "keep overflowing and steps are being skipped."
-            ),
-        ),
-    ]
+    """Each rank's loss scale against its own hour, recorded every minute (trainmon.loss_scale.rules)."""
+    return rank_event_alerts(c, loss_scale_event(c))
 
 
 def collective_alerts(c: RulesConfig) -> list[Alert]:
@@ -545,22 +546,76 @@ or
                 "{{ $value | humanize }} errors in 10 minutes: check the cable and transceiver."
             ),
         ),
-        Alert(
-            alert="TrainmonNVMeLatencyHigh",
-            dashboard_url=panel_url(c, NODE, "NVMe latency"),
-            expr=f"""
-  instance_device:trainmon_nvme_request_seconds:mean5m > {c.nvme_latency_seconds}
+        nvme_alert(c),
+        infiniband_degraded_alert(c),
+    ]
+
+
+def nvme_alert(c: RulesConfig) -> Alert:
+    """A drive against its own day and against the fastest drive of its model on the node, above a floor that
+    fits NVMe (0.1-0.2 ms is normal: 12 ms is 100 times slower and fails a fixed 50 ms threshold), or over the
+    absolute figure whatever its past and siblings. One alert per drive whichever holds."""
+    latency = "instance_device:trainmon_nvme_request_seconds:mean5m"
+    factor = f"{c.nvme_slow_factor:g}"
+    return Alert(
+        alert="TrainmonNVMeLatencyHigh",
+        dashboard_url=panel_url(c, NODE, "NVMe latency"),
+        expr=f"""
+(
+    {latency} > {c.nvme_latency_floor_seconds:g}
+  and
+    (
+        {latency} > {factor} * instance_device:trainmon_nvme_request_seconds:median1d
+      or
+        max without (model) (
+            {latency}
+          * on (job, instance, device) group_left (model)
+            {c.m('trainmon_nvme_info')}
+          > on (job, instance, model) group_left
+            {factor} * instance_model:trainmon_nvme_request_seconds:min
+        )
+    )
+  or
+    {latency} > {c.nvme_latency_seconds:g}
+)
 and
   instance_device:trainmon_nvme_requests:rate5m > 1""",
-            for_="15m",
-            severity="warning",
-            summary="An NVMe namespace answers slowly.",
-            description=(
-                "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request "
-                "on average over 5 minutes."
-            ),
+        for_="10m",
+        severity="warning",
+        summary="An NVMe namespace answers slowly.",
+        description=(
+            "{{ $labels.device }} on {{ $labels.instance }} takes {{ $value | humanizeDuration }} per request "
+            f"on average over 5 minutes: over {factor}x its median of the last day or the fastest drive of its "
+            f"model on the node (and over {c.nvme_latency_floor_seconds:g} s), or over {c.nvme_latency_seconds:g} s. "
+            "Ranks on this node that read from it wait for their data (see TrainmonDataLoaderBound)."
         ),
-    ]
+    )
+
+
+def infiniband_degraded_alert(c: RulesConfig) -> Alert:
+    """A port that trained below its rate or width after a flap: slower than its own best of the last day, or
+    than the node's fastest port of the same role (link layer and board). The rate (lanes x lane speed) shows
+    both a lower speed and fewer lanes."""
+    rate = "instance_port:trainmon_infiniband_rate_bytes_per_second:role"
+    return Alert(
+        alert="TrainmonInfinibandLinkDegraded",
+        dashboard_url=panel_url(c, NODE, "InfiniBand link state"),
+        expr=f"""
+  {rate} < on (job, instance, device, port) group_left
+  instance_port:trainmon_infiniband_rate_bytes_per_second:max1d
+or
+  {rate} < on (job, instance, link_layer, board_id) group_left
+  max by (job, instance, link_layer, board_id) ({rate})""",
+        for_="10m",
+        severity="warning",
+        summary="An InfiniBand port runs below its rate.",
+        description=(
+            "Port {{ $labels.port }} of {{ $labels.device }} on {{ $labels.instance }} is active at "
+            "{{ $value | humanize }}B/s, below its own rate of the last day or the node's other "
+            "{{ $labels.link_layer }} ports of its board ({{ $labels.board_id }}): it trained at a lower speed or "
+            "on fewer lanes. Every collective through it runs slower; reseat or replace the cable or transceiver."
+        ),
+    )
 
 
 def storage_alerts(c: RulesConfig) -> list[Alert]:
@@ -603,15 +658,20 @@ def storage_alerts(c: RulesConfig) -> list[Alert]:
         *alerts,
         Alert(
             alert="TrainmonCheckpointWriteSlow",
+            # Against the job's earlier completed checkpoints (those done over 10 minutes ago: not this one),
+            # and only once there are enough of them to have a usual length.
             expr=f"""
   job_id:trainmon_train_checkpoint_seconds:increase10m
-> {c.checkpoint_slow_factor:g} * job_id:trainmon_train_checkpoint_seconds:median1d""",
+> {ON_JOB}
+  {c.checkpoint_slow_factor:g} * (job_id:trainmon_train_checkpoint_seconds:median1d offset 10m)
+and {ON_JOB}
+  (job_id:trainmon_train_checkpoints_completed:count1d offset 10m) >= {c.checkpoint_baseline_count}""",
             severity="warning",
             summary="A training job's checkpoint takes much longer than its usual one.",
             dashboard_url=panel_url(c, TRAINING_JOB, "Checkpoint writes and file-system latency"),
             description=(
                 "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over "
-                f"{c.checkpoint_slow_factor:g}x its median checkpoint; its nodes write "
+                f"{c.checkpoint_slow_factor:g}x the median of its earlier completed checkpoints; its nodes write "
                 '{{ with printf "job_id:trainmon_fs_written_bytes:rate5m{job_id=\'%s\'}" $labels.job_id | query }}'
                 "{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} "
                 "to their network file systems."

@@ -48,6 +48,9 @@ class RulesConfig:
     loss_diverging_ratio: float = 1.05
     # ...or one rank with more than this many loss spikes in 30 minutes (llm-foundry's KillLossSpike patience).
     loss_spike_patience: int = 4
+    # Loss spikes, non-finite losses and loss-scale collapses on more than this share of a job's ranks alert
+    # once for the job; on fewer, once per rank (a suspect GPU: silent data corruption).
+    numerics_job_wide_ratio: float = 0.5
     # Neither is judged in a job's first minutes: warm-up loss falls fast and swings.
     warmup_seconds: int = 1200
     # Throughput drift: the job's steps per second of training time (phases excluded) this far below its
@@ -71,7 +74,11 @@ class RulesConfig:
     xid_firing_seconds: int = 900
     # Share of time spent thermally throttled.
     thermal_throttle_ratio: float = 0.10
-    # Mean NVMe request latency; datacenter NVMe answers in well under a millisecond.
+    # Mean NVMe request latency over this (datacenter NVMe answers in 0.1-0.2 ms) and this many times the
+    # drive's own median of the last day, or the fastest drive of its model on the node, is slow...
+    nvme_latency_floor_seconds: float = 0.002
+    nvme_slow_factor: float = 10.0
+    # ...and over this whatever its past and its siblings.
     nvme_latency_seconds: float = 0.05
     # Symbol and receive errors per port in 10 minutes.
     infiniband_errors: int = 10
@@ -85,8 +92,10 @@ class RulesConfig:
     # step time (half of dataloader_bound_ratio: storage is named before the input pipeline is blamed).
     storage_slow_factor: float = 2.0
     storage_dataloader_ratio: float = 0.10
-    # A checkpoint phase this many times its job's median (over a day of 10-minute windows) is slow.
+    # A checkpoint phase this many times the median of its job's earlier completed checkpoints (of the last
+    # day) is slow, once the job has completed this many: a job's first checkpoints have no usual length.
     checkpoint_slow_factor: float = 3.0
+    checkpoint_baseline_count: int = 3
     # NVLink errors (CRC, replay, recovery) per link in 10 minutes; a few CRC errors a day are normal.
     nvlink_errors: int = 10
 

@@ -121,13 +121,27 @@ label_replace(
 
 def _straggler_scores(c: RulesConfig) -> list[Record]:
     per_step = "rank:trainmon_train_compute_seconds_per_step:mean5m"
+    outside = "rank:trainmon_train_compute_outside_phases_seconds_per_step:mean5m"
+    steps = "(rank:trainmon_train_step_duration_seconds_count:rate5m > 0)"
     return [
-        # 1 for the job's fastest rank; 0.5 computes twice as long (nvidia-resiliency-ext's scores).
+        # Compute per step, not per second of wall time: a rank that waits for data computes fewer seconds
+        # per second without computing any slower, and must not make every other rank look slow.
+        Record(record=per_step, expr=f"{COMPUTE} / {steps}"),
+        # The same with the communication wait inside phases taken off (a barrier while rank 0 checkpoints).
+        Record(record=outside, expr=f"""
+clamp_min(
+    rank:trainmon_train_step_duration_seconds_sum:rate5m
+  - rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m
+  - rank:trainmon_train_dataloader_wait_seconds:rate5m,
+  0
+)
+/ {steps}"""),
+        # 1 for the job's fastest rank; 0.5 computes twice as long per step (nvidia-resiliency-ext's scores). A
+        # rank whose data wait swallows its step time reads no compute at all: it is not the fastest.
         Record(record="rank:trainmon_train_straggler_score:relative", expr=f"""
-  min without ({RANK_LABELS}) ({COMPUTE})
+  min without ({RANK_LABELS}) ({outside} > 0)
 / {ON_JOB} group_right
-  {COMPUTE}"""),
-        Record(record=per_step, expr=f"{COMPUTE} / rank:trainmon_train_step_duration_seconds_count:rate5m"),
+  {outside}"""),
         # The rank against its own best over the longer window.
         Record(record="rank:trainmon_train_straggler_score:individual",
                expr=f"min_over_time({per_step}[{c.straggler_individual_window}]) / {per_step}"),

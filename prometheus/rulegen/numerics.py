@@ -10,6 +10,8 @@ ranks, no rank-by-rank join.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .config import RulesConfig
 from .dashboards import TRAINING_JOB, panel_url
 from .model import Alert, Group, Record
@@ -36,6 +38,127 @@ SPIKE_ALERTS = (
 )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankEvent:
+    """A numeric event each rank reports: one alert per job when most of its ranks have it, else one per rank.
+
+    `condition` is the per-rank series (recorded as `record`), `reporting` the series whose ranks could have it.
+    """
+
+    alert: str
+    record: str
+    condition: str
+    reporting: str
+    what: str  # what the ranks did, after "ranks of job X" ("counted loss spikes")
+    when: str  # the rest of the description's sentence ("in the last 10 minutes")
+    panel: str
+    for_: str = "0s"
+
+    @property
+    def ranks(self) -> str:
+        """The recorded count of the job's ranks that report the event's series."""
+        return f"job_id:{self.record.split(':')[1]}_ranks:count"
+
+
+def spike_events(c: RulesConfig) -> list[RankEvent]:
+    return [RankEvent(
+        alert=alert, record=f"rank:{counter.removesuffix('_total')}:increase10m",
+        condition=f"increase({c.m(counter)}[10m]) > 0", reporting=c.m(counter),
+        what=f"counted {what} spikes", when=f"({rule}) in the last 10 minutes", panel="Loss and grad-norm spikes",
+    ) for alert, counter, what, rule in SPIKE_ALERTS]
+
+
+def nonfinite_event(c: RulesConfig) -> RankEvent:
+    nonfinite = c.m("trainmon_train_nonfinite_loss_total")
+    return RankEvent(
+        alert="TrainmonLossNonFinite", record="rank:trainmon_train_nonfinite_loss:rising10m",
+        condition=rising(nonfinite, "10m"), reporting=nonfinite,
+        what="reported a NaN or infinite loss", when="in the last 10 minutes", panel="Skipped and non-finite steps",
+    )
+
+
+def loss_scale_event(c: RulesConfig) -> RankEvent:
+    """The gauge exists only where a loss scaler does (bf16 runs have none)."""
+    scale = c.m("trainmon_train_loss_scale")
+    no_scaler = c.m("trainmon_train_rank_info", 'loss_scaler="none"')
+    return RankEvent(
+        alert="TrainmonLossScaleCollapse", record="rank:trainmon_train_loss_scale:collapsed",
+        condition=f"""
+  {scale}
+<=
+  clamp_min(max_over_time({scale}[1h]) / 1024, 1)
+unless {ON_RANK}
+  {no_scaler}""",
+        reporting=f"{scale} unless {ON_RANK} {no_scaler}",
+        what="had the loss scale collapse",
+        when="(to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped",
+        panel="Loss scale", for_="5m",
+    )
+
+
+def rising(series: str, window: str) -> str:
+    """A counter that grew within `window`, or that appeared within it already above zero."""
+    return f"""(
+  increase({series}[{window}]) > 0
+or
+  ({series} > 0 unless {series} offset {window})
+)"""
+
+
+def rank_event_records(events: list[RankEvent]) -> list[Record]:
+    return [record for e in events for record in (
+        Record(record=e.record, expr=e.condition),
+        Record(record=e.ranks, expr=f"count without ({RANK_LABELS}) ({e.reporting})"),
+    )]
+
+
+def _job_wide(c: RulesConfig, e: RankEvent) -> str:
+    return f"count without ({RANK_LABELS}) ({e.record}) > {c.numerics_job_wide_ratio:g} * {e.ranks}"
+
+
+def _first_ranks(series: str) -> str:
+    """Template: the first three ranks (by name) of the alert's job that have `series`."""
+    query = f'printf `{series}{{job="%s",job_id="%s"}}` $labels.job $labels.job_id | query | sortByLabel "rank"'
+    return (f"{{{{ range $i, $s := {query} }}}}{{{{ if lt $i 3 }}}}{{{{ if $i }}}},{{{{ end }}}} "
+            "rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}")
+
+
+def rank_event_alerts(c: RulesConfig, e: RankEvent) -> list[Alert]:
+    """Job-wide: one alert with the count and the first ranks; on a few ranks only: each rank, a suspect GPU."""
+    ranks = (f'{{{{ with printf `{e.ranks}{{job="%s",job_id="%s"}}` $labels.job $labels.job_id | query }}}}'
+             "{{ . | first | value }}{{ end }}")
+    return [
+        Alert(
+            alert=e.alert,
+            expr=_job_wide(c, e),
+            for_=e.for_,
+            severity="warning",
+            labels=(("scope", "job"),),
+            summary=f"Most ranks of a training job {e.what}.",
+            dashboard_url=panel_url(c, TRAINING_JOB, e.panel),
+            description=(
+                f"{{{{ $value }}}} of {ranks} ranks of job {{{{ $labels.job_id }}}} {e.what} {e.when}; first:"
+                f"{_first_ranks(e.record)}. On most ranks at once it is the run's numerics (data, learning "
+                "rate, precision), not one GPU: run `trainmon diagnose`."
+            ),
+        ),
+        Alert(
+            alert=e.alert,
+            expr=f"\n  {e.record}\nunless {ON_JOB}\n  {_job_wide(c, e)}",
+            for_=e.for_,
+            severity="warning",
+            labels=(("scope", "rank"),),
+            summary=f"A few ranks of a training job {e.what}.",
+            dashboard_url=panel_url(c, TRAINING_JOB, e.panel),
+            description=(
+                f"Rank {{{{ $labels.rank }}}} of job {{{{ $labels.job_id }}}} on {{{{ $labels.instance }}}} {e.what} "
+                f"{e.when}; most of its peers did not. Suspect silent data corruption on its GPU: drain the node "
+                "and run `trainmon diagnose` and `dcgmi diag -r 3` on it."
+            ),
+        ),
+    ]
+
+
 def _in_phase(c: RulesConfig, on: str) -> str:
     return f"unless {on} {c.m('trainmon_train_phase')} == 1"
 
@@ -60,7 +183,14 @@ def numerics_group(c: RulesConfig) -> Group:
         # Only a job that has run for an hour has an hourly mean: a new job is not its own baseline yet.
         Record(record=THROUGHPUT_1H, expr=f"avg_over_time({THROUGHPUT}[1h]) and {ON_JOB} ({THROUGHPUT} offset 55m)"),
         Record(record=THROUGHPUT_BEST, expr=f"max_over_time({THROUGHPUT_1H}[{c.throughput_drift_lookback}])"),
+        *rank_event_records([*spike_events(c), nonfinite_event(c)]),
     ])
+
+
+def loss_scale_group(c: RulesConfig) -> Group:
+    """Each rank's loss scale against its own hour: 8,000 ranks' hour of samples at 1,000 nodes, the costliest
+    read of any rule, for a condition that develops over minutes (the alert waits 5 of them): every minute."""
+    return Group(name="trainmon.loss_scale.rules", interval="1m", rules=rank_event_records([loss_scale_event(c)]))
 
 
 def slow_rank_records(c: RulesConfig) -> list[Record]:
@@ -81,18 +211,7 @@ def slow_rank_records(c: RulesConfig) -> list[Record]:
 def numerics_alerts(c: RulesConfig) -> list[Alert]:
     first_step = c.m("trainmon_train_first_step_timestamp_seconds")
     return [
-        *(Alert(
-            alert=alert,
-            expr=f"increase({c.m(counter)}[10m]) > 0",
-            severity="warning",
-            summary=f"A training rank's {what} spiked.",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Loss and grad-norm spikes"),
-            description=(
-                "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted "
-                f"{what} spikes in the last 10 minutes ({rule}). Run `trainmon diagnose` on the node: a "
-                "spike on one rank only suggests silent data corruption on its GPU."
-            ),
-        ) for alert, counter, what, rule in SPIKE_ALERTS),
+        *(a for e in spike_events(c) for a in rank_event_alerts(c, e)),
         Alert(
             alert="TrainmonLossDiverging",
             expr=f"""
@@ -131,12 +250,13 @@ and {ON_JOB}
         ),
         Alert(
             alert="TrainmonSlowRank",
+            # Not suspended in a phase: a rank's compute per step is the same over a 5-minute window that holds an
+            # evaluation, and a pending alert restarted by each one would go quiet while the GPU is still slow.
             expr=f"""
 (
     {ZSCORE} > {c.slow_rank_zscore:g}
   and {ON_RANK}
     {PER_STEP} / (1 + {c.slow_rank_excess_ratio}) > {ON_JOB} group_left {MEDIAN}
-  {_in_phase(c, ON_RANK)}
 )
 * {ON_RANK} group_left (uuid)
   rank:trainmon_train_rank_info:max""",

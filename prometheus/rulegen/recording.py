@@ -12,7 +12,7 @@ from .config import RulesConfig
 from .efficiency import efficiency_groups
 from .model import Group, Record
 from .nccl import nccl_group
-from .numerics import numerics_group
+from .numerics import loss_scale_group, numerics_group
 from .xid_catalog import xid_catalog_group
 
 # Labels of trainmon_train_rank_info that describe a rank rather than identify it.
@@ -38,11 +38,14 @@ UNCORRECTED = 'error="uncorrected"'
 STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
 JOB_STEP_SECONDS = "job_id:trainmon_train_step_duration_seconds_sum:rate5m"
 NVME_REQUESTS = "instance_device:trainmon_nvme_requests:rate5m"
+COMM_OUTSIDE_PHASES = "rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m"
+NVME_LATENCY = "instance_device:trainmon_nvme_request_seconds:mean5m"
 RANK_INFO = "rank:trainmon_train_rank_info:max"
 METADATA_OPS = 'op!~"read|write"'
 CHECKPOINT_PHASE = 'phase="checkpoint"'
 JOB_NODES = "instance_job_id:trainmon_train_ranks:group"
 CHECKPOINT_WINDOW = "job_id:trainmon_train_checkpoint_seconds:increase10m"
+CHECKPOINT_DONE = "job_id:trainmon_train_checkpoint_seconds:completed10m"
 
 
 def joined_name(series: str) -> str:
@@ -90,11 +93,22 @@ def step_rates_group(c: RulesConfig) -> Group:
 
 
 def wait_rates_group(c: RulesConfig) -> Group:
-    """Per-rank rates of the time a rank waits: exposed communication, data loading, collectives."""
+    """Per-rank rates of the time a rank waits: exposed communication, data loading, collectives.
+
+    Communication wait outside declared phases too, for the alerts that blame the network or a straggler: ranks
+    that wait in a barrier while rank 0 writes a checkpoint inside `mon.phase("checkpoint")` are neither. The hook
+    counts that wait as communication, so a rank's phase seconds are taken off it (an upper bound of the wait
+    inside them); the slow-rank rules, which compare ranks within 3%, keep the whole wait."""
     rules = _rank_rates(c, {
         "trainmon_train_comm_wait_seconds": "trainmon_train_comm_wait_seconds_total",
         "trainmon_train_dataloader_wait_seconds": "trainmon_train_dataloader_wait_seconds_total",
     })
+    phases = f"sum without (phase) (rate({c.m('trainmon_train_phase_seconds_total')}[5m]))"
+    rules.append(Record(
+        record=COMM_OUTSIDE_PHASES,
+        expr=f"\n  clamp_min(rank:trainmon_train_comm_wait_seconds:rate5m - {phases}, 0)\nor\n"
+             "  rank:trainmon_train_comm_wait_seconds:rate5m",
+    ))
     rules.append(Record(
         record="rank:trainmon_nccl_time_seconds:rate5m",
         expr=f"sum without (op, group) (rate({c.m('trainmon_nccl_time_seconds_total')}[5m]))",
@@ -149,7 +163,7 @@ clamp_min(
 /
   {JOB_STEP_SECONDS}""",
         )
-        for name, per_rank in STEP_SHARES
+        for name, per_rank in (*STEP_SHARES, ("trainmon_train_comm_wait_outside_phases", COMM_OUTSIDE_PHASES))
     ]
     return Group(name="trainmon.training.rules", rules=rules)
 
@@ -256,7 +270,39 @@ def nvme_group(c: RulesConfig) -> Group:
             Record(record=NVME_REQUESTS, expr=requests),
             # A later rule of a group reads an earlier one's output of this evaluation: the request rates
             # are computed once.
-            Record(record="instance_device:trainmon_nvme_request_seconds:mean5m", expr=f"({busy}) / {NVME_REQUESTS}"),
+            Record(record=NVME_LATENCY, expr=f"({busy}) / {NVME_REQUESTS}"),
+            # Each drive's usual latency (its median over a day) and, per node and model, the fastest drive that
+            # serves requests: a drive is judged against its own past and its siblings, not a fixed figure.
+            Record(record="instance_device:trainmon_nvme_request_seconds:median1d",
+                   expr=f"quantile_over_time(0.5, {NVME_LATENCY}[1d])"),
+            Record(record="instance_model:trainmon_nvme_request_seconds:min", expr=f"""
+min by (job, instance, model) (
+    ({NVME_LATENCY} and {NVME_REQUESTS} > 1)
+  * on (job, instance, device) group_left (model)
+    {c.m('trainmon_nvme_info')}
+)"""),
+        ],
+    )
+
+
+def infiniband_group(c: RulesConfig) -> Group:
+    """Each active port's rate with its role (link layer, board), and its best rate of the last day."""
+    rate = c.m("trainmon_infiniband_rate_bytes_per_second")
+    return Group(
+        name="trainmon.infiniband.rules",
+        rules=[
+            Record(record="instance_port:trainmon_infiniband_rate_bytes_per_second:role", expr=f"""
+  (
+      {rate}
+    and on (job, instance, device, port)
+      {c.m("trainmon_infiniband_state_id")} == 4
+  )
+* on (job, instance, device, port) group_left (link_layer)
+  max by (job, instance, device, port, link_layer) ({c.m("trainmon_infiniband_port_info")})
+* on (job, instance, device) group_left (board_id)
+  max by (job, instance, device, board_id) ({c.m("trainmon_infiniband_info")})"""),
+            Record(record="instance_port:trainmon_infiniband_rate_bytes_per_second:max1d",
+                   expr=f"max_over_time({rate}[1d])"),
         ],
     )
 
@@ -316,16 +362,29 @@ sum by (job, job_id) (
     rules += [
         Record(record="job_id:trainmon_fs_rpc_seconds:mean5m",
                expr="job_id:trainmon_fs_rpc_seconds:rate5m / job_id:trainmon_fs_rpcs:rate5m"),
-        # A checkpoint's length, as the checkpoint seconds of a 10-minute window (the ranks' average), and its
-        # job's usual one: the median over a day of the windows that held any.
+        # A checkpoint's length, as the checkpoint seconds of a 10-minute window (the ranks' average).
         Record(
             record=CHECKPOINT_WINDOW,
-            expr=f"avg without (instance, rank) "
+            expr=f"avg without (instance, rank, phase) "
                  f"(increase({c.m('trainmon_train_phase_seconds_total', CHECKPOINT_PHASE)}[10m]))",
+        ),
+        # The same once no rank is inside the checkpoint any more: a completed checkpoint's whole length, for the
+        # 10 minutes after it. A running one is never its own baseline.
+        Record(
+            record=CHECKPOINT_DONE,
+            expr=f"""
+  {CHECKPOINT_WINDOW} > 0
+unless on (job, job_id)
+  {c.m('trainmon_train_phase', CHECKPOINT_PHASE)} == 1""",
+        ),
+        # The job's completed checkpoints of the last day (each one's first minute of the above), and their median.
+        Record(
+            record="job_id:trainmon_train_checkpoints_completed:count1d",
+            expr=f"count_over_time(({CHECKPOINT_DONE} unless {CHECKPOINT_DONE} offset 1m)[1d:1m])",
         ),
         Record(
             record="job_id:trainmon_train_checkpoint_seconds:median1d",
-            expr=f"quantile_over_time(0.5, ({CHECKPOINT_WINDOW} > 0)[1d:1m])",
+            expr=f"quantile_over_time(0.5, {CHECKPOINT_DONE}[1d])",
         ),
     ]
     return Group(name="trainmon.fs.rules", rules=rules)
@@ -423,7 +482,8 @@ def recording_groups(c: RulesConfig) -> list[Group]:
     """In dependency order (promtool tests evaluate them in this order, `group_eval_order`)."""
     groups = [
         gpu_group(c), step_rates_group(c), wait_rates_group(c), training_group(), rank_gpu_group(c),
-        histogram_group(c), collectives_group(c), nccl_group(c), nvme_group(c), fs_group(c), ownership_group(c),
-        *efficiency_groups(c), numerics_group(c), fleet_group(c), xid_catalog_group(),
+        histogram_group(c), collectives_group(c), nccl_group(c), nvme_group(c), infiniband_group(c), fs_group(c),
+        ownership_group(c), *efficiency_groups(c), numerics_group(c), loss_scale_group(c), fleet_group(c),
+        xid_catalog_group(),
     ]
     return [replace(g, interval=c.group_interval(g.name, g.interval)) for g in groups]

@@ -244,3 +244,38 @@ def test_a_stragglers_evidence_is_its_own_gpu_and_node_and_the_rest_is_listed_ap
         report[heading - 2:heading]
     assert ["     b:9842: ecc GPU-2", "     b:9842: xid GPU-3", "     b:9842: xid GPU-6",
             "     a:9842: xid GPU-0"] == report[heading + 1:heading + 5]
+
+
+def test_a_node_whose_ranks_wait_for_data_is_named_with_its_drive_and_its_waiting_peers_are_no_stragglers() -> None:
+    """One node's NVMe collapsed: its 2 ranks wait 95 of every 100 s for data (their compute reads 0), the 10 ranks
+    of the other 5 nodes wait for them in collectives. The node is the finding, with its own slow drive."""
+    nodes = [f"n{i}:9842" for i in range(6)]
+    bound = nodes[3]
+    ranks = [rank(2 * i + j, node, step_seconds=100.0,
+                  **({"data_wait": 95.0, "comm_wait": 5.0} if node == bound else {"comm_wait": 70.0}))
+             for i, node in enumerate(nodes) for j in range(2)]
+    slow_drive = Hardware("nvme_latency", bound, "nvme1n1")
+
+    result = diagnose("j", "1h", ranks, [slow_drive, Hardware("nvme_latency", nodes[0], "nvme0n1")])
+
+    assert ["data_loading"] == [f.cause for f in result.findings]
+    (finding,) = result.findings
+    assert (bound, (6, 7), (slow_drive,)) == (finding.instance, finding.ranks, finding.hardware)
+    assert round(finding.share, 4) == round((2 * 95 + 10 * 70) / 1200, 4)
+
+
+def test_a_job_that_waits_for_data_everywhere_is_one_job_wide_finding() -> None:
+    ranks = [rank(0, data_wait=30.0, step_seconds=90.0), rank(1, NODE_B, data_wait=30.0, step_seconds=90.0)]
+
+    (finding,) = diagnose("j", "1h", ranks, [Hardware("nvme_latency", NODE_B, "nvme0n1")]).findings
+
+    assert ("data_loading", None) == (finding.cause, finding.instance)
+
+
+def test_a_degraded_infiniband_port_is_evidence_of_communication_wait() -> None:
+    ranks = [rank(0, comm_wait=50.0), rank(1, NODE_B, comm_wait=50.0)]
+    degraded = Hardware("ib_degraded", NODE_B, "mlx5_2/1")
+
+    result = diagnose("j", "1h", ranks, [degraded])
+
+    assert [("communication", (degraded,))] == [(f.cause, f.hardware) for f in result.findings]

@@ -25,7 +25,8 @@ from tests.prometheus.rulefiles import INSTABILITY_TESTS, alert_rules, group_nam
 
 OUTPUT = INSTABILITY_TESTS
 ALERTS = ("TrainmonGradNormSpike", "TrainmonLossSpike", "TrainmonLossDiverging", "TrainmonThroughputDrift",
-          "TrainmonSlowRank")
+          "TrainmonSlowRank", "TrainmonStragglerRank", "TrainmonDataLoaderBound", "TrainmonCommunicationBound",
+          "TrainmonCheckpointWriteSlow")
 WORLD = 64
 GPUS_PER_NODE = 8
 COMPUTE = 0.9  # seconds of compute per step on a healthy GPU
@@ -59,8 +60,14 @@ class Job:
     phase: Callable[[int], tuple[str, float] | None] = lambda minute: None
     # minute of the scenario -> extra data-wait seconds in that minute (a loader hiccup)
     hiccup: Callable[[int], float] = lambda minute: 0.0
-    # minute of the scenario -> (grad-norm spikes, loss spikes) counted by every rank in that minute
-    spikes: Callable[[int], tuple[int, int]] = lambda minute: (0, 0)
+    # (rank, minute of the scenario) -> data-wait seconds per step (the next batch late: a slow drive)
+    data: Callable[[int, int], float] = lambda rank, minute: DATA
+    # minute of the scenario -> exposed communication per step of the slowest rank (a slow network: more)
+    comm: Callable[[int], float] = lambda minute: COMM
+    # minute of the scenario -> seconds of its phase that ranks other than 0 wait in a barrier (rank 0 writes)
+    barrier: Callable[[int], float] = lambda minute: 0.0
+    # (rank, minute of the scenario) -> (grad-norm spikes, loss spikes) the rank counted in that minute
+    spikes: Callable[[int, int], tuple[int, int]] = lambda rank, minute: (0, 0)
     # minute of the scenario -> an added loss (a spike's aftermath)
     loss_bump: Callable[[int], float] = lambda minute: 0.0
 
@@ -99,19 +106,22 @@ def simulate(job: Job, minutes: int) -> list[Series]:
 
     for minute in range(job.start, job.end):
         computes = {rank: job.compute(rank, minute) * jitter[rank] for rank in ranks}
-        step = max(computes.values()) + COMM
+        data = {rank: job.data(rank, minute) for rank in ranks}
+        # A step's collective starts when the last rank has its batch and its compute done.
+        cycle = max(computes[rank] + data[rank] for rank in ranks) + job.comm(minute)
         phase = job.phase(minute)
         busy = 60.0 - (phase[1] if phase else 0.0) - job.hiccup(minute)
         first = minute == job.start
-        steps = 0.0 if first else busy / (step + DATA)  # the first minute is start-up
-        grad_spikes, loss_spikes = job.spikes(minute)
+        steps = 0.0 if first else busy / cycle  # the first minute is start-up
         age = minute - job.start
         for rank in ranks:
             t = totals[rank]
+            step = cycle - data[rank]
             t["steps"] += counter(steps)
             t["seconds"] += counter(steps * step)
-            t["comm"] += counter(steps * (step - computes[rank]))
-            t["data"] += counter(steps * DATA + (0.0 if first else job.hiccup(minute)))
+            t["comm"] += counter(steps * (step - computes[rank]) + (job.barrier(minute) if rank else 0.0))
+            t["data"] += counter(steps * data[rank] + (0.0 if first else job.hiccup(minute)))
+            grad_spikes, loss_spikes = job.spikes(rank, minute)
             t["grad_spikes"] += grad_spikes
             t["loss_spikes"] += loss_spikes
             if phase:
@@ -205,16 +215,28 @@ def silent(times: list[int], alerts: tuple[str, ...] = ALERTS) -> list[dict[str,
     return [{"eval_time": f"{t}m", "alertname": name, "exp_alerts": []} for t in times for name in alerts]
 
 
-def expected(alert: str, **labels: str) -> dict[str, object]:
-    """The alert with these labels and its annotations rendered (the numerics alerts' templates use labels only)."""
-    (rule,) = [r for r in alert_rules() if r["alert"] == alert]
-    annotations = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
-                   for key, text in rule["annotations"].items()}
-    return {"exp_labels": {"severity": "warning", **BASE, **labels}, "exp_annotations": annotations}
+def expected(alert: str, labels: dict[str, str], scope: str | None = None, value: str = "", total: int = 0,
+             first: tuple[int, ...] = ()) -> dict[str, object]:
+    """The alert with these labels and its annotations rendered: `{{ $labels.x }}`, `{{ $value }}` (as given), and
+    a job-wide numerics alert's queries (`total` ranks, the `first` ones by name)."""
+    (rule,) = [r for r in alert_rules() if r["alert"] == alert and r["labels"].get("scope") == scope]
+    ranks = ", ".join(f"rank {r} ({instance(r)})" for r in first)
+
+    def render(text: str) -> str:
+        text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
+        text = re.sub(r"\{\{ (printf \"[^\"]+\" )?\$value( \| [^}]+)? \}\}", value, text)
+        text = re.sub(r"\{\{ with printf .*? \| query \}\}\{\{ \. \| first \| value \}\}\{\{ end \}\}",
+                      str(total), text)
+        return re.sub(r"\{\{ range \$i.*?\{\{ end \}\}\{\{ end \}\}", " " + ranks, text)
+
+    annotations = {key: render(text) for key, text in rule["annotations"].items()}
+    return {"exp_labels": {"severity": "warning", **BASE, **({"scope": scope} if scope else {}), **labels},
+            "exp_annotations": annotations}
 
 
-def rank_alert(alert: str, job_id: str, rank: int, **extra: str) -> dict[str, object]:
-    return expected(alert, instance=instance(rank), job_id=job_id, rank=str(rank), **extra)
+def rank_alert(alert: str, job_id: str, rank: int, scope: str | None = None, value: str = "",
+               **extra: str) -> dict[str, object]:
+    return expected(alert, {"instance": instance(rank), "job_id": job_id, "rank": str(rank), **extra}, scope, value)
 
 
 def firing(t: int, alert: str, expected: list[dict[str, object]]) -> dict[str, object]:
@@ -238,12 +260,7 @@ def healthy() -> dict[str, object]:
     def compute(rank: int, minute: int) -> float:  # Llama 3's diurnal noise: 2% from best to worst, in 30-min steps
         return COMPUTE * (1 - 0.01 * math.cos(2 * math.pi * (minute // 30 * 30) / 720))
 
-    def phase(minute: int) -> tuple[str, float] | None:
-        if minute % 60 in (45, 46):
-            return "eval", 60.0
-        if minute % 30 == 29:
-            return "checkpoint", 40.0
-        return None
+    phase = checkpoints_and_evals
 
     def hiccup(minute: int) -> float:
         return 30.0 if minute in (75, 200, 290) else 0.0
@@ -270,7 +287,7 @@ def slow_gpu() -> dict[str, object]:
         *silent([onset, onset + 10]),
         firing(onset + 30, "TrainmonSlowRank", [rank_alert("TrainmonSlowRank", "bloom", slow, uuid=uuid(slow))]),
         firing(onset + 45, "TrainmonThroughputDrift",
-               [expected("TrainmonThroughputDrift", job_id="bloom")]),
+               [expected("TrainmonThroughputDrift", {"job_id": "bloom"})]),
     ])
 
 
@@ -289,13 +306,163 @@ def bloom_spike() -> dict[str, object]:
     """BLOOM's first spike: grad norm 0.24 -> 0.95 -> 2.4 -> 16 -> 145 -> 960 over five steps, loss 2.2 -> 5.1 at
     the fifth; the hook counts 3 grad-norm spikes and 1 loss spike on every rank (tests/torch/test_numerics.py)."""
     at = 40
-    job = Job("bloom-spike", 0, 90, spikes=lambda minute: (3, 1) if minute == at else (0, 0),
+    job = Job("bloom-spike", 0, 90, spikes=lambda rank, minute: (3, 1) if minute == at else (0, 0),
               loss_bump=lambda minute: 0.4 * math.exp(-(minute - at) / 5) if minute >= at else 0.0)
-    return case("BLOOM grad-norm and loss spike on every rank", [job], 90, [
+
+    return case("BLOOM grad-norm and loss spike on every rank: one alert per job, not 64", [job], 90, [
         *silent([at - 1], ("TrainmonGradNormSpike", "TrainmonLossSpike")),
-        *(firing(at, alert, [rank_alert(alert, "bloom-spike", rank) for rank in range(WORLD)])
+        *(firing(at, alert, [expected(alert, {"job_id": "bloom-spike"}, "job", str(WORLD), WORLD, (0, 1, 10))])
           for alert in ("TrainmonGradNormSpike", "TrainmonLossSpike")),
         *silent([at + 11], ("TrainmonGradNormSpike", "TrainmonLossSpike")),
+    ])
+
+
+def one_rank_spike() -> dict[str, object]:
+    """A loss spike on one rank only of 64 (its GPU computes wrong: silent data corruption): that rank is named."""
+    at, bad = 40, 13
+    job = Job("sdc", 0, 60, spikes=lambda rank, minute: (0, 1) if minute == at and rank == bad else (0, 0))
+    return case("a loss spike on one rank of 64 names that rank (silent data corruption)", [job], 60, [
+        *silent([at - 1], ("TrainmonLossSpike",)),
+        firing(at, "TrainmonLossSpike", [rank_alert("TrainmonLossSpike", "sdc", bad, scope="rank")]),
+        *silent([at], ("TrainmonGradNormSpike",)),
+    ])
+
+
+def increase5m(series: list[Series], metric: str, minute: int, ranks: range) -> float:
+    """The ranks' summed increase of `metric` over the 5 minutes to `minute`: a ratio of two such sums is what the
+    ratio of their rate5m() sums comes to, the series being sampled alike."""
+    return sum((s.values[minute] or 0.0) - (s.values[minute - 5] or 0.0) for s in series
+               if s.labels["__name__"] == metric and int(s.labels["rank"]) in ranks)
+
+
+def percentage(ratio: float) -> str:
+    """Prometheus' humanizePercentage."""
+    return f"{100 * ratio:.4g}%"
+
+
+def checkpoints_and_evals(minute: int) -> tuple[str, float] | None:
+    """The healthy job's phases: a 40-s checkpoint every 30 minutes, a 2-minute evaluation every hour."""
+    if minute % 60 in (45, 46):
+        return "eval", 60.0
+    if minute % 30 == 29:
+        return "checkpoint", 40.0
+    return None
+
+
+def nvme_collapse() -> dict[str, object]:
+    """One node's NVMe collapses at 30 minutes (reads 100x slower): its 8 ranks wait 1.2 s per step for their next
+    batch, and the other 56 wait for them in every all-reduce. The node is named as data-bound; no waiting rank
+    is a straggler, and the job is not called communication bound."""
+    node, onset, at = 3, 30, 50
+    bound = range(node * GPUS_PER_NODE, (node + 1) * GPUS_PER_NODE)
+    job = Job("nvme", 0, 90, data=lambda rank, minute: 1.2 if rank in bound and minute >= onset else DATA)
+    series = simulate(job, 90)
+    share = (increase5m(series, "trainmon_train_dataloader_wait_seconds_total", at, bound)
+             / increase5m(series, "trainmon_train_step_duration_seconds_sum", at, bound))
+    causes = ("TrainmonStragglerRank", "TrainmonCommunicationBound", "TrainmonSlowRank")
+    named = expected("TrainmonDataLoaderBound", {"instance": instance(bound[0]), "job_id": "nvme"}, "node",
+                     percentage(share))
+    return case("one node's NVMe collapses: its ranks are named data-bound, none of the 56 waiting ranks a straggler",
+                [job], 90, [
+                    *silent([onset, onset + 10], ("TrainmonDataLoaderBound",)),
+                    firing(at, "TrainmonDataLoaderBound", [named]),
+                    *silent(every(5, 90, onset), causes),
+                ])
+
+
+def long_slowdown() -> dict[str, object]:
+    """One GPU 5% slow for an hour (60-120 min) of a 3-hour job with its checkpoints and evaluations: named for
+    the whole hour, quiet again within 5 minutes of its recovery."""
+    slow, onset, end = 21, 60, 120
+
+    def compute(rank: int, minute: int) -> float:
+        return COMPUTE * (1.05 if rank == slow and onset <= minute < end else 1.0)
+
+    job = Job("hour", 0, 180, compute=compute, phase=checkpoints_and_evals)
+    named = [rank_alert("TrainmonSlowRank", "hour", slow, uuid=uuid(slow))]
+    return case("a 5% slow GPU for an hour is named all hour and resolves within 5 minutes of recovery", [job], 180, [
+        *silent([onset], ("TrainmonSlowRank",)),
+        *(firing(t, "TrainmonSlowRank", named) for t in every(1, end, onset + 20)),
+        *silent(every(1, 180, end + 4), ("TrainmonSlowRank",)),
+    ])
+
+
+def final_checkpoint() -> dict[str, object]:
+    """A 90-minute job writes its one checkpoint at the end (3 minutes, in the phase) and says goodbye: no
+    earlier checkpoint to compare it with, so nothing fires."""
+    job = Job("finish", 0, 94, phase=lambda minute: ("checkpoint", 60.0) if minute >= 90 else None)
+    return case("a clean finish with one final 3-minute checkpoint stays silent", [job], 110,
+                silent(every(1, 110, 85), ("TrainmonCheckpointWriteSlow",)))
+
+
+def barrier_checkpoint() -> dict[str, object]:
+    """A small 4-rank job (0.3 s of compute per step) whose ranks all enter a 90-s checkpoint phase every 4 minutes,
+    ranks 1-3 waiting in a barrier inside it while rank 0 writes: the wait is the phase's, not communication, and
+    rank 0 is no straggler."""
+
+    def phase(minute: int) -> tuple[str, float] | None:
+        return {2: ("checkpoint", 60.0), 3: ("checkpoint", 30.0)}.get(minute % 4)
+
+    def barrier(minute: int) -> float:
+        return {2: 58.0, 3: 29.0}.get(minute % 4, 0.0)
+
+    job = Job("gloo4", 0, 70, ranks=4, compute=lambda rank, minute: 0.3, phase=phase, barrier=barrier)
+    return case("a 4-rank job whose ranks wait in a barrier inside a 90-s checkpoint phase stays silent", [job], 70,
+                silent(every(1, 70, 15), ("TrainmonCommunicationBound", "TrainmonStragglerRank",
+                                          "TrainmonCheckpointWriteSlow")))
+
+
+def slow_checkpoint() -> dict[str, object]:
+    """Five 40-s checkpoints, then one that takes 4 minutes (the file system slowed): named against the five."""
+    at = 110
+
+    def phase(minute: int) -> tuple[str, float] | None:
+        if at <= minute < at + 4:
+            return "checkpoint", 60.0
+        return ("checkpoint", 40.0) if minute % 20 == 19 and minute < at else None
+
+    job = Job("ckpt", 0, 130, phase=phase)
+    slow = expected("TrainmonCheckpointWriteSlow", {"job_id": "ckpt"}, value="4m 0s")
+    slow["exp_annotations"]["description"] = re.sub(  # type: ignore[index]
+        r"\{\{ with printf .*\{\{ end \}\}", "nothing measured", slow["exp_annotations"]["description"])  # type: ignore[index]
+    return case("a 4-minute checkpoint after five of 40 s is slow", [job], 130, [
+        *silent(every(1, at), ("TrainmonCheckpointWriteSlow",)),
+        firing(at + 5, "TrainmonCheckpointWriteSlow", [slow]),
+    ])
+
+
+def slow_network() -> dict[str, object]:
+    """Every rank waits 0.8 s per step in collectives from 20 minutes (a congested fabric): communication bound."""
+    onset, at = 20, 45
+    job = Job("congested", 0, 60, comm=lambda minute: 0.8 if minute >= onset else COMM)
+    series = simulate(job, 60)
+    everyone = range(WORLD)
+    share = (increase5m(series, "trainmon_train_comm_wait_seconds_total", at, everyone)
+             / increase5m(series, "trainmon_train_step_duration_seconds_sum", at, everyone))
+    return case("a congested fabric makes the job communication bound, with no straggler", [job], 60, [
+        *silent([onset + 5], ("TrainmonCommunicationBound",)),
+        firing(at, "TrainmonCommunicationBound",
+               [expected("TrainmonCommunicationBound", {"job_id": "congested"}, value=percentage(share))]),
+        *silent(every(5, 60), ("TrainmonStragglerRank", "TrainmonDataLoaderBound")),
+    ])
+
+
+def straggler() -> dict[str, object]:
+    """The seed's 40% rule: one rank computes 1.5x as long per step from 10 minutes; the others wait for it."""
+    slow, onset, at = 42, 10, 40
+    job = Job("seed", 0, 50, compute=lambda rank, minute: COMPUTE * (1.5 if rank == slow and minute >= onset else 1))
+    series = simulate(job, 50)
+
+    def per_step(rank: int) -> float:
+        ranks = range(rank, rank + 1)
+        return (increase5m(series, "trainmon_train_step_duration_seconds_sum", at, ranks)
+                - increase5m(series, "trainmon_train_comm_wait_seconds_total", at, ranks)
+                - increase5m(series, "trainmon_train_dataloader_wait_seconds_total", at, ranks))
+
+    score = min(per_step(r) for r in range(WORLD)) / per_step(slow)
+    return case("a rank 50% slower is the straggler, and only it", [job], 50, [
+        *silent([onset], ("TrainmonStragglerRank",)),
+        firing(at, "TrainmonStragglerRank", [rank_alert("TrainmonStragglerRank", "seed", slow, value=f"{score:.2f}")]),
     ])
 
 
@@ -311,7 +478,7 @@ def rising_loss() -> dict[str, object]:
     return case("a loss rising 20% over an hour", [job], 200, [
         *silent(every(10, onset + 10), ("TrainmonLossDiverging",)),
         firing(onset + 45, "TrainmonLossDiverging",
-               [expected("TrainmonLossDiverging", job_id="diverge")]),
+               [expected("TrainmonLossDiverging", {"job_id": "diverge"})]),
     ])
 
 
@@ -325,7 +492,7 @@ def slower_after_restart() -> dict[str, object]:
     return case("a 20% throughput drop after a restart under the same job id", [before, after], 200, [
         *silent([restart + 20], ("TrainmonThroughputDrift",)),
         firing(restart + 45, "TrainmonThroughputDrift",
-               [expected("TrainmonThroughputDrift", job_id="requeued")]),
+               [expected("TrainmonThroughputDrift", {"job_id": "requeued"})]),
         *silent(every(5, 200, restart), ("TrainmonSlowRank", "TrainmonLossDiverging")),
     ])
 
@@ -336,7 +503,9 @@ def document() -> dict[str, object]:
         "rule_files": ["../rules.yml", "../alerts.yml"],
         "evaluation_interval": "1m",
         "group_eval_order": order,
-        "tests": [healthy(), slow_gpu(), slow_rank(), bloom_spike(), rising_loss(), slower_after_restart()],
+        "tests": [healthy(), slow_gpu(), slow_rank(), long_slowdown(), bloom_spike(), one_rank_spike(), rising_loss(),
+                  slower_after_restart(), nvme_collapse(), final_checkpoint(), barrier_checkpoint(), slow_checkpoint(),
+                  slow_network(), straggler()],
     }
 
 

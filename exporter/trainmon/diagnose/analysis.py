@@ -12,11 +12,11 @@ from trainmon.diagnose.model import Diagnosis, Finding, Hardware, MountSignals, 
 # communication wait: they are told apart by their own counters and signals).
 CAUSE_SIGNALS = {
     "straggler": ("throttle", "xid", "ecc", "health", "ib_errors", "nvme_latency"),
-    "communication": ("ib_errors", "xid", "health"),
+    "communication": ("ib_errors", "ib_degraded", "xid", "health"),
     "data_loading": ("nvme_latency",),
     "storage": ("nvme_latency",),
     "stall": ("xid", "ecc", "health", "throttle"),
-    "hang": ("xid", "health", "ib_errors"),
+    "hang": ("xid", "health", "ib_errors", "ib_degraded"),
     # A rank's own GPU: what slows one GPU down, or corrupts its numbers.
     "slow_rank": ("throttle", "power_cap", "clocks", "pcie_link", "xid", "ecc"),
     "instability": ("throttle", "power_cap", "clocks", "pcie_link", "xid", "ecc"),
@@ -32,6 +32,7 @@ ALWAYS_REPORTED = frozenset({"stall", "hang", "slow_rank", "instability", "silen
 class Thresholds:
     min_share: float = 0.10  # a cause costing less of the job's time is not reported
     straggler_score: float = 0.75  # as TrainmonStragglerRank
+    dataloader_bound: float = 0.20  # as TrainmonDataLoaderBound: data wait over this share of step time
     stall_seconds: float = 900.0  # as TrainmonTrainingStalled
     hang_seconds: float = 300.0  # as TrainmonCollectiveHang
     storage_factor: float = 2.0  # as TrainmonStorageSlow: a mount's signal against its own window before
@@ -52,15 +53,18 @@ def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[
                 *_hangs(ranks, total, thresholds, signals),
                 *_slow_ranks(ranks, total, thresholds, signals, {f.rank for f in stragglers}),
                 *_spikes(ranks, signals)]
-    explained = sum(f.share for f in stragglers)  # peers waiting for a straggler is its cost, not the network's
+    data_bound = _data_bound_nodes(ranks, total, thresholds, signals)
+    # Peers waiting for a straggler, or for the ranks of a node that waits for data, is their cost, not the network's.
+    explained = sum(f.share for f in stragglers) + sum(_waiting_for(ranks, f.instance) for f in data_bound) / total
     comm = sum(r.comm_wait for r in ranks) / total
     findings.append(Finding(cause="communication", share=max(comm - explained, 0.0),
                             detail=f"ranks blocked on communication {comm:.0%} of their time"
-                                   + (f" ({explained:.0%} of it waiting for the straggler)" if explained else ""),
+                                   + (f" ({explained:.0%} of it waiting for the straggler or a data-bound node)"
+                                      if explained else ""),
                             hardware=signals.on_job("communication")))
     data = sum(r.data_wait for r in ranks) / total
-    findings.append(_data_wait(data, [m for m in mounts if m.instance in {r.instance for r in ranks}],
-                               thresholds, signals))
+    findings += data_bound or [_data_wait(data, [m for m in mounts if m.instance in {r.instance for r in ranks}],
+                                          thresholds, signals)]
     kept = [f for f in findings if f.share >= thresholds.min_share or f.cause in ALWAYS_REPORTED]
     mfu, mfu_detail = _mfu(ranks)
     # Compute and rank time are separate increase() queries, each extrapolated to the window's edges: their
@@ -87,6 +91,37 @@ def _data_wait(share: float, mounts: Sequence[MountSignals], t: Thresholds, sign
                f"{mount.instance} moved: {', '.join(_describe(name, v) for name, v in evidence.items())}"
                + (f" (also {', '.join(others)})" if others else ""),
         hardware=tuple(Hardware("fs_latency", m.instance, m.mount) for m, _ in moved) + signals.on_job("storage"))
+
+
+def _data_bound_nodes(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Signals) -> list[Finding]:
+    """Nodes whose ranks wait for data over the threshold while the job as a whole does not (a node's NVMe
+    collapsed, its loader workers starve): the other ranks wait for them in collectives, which is this node's
+    cost. Each with its own node's hardware, not the job's."""
+    def share(group: Sequence[Rank]) -> float:
+        steps = sum(r.step_seconds for r in group)
+        return sum(r.data_wait for r in group) / steps if steps > 0 else 0.0
+
+    if share(ranks) > t.dataloader_bound:
+        return []
+    findings = []
+    for instance in sorted({r.instance for r in ranks}):
+        mine = [r for r in ranks if r.instance == instance]
+        if len(mine) == len(ranks) or share(mine) <= t.dataloader_bound:
+            continue
+        waited = _waiting_for(ranks, instance)
+        findings.append(Finding(
+            cause="data_loading", share=(sum(r.data_wait for r in mine) + waited) / total, instance=instance,
+            ranks=tuple(r.rank for r in mine),
+            detail=f"the {len(mine)} rank(s) on {instance} waited for their next batch {share(mine):.0%} of their step "
+                   f"time while the job's other ranks did not; those waited {waited:.0f} rank-seconds for them in "
+                   "collectives",
+            hardware=signals.on_node("data_loading", instance)))
+    return findings
+
+
+def _waiting_for(ranks: Sequence[Rank], instance: str | None) -> float:
+    """The communication wait of the ranks on other nodes than `instance`."""
+    return sum(r.comm_wait for r in ranks if r.instance != instance)
 
 
 def _describe(name: str, value: float) -> str:
@@ -127,12 +162,14 @@ def _stragglers(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Si
     if len(stepping) < 2:
         return []
     per_step = _compute_per_step(stepping)
-    fastest = min(per_step.values())
+    # A rank whose waits swallow its step reads no compute: it is not the fastest.
+    fastest = min((v for v in per_step.values() if v > 0), default=0.0)
+    waiting = _waiting_more_than_the_median(stepping)
     findings = []
     for r in stepping:
         slow = per_step[r.rank]
         score = fastest / slow if slow > 0 else 1.0
-        if score >= t.straggler_score:
+        if score >= t.straggler_score or r.rank in waiting:
             continue
         cost = sum(max(slow - per_step[o.rank], 0.0) * o.steps for o in stepping if o is not r)
         own, elsewhere = signals.of_culprit("straggler", r.instance, r.uuid)
@@ -142,6 +179,14 @@ def _stragglers(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Si
                    f"{fastest * 1000:.0f} ms (score {score:.2f}); the other ranks wait for it",
             hardware=own, elsewhere=elsewhere))
     return findings
+
+
+def _waiting_more_than_the_median(ranks: Sequence[Rank]) -> set[int]:
+    """Ranks that wait in communication at least as much as the median rank: they wait for someone, so they are
+    never the straggler."""
+    shares = {r.rank: r.comm_wait / r.step_seconds if r.step_seconds > 0 else 0.0 for r in ranks}
+    median = statistics.median(shares.values())
+    return {rank for rank, share in shares.items() if share >= median}
 
 
 def _compute_per_step(ranks: Sequence[Rank]) -> dict[int, float]:

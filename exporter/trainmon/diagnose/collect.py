@@ -10,7 +10,11 @@ from trainmon.diagnose.model import Hardware, MountSignals, Rank
 from trainmon.diagnose.prometheus import PrometheusClient, Sample
 
 BY_RANK = "instance, rank"
-NVME_LATENCY_SECONDS = 0.05  # as TrainmonNVMeLatencyHigh
+# As TrainmonNVMeLatencyHigh: over the floor and this many times the window before or the node's fastest drive of
+# the same model, or over the absolute figure.
+NVME_LATENCY_FLOOR_SECONDS = 0.002
+NVME_SLOW_FACTOR = 10
+NVME_LATENCY_SECONDS = 0.05
 # One increase() each: increase() drops the name, so over a name regex a port's counters would collide.
 IB_ERROR_COUNTERS = ("trainmon_infiniband_symbol_error_total", "trainmon_infiniband_link_downed_total",
                      "trainmon_infiniband_port_errors_received_total")
@@ -170,12 +174,8 @@ class Collector:
                        f'action=~"reset_gpu|reboot|drain"}}{r})) == 1', _uuid),
             "ib_errors": (" or ".join(f"sum by (instance, device, port) (increase({name}{{{on}}}{r})) > 0"
                                       for name in IB_ERROR_COUNTERS), _port),
-            "nvme_latency": (
-                f"(sum by (instance, device) (increase(trainmon_nvme_read_time_seconds_total{{{on}}}{r})"
-                f" + increase(trainmon_nvme_write_time_seconds_total{{{on}}}{r})))"
-                f" / (sum by (instance, device) (increase(trainmon_nvme_reads_completed_total{{{on}}}{r})"
-                f" + increase(trainmon_nvme_writes_completed_total{{{on}}}{r}))) > {NVME_LATENCY_SECONDS}",
-                lambda s: s.labels.get("device", "")),
+            "nvme_latency": (nvme_slow_query(on, r, f"{r} offset {self._window}s"), _device),
+            "ib_degraded": (infiniband_degraded_query(on), _port),
         }
         found = []
         for signal, (query, device) in queries.items():
@@ -184,12 +184,51 @@ class Collector:
         return sorted(set(found), key=lambda h: (h.instance, h.signal, h.device))
 
 
+def nvme_latency(on: str, window: str) -> str:
+    """Each NVMe namespace's mean request latency over `window` (a range, maybe with an offset)."""
+    def summed(*metrics: str) -> str:
+        return "sum by (instance, device) (" + " + ".join(f"increase({m}{{{on}}}{window})" for m in metrics) + ")"
+
+    return (f"({summed('trainmon_nvme_read_time_seconds_total', 'trainmon_nvme_write_time_seconds_total')}"
+            f" / {summed('trainmon_nvme_reads_completed_total', 'trainmon_nvme_writes_completed_total')})")
+
+
+def nvme_slow_query(on: str, window: str, before: str) -> str:
+    """Namespaces slow against the window before, or against the fastest namespace of their model on the node
+    (above a floor that fits NVMe), or slow outright."""
+    now = nvme_latency(on, window)
+    with_model = f"({now} * on (instance, device) group_left (model) max by (instance, device, model) " \
+                 f"(trainmon_nvme_info{{{on}}}))"
+    return (f"({now} > {NVME_LATENCY_FLOOR_SECONDS} and ({now} > {NVME_SLOW_FACTOR} * {nvme_latency(on, before)}"
+            f" or max without (model) ({with_model} > on (instance, model) group_left {NVME_SLOW_FACTOR}"
+            f" * min by (instance, model) ({with_model}))))"
+            f" or {now} > {NVME_LATENCY_SECONDS}")
+
+
+def infiniband_degraded_query(on: str) -> str:
+    """Active ports below their own best rate of the last day, or below the node's fastest active port of the same
+    link layer and board (TrainmonInfinibandLinkDegraded)."""
+    rate = f"trainmon_infiniband_rate_bytes_per_second{{{on}}}"
+    role = (f"(({rate} and on (instance, device, port) trainmon_infiniband_state_id{{{on}}} == 4)"
+            f" * on (instance, device, port) group_left (link_layer) max by (instance, device, port, link_layer)"
+            f" (trainmon_infiniband_port_info{{{on}}})"
+            f" * on (instance, device) group_left (board_id) max by (instance, device, board_id)"
+            f" (trainmon_infiniband_info{{{on}}}))")
+    return (f"{role} < on (instance, device, port) group_left max_over_time({rate}[1d])"
+            f" or {role} < on (instance, link_layer, board_id) group_left"
+            f" max by (instance, link_layer, board_id) ({role})")
+
+
 def _mount_key(sample: Sample) -> tuple[str, str]:
     return sample.labels.get("instance", ""), sample.labels.get("mount", "")
 
 
 def _uuid(sample: Sample) -> str:
     return sample.labels.get("uuid", "")
+
+
+def _device(sample: Sample) -> str:
+    return sample.labels.get("device", "")
 
 
 def _port(sample: Sample) -> str:
