@@ -16,6 +16,7 @@ needs no history. A `bye` carries the same fields as a report and says the proce
      "last_step": 1767000041.5, "first_step": 1767000001.0, "phase": "checkpoint",
      "comm_wait": 1.5, "data_wait": 0.2, "model_flops": 1.2e15,
      "collectives": [["all_reduce", "default_pg", seconds, calls, bytes], ...],
+     "collectives_untimed": [["all_reduce", "default_pg", calls], ...],
      "groups": [["default_pg", issued, completed], ...], "inflight": [["default_pg", "all_reduce", since], ...],
      "inflight_age": {"default_pg": 12.5}, "pg_timeouts": {"default_pg": 600.0}, "collectives_captured": 0,
      "group_sizes": {"default_pg": 8}, "phase_seconds": {"checkpoint": 12.0}, "hook_errors": {"send_drops": 3},
@@ -97,6 +98,15 @@ class Collective:
 
 
 @dataclass(frozen=True, slots=True)
+class UntimedCalls:
+    """Calls of one op on one group counted without a time of their own (`Collective.seconds` leaves them out)."""
+
+    op: str
+    group: str
+    calls: int
+
+
+@dataclass(frozen=True, slots=True)
 class GroupSeq:
     """Collectives this rank has issued on, and completed on, one process group."""
 
@@ -147,6 +157,7 @@ class Report:
     data_wait: float = 0.0
     model_flops: float | None = None
     collectives: tuple[Collective, ...] = ()
+    collectives_untimed: tuple[UntimedCalls, ...] = ()
     group_seqs: tuple[GroupSeq, ...] = ()
     inflight: tuple[Inflight, ...] = ()
     inflight_age: Mapping[str, float] = field(default_factory=dict)  # group -> seconds, as the report was made
@@ -435,6 +446,10 @@ FIELDS: tuple[Field, ...] = (
         (Column("op", Text(choices=OPS)), Column("group", GROUP), Column("seconds", AMOUNT, cumulative=True),
          Column("calls", COUNT, cumulative=True), Column("bytes", COUNT, cumulative=True)),
         Collective, unique=("op", "group"), most=len(OPS) * (MAX_GROUPS + 1), distinct=(("group", MAX_GROUPS + 1),)),
+        cumulative=True),
+    Field("collectives_untimed", "collectives_untimed", Rows(
+        (Column("op", Text(choices=OPS)), Column("group", GROUP), Column("calls", COUNT, cumulative=True)),
+        UntimedCalls, unique=("op", "group"), most=len(OPS) * (MAX_GROUPS + 1), distinct=(("group", MAX_GROUPS + 1),)),
         cumulative=True),
     Field("groups", "group_seqs", Rows(
         (Column("group", GROUP), Column("issued", COUNT, cumulative=True),

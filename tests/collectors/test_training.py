@@ -173,7 +173,7 @@ NEW_FIELDS = dataclasses.replace(
     REPORT, pod="trainer-0", namespace="ml", first_step=1_767_000_010.0, model_flops=3e15,
     group_seqs=(wire.GroupSeq("default_pg", 12, 11),), inflight=(wire.Inflight("default_pg", "all_reduce", 100.0),),
     phase_seconds={"checkpoint": 4.5}, hook_errors={"send_drops": 2}, pg_timeouts={"default_pg": 120.0},
-    collectives_captured=3,
+    collectives_captured=3, collectives_untimed=(wire.UntimedCalls("all_reduce", "default_pg", 4),),
 )
 
 
@@ -236,6 +236,8 @@ def test_the_new_wire_fields_become_their_families() -> None:
     assert ("trainer-0", "ml") == (info.labels["pod"], info.labels["namespace"])
     assert 120 == reg.get_sample_value("trainmon_train_pg_timeout_seconds", {**rank, "group": "default_pg"})
     assert 3 == reg.get_sample_value("trainmon_train_collectives_captured_total", rank)
+    assert 4 == reg.get_sample_value("trainmon_nccl_untimed_calls_total", {**rank, "op": "all_reduce",
+                                                                           "group": "default_pg"})
 
 
 def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() -> None:

@@ -146,6 +146,7 @@ def test_a_span_cuda_cannot_read_is_dropped_and_counted_and_the_rest_still_repor
 
     assert {"device_span_dropped": 1} == first.hook_errors
     assert [("all_reduce", 4)] == [(c.op, c.calls) for c in first.collectives]
+    assert (wire.UntimedCalls("all_reduce", "default_pg", 1),) == first.collectives_untimed
     assert [(4, 4)] == [(g.issued, g.completed) for g in first.group_seqs]
     assert [(5, 5)] == [(g.issued, g.completed) for g in second.group_seqs]
 
@@ -184,4 +185,5 @@ def test_an_async_collectives_time_is_never_its_issue_to_wait_span(
     (collective,) = report.collectives
 
     assert (1, 0.0) == (collective.calls, collective.seconds)
+    assert (wire.UntimedCalls("all_reduce", "default_pg", 1),) == report.collectives_untimed
     assert 0 < report.comm_wait < 0.05

@@ -126,7 +126,8 @@ def rank_series(r: Report) -> int:
     if r.rank == DRIVER_RANK:
         return len(r.phase_seconds) + sum(k in JOB_GAUGE_HELP for k in r.job_gauges)
     return (1 + sum(scalar.read(r) is not None for scalar in SCALARS) + HISTOGRAM_SERIES
-            + 3 * len(r.collectives) + len(r.group_sizes) + 2 * len(r.group_seqs) + len(r.inflight)
+            + 3 * len(r.collectives) + len(r.collectives_untimed) + len(r.group_sizes) + 2 * len(r.group_seqs)
+            + len(r.inflight)
             + (1 if r.phase else 0) + len(r.phase_seconds) + len(r.nccl_env) + (1 if r.parallel else 0)
             + len(r.hook_errors) + len(r.pg_timeouts))
 
@@ -215,6 +216,9 @@ def _collective_families(reports: Iterable[Report]) -> list[Metric]:
                     "events around them. Waiting for peers included.", labels)
     calls = counter("nccl_calls_total", "Collective calls.", labels)
     sent = counter("nccl_bytes_total", "Bytes of the collectives' input tensors.", labels)
+    untimed = counter("nccl_untimed_calls_total", "Collective calls counted without a time of their own (async NCCL "
+                      "without TRAINMON_NCCL_TIMING, spans CUDA could not read): nccl_time covers the other calls.",
+                      labels)
     size = gauge("nccl_group_size", "Ranks in the process group.", (*RANK, "group"))
     for r in reports:
         for c in r.collectives:
@@ -222,9 +226,11 @@ def _collective_families(reports: Iterable[Report]) -> list[Metric]:
             time_.add_metric(key, c.seconds)
             calls.add_metric(key, c.calls)
             sent.add_metric(key, c.bytes)
+        for u in r.collectives_untimed:
+            untimed.add_metric([*_key(r), u.op, u.group], u.calls)
         for group, n in sorted(r.group_sizes.items()):
             size.add_metric([*_key(r), group], n)
-    return [time_, calls, sent, size]
+    return [time_, calls, sent, untimed, size]
 
 
 def _group_families(slots: Iterable[RankSlot], now: float, clock: float) -> list[Metric]:

@@ -38,7 +38,17 @@ from time import perf_counter
 from typing import Any
 
 from trainmon.torch._numerics import SpikeCounter, SpikeRules
-from trainmon.wire import FIELDS, MAX_GROUPS, OTHER_GROUP, STEP_BUCKETS, Collective, GroupSeq, Inflight, Report
+from trainmon.wire import (
+    FIELDS,
+    MAX_GROUPS,
+    OTHER_GROUP,
+    STEP_BUCKETS,
+    Collective,
+    GroupSeq,
+    Inflight,
+    Report,
+    UntimedCalls,
+)
 
 MAX_PHASES = 16  # distinct phase names per rank; the rest are added up under OTHER_GROUP
 MAX_UNSETTLED = 4096  # entries queued before the issuing thread settles them itself
@@ -120,7 +130,8 @@ class RankState:
         self.comm_wait = 0.0
         self.data_wait = 0.0
         self.model_flops: float | None = None
-        self.collective_totals: dict[tuple[str, str], list[float]] = {}  # (op, group) -> [seconds, calls, bytes]
+        # (op, group) -> [seconds, calls, bytes, calls without a time]
+        self.collective_totals: dict[tuple[str, str], list[float]] = {}
         self.group_sizes: dict[str, int] = {}
         self.groups: dict[str, GroupSeqs] = {}
         self.exit_reason = "clean"
@@ -280,6 +291,8 @@ class RankState:
                 totals = seqs.totals.get(entry[OP]) or self._entry(seqs, entry[OP])
                 if seconds == seconds:  # not UNTIMED
                     totals[0] += seconds
+                else:
+                    totals[3] += 1
                 totals[1] += 1
                 totals[2] += entry[BYTES]
             self.comm_wait += entry[BLOCKED]
@@ -293,11 +306,13 @@ class RankState:
             totals = seqs.totals.get(op) or self._entry(seqs, op)
             if seconds == seconds:  # not UNTIMED
                 totals[0] += seconds * (op_bytes / nbytes if nbytes else n / count)
+            else:
+                totals[3] += n
             totals[1] += n
             totals[2] += op_bytes
 
     def _entry(self, seqs: GroupSeqs, op: str) -> list[float]:
-        seqs.totals[op] = self.collective_totals.setdefault((op, seqs.label), [0.0, 0, 0])
+        seqs.totals[op] = self.collective_totals.setdefault((op, seqs.label), [0.0, 0, 0, 0])
         return seqs.totals[op]
 
     def _settle_sequences(self) -> None:
@@ -323,6 +338,11 @@ class RankState:
     def collectives(self) -> tuple[Collective, ...]:
         return tuple(Collective(op=op, group=group, seconds=v[0], calls=int(v[1]), bytes=int(v[2]))
                      for (op, group), v in self.collective_totals.items())
+
+    @property
+    def collectives_untimed(self) -> tuple[UntimedCalls, ...]:
+        return tuple(UntimedCalls(op=op, group=group, calls=int(v[3]))
+                     for (op, group), v in self.collective_totals.items() if v[3])
 
     @property
     def step_buckets(self) -> tuple[int, ...]:
