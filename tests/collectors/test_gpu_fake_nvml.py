@@ -232,7 +232,7 @@ def test_unsupported_values_gpm_and_xid_through_the_fake(tmp_path: Path, fake_nv
     base = scenarios.node(2)
     del base["gpus"][1]["fields"][str(scenarios.FIELD["energy_mj"])]
     base = scenarios.changed(base, 1, gpm_supported=False, power_usage_mw=None)
-    daemon, path = start(tmp_path, fake_nvml_dir, base)
+    daemon, path = start(tmp_path, fake_nvml_dir, base, "--kmsg", str(tmp_path))  # unreadable: NVML events count
     daemons.append(daemon)
     scrape_until(daemon, lambda m: ("trainmon_gpu_sm_utilization_ratio", ids(base, 0)) in m)
 
@@ -287,6 +287,31 @@ def test_kernel_log_history_and_nvml_events_count_each_xid_once(tmp_path: Path, 
                                  "--kmsg", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
     assert "XIDs: NVML events only" in unreadable.stdout
     assert "--kmsg" in unreadable.stdout
+
+
+@pytest.mark.parametrize("sources", ["log and nvml", "nvml, log unreadable", "log alone"])
+def test_an_xid_48_on_gpu_1_counts_once_whichever_sources_report_it(tmp_path: Path, fake_nvml_dir: Path,  # noqa: F811
+                                                                   daemons: list[Daemon], sources: str) -> None:
+    """The log's record is stamped on the kernel's clock, two minutes off CLOCK_MONOTONIC (the drift of a long
+    uptime): the two reports of one event cannot be paired by time, and the readable log alone counts."""
+    base = scenarios.node(2)
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    log_path = tmp_path if sources.endswith("unreadable") else kmsg
+    daemon, path = start(tmp_path, fake_nvml_dir, base, "--kmsg", str(log_path))
+    daemons.append(daemon)
+    scrape_until(daemon, lambda m: ("trainmon_gpu_sm_utilization_ratio", ids(base, 0)) in m)
+
+    stamp = int((time.clock_gettime(time.CLOCK_MONOTONIC) - 120) * 1e6)
+    with kmsg.open("a") as log:
+        log.write(f"4,1,{stamp},-;NVRM: Xid (PCI:0000:28:00): 48, pid=1, name=python3, DBE (0x1,0x2)\n")
+    if sources != "log alone":
+        scenarios.write(path, {**base, "xid_events": [{"id": 1, "gpu": 1, "xid": 48}]})
+    xid48 = ("trainmon_gpu_xid_errors_total", ids(base, 1) | {("xid", "48")})
+    scrape_until(daemon, lambda m: xid48 in m)
+    time.sleep(2)  # the NVML event thread waits 500 ms at a time: both reports have been handled by now
+
+    assert 1.0 == parse_samples(daemon.metrics_text())[xid48]
 
 
 def test_a_kernel_log_flooded_with_other_buses_still_counts_this_nodes_gpu(tmp_path: Path,

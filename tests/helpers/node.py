@@ -66,8 +66,10 @@ class SyntheticNode:
         return self.sys / "class" / "infiniband" / f"mlx5_{port}" / "ports" / "1" / "counters" / name
 
     def daemon_args(self, ingest_socket: Path, interval: float = 5.0) -> list[str]:
+        # Never the host's kernel log: none here, so the scenario's NVML XID events count.
         return ["--procfs", str(self.proc), "--sysfs", str(self.sys), "--interval", str(interval),
-                "--collectors", "gpu,nvme,infiniband,training", "--ingest-socket", str(ingest_socket)]
+                "--collectors", "gpu,nvme,infiniband,training", "--ingest-socket", str(ingest_socket),
+                "--kmsg", str(self.root / "kmsg")]
 
     def owner_args(self) -> list[str]:
         """The daemon reads the Slurm owner of every GPU (trainmon_gpu_job_info)."""

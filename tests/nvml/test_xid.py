@@ -36,3 +36,25 @@ def test_a_bus_claimed_after_its_events_stops_counting_against_the_foreign_bound
 
     assert counts.record(foreign(MAX_KEYS), 0.0, Source.KMSG)
     assert 1 == counts.refused
+
+
+def test_nvml_events_the_kernel_log_has_read_past_are_dropped_and_the_rest_count_when_it_fails() -> None:
+    """No XID lost or counted twice at the switch: the first event is in what the log's reader read, the
+    second arrived after its last pass; once the log fails, that one and every later one count."""
+    counts = XidCounts()
+    key = XidKey(OWN, 48)
+    assert not counts.record(key, 1.0, Source.NVML)
+    counts.kmsg_read_past(counts.nvml_arrivals())
+    assert not counts.record(key, 2.0, Source.NVML)
+    assert () == counts.snapshot()
+
+    counts.kmsg_unreadable()
+    assert counts.record(key, 3.0, Source.NVML)
+    [entry] = counts.snapshot()
+    assert (2, 3.0, 3.0) == (entry.count, entry.last_seen, entry.last_actionable)
+
+
+def test_without_a_kernel_log_nvml_events_count() -> None:
+    counts = XidCounts(kernel_log=False)
+    assert counts.record(XidKey(OWN, 48), 1.0, Source.NVML)
+    assert [1] == [entry.count for entry in counts.snapshot()]

@@ -164,8 +164,8 @@ class GpuCollector:
         self._unidentified: list[str] = []
         self._xid_problems: list[str] = []
         self._watcher: XidWatcher | None = None
-        self._xids = XidCounts()
         # The demo's simulated node has no kernel log of its own: its XIDs come from simulated NVML events.
+        self._xids = XidCounts(kernel_log=not self._simulated)
         self._kmsg = None if self._simulated else KmsgReader(settings.kmsg, self._xids)
         self._kmsg_started = False
         self._last_error = ""
@@ -580,8 +580,8 @@ def _xid_source(kmsg: KmsgStatus | None) -> str:
     if kmsg is None:
         return "XIDs: simulated NVML events"
     if kmsg.readable:
-        return (f"XIDs: kernel log {kmsg.path} (history since boot, {kmsg.records} records read) and NVML events, "
-                f"each event counted once")
+        return (f"XIDs: kernel log {kmsg.path} (history since boot, {kmsg.records} records read); NVML events "
+                f"count only if it becomes unreadable")
     return f"XIDs: NVML events only, since start (kernel log unreadable: {kmsg.error})"
 
 
@@ -591,7 +591,7 @@ def _kmsg_details(kmsg: KmsgStatus | None, counts: XidCounts, gpus: Iterable[Gpu
     by_bus = _by_bus(gpus)
     foreign = sorted({e.key.bus for e in counts.snapshot() if e.key.bus not in by_bus})
     return {"path": kmsg.path, "readable": kmsg.readable, "error": kmsg.error, "records": kmsg.records,
-            "xids": kmsg.xids, "duplicates": kmsg.duplicates, "malformed": kmsg.malformed, "lost": kmsg.lost,
+            "xids": kmsg.xids, "malformed": kmsg.malformed, "lost": kmsg.lost,
             "other_buses": foreign[:MAX_LISTED_BUSES], "other_bus_count": len(foreign), "refused": counts.refused}
 
 

@@ -3,7 +3,8 @@
 `/dev/kmsg` gives one record per read and EAGAIN at the end (opened non-blocking); EPIPE means
 records were overwritten before we read them (counted as lost, reading goes on). A regular file
 (tests, a saved log) is read the same way and followed like `tail -f`. Nothing here runs during a
-scrape: the collector only takes `snapshot()`.
+scrape: the collector only takes `snapshot()`. While the log is readable it is the one source of XID
+counts; when it fails, NVML events take over (`XidCounts.kmsg_unreadable`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ class KmsgStatus:
     error: str
     records: int
     xids: int
-    duplicates: int
     malformed: int
     lost: int
 
@@ -73,13 +73,13 @@ class KmsgReader:
         self._thread: threading.Thread | None = None
         self._fd: int | None = None
         self._error = ""
-        self._records = self._xids = self._duplicates = self._lost = self._garbled = 0
+        self._records = self._xids = self._lost = self._garbled = 0
 
     def start(self) -> None:
         """Open the log and read what it holds now (so the first collection has the history), then follow."""
         try:
             self._fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK)
-            self.read_available()
+            self._catch_up()
         except OSError as exc:
             self._fail(exc)
             return
@@ -98,12 +98,13 @@ class KmsgReader:
     def status(self) -> KmsgStatus:
         with self._lock:
             return KmsgStatus(path=str(self._path), readable=self._fd is not None, error=self._error,
-                              records=self._records, xids=self._xids, duplicates=self._duplicates,
+                              records=self._records, xids=self._xids,
                               malformed=self._parser.malformed + self._garbled, lost=self._lost)
 
     def _fail(self, exc: OSError) -> None:
         self._error = why_unreadable(self._path, exc)
         log.warning("kernel log unreadable, XIDs from NVML events only: %s", self._error)
+        self._counts.kmsg_unreadable()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -111,13 +112,21 @@ class KmsgReader:
     def _follow(self) -> None:
         while not self._stop.is_set():
             try:
-                more = self.read_available()
+                more = self._catch_up()
             except OSError as exc:
                 with self._lock:
                     self._fail(exc)
                 return
             if not more:
                 self._stop.wait(IDLE_SECONDS)
+
+    def _catch_up(self) -> bool:
+        """Read to the end of the log, which then holds the XIDs of the NVML events that arrived before."""
+        arrivals = self._counts.nvml_arrivals()
+        more = self.read_available()
+        if not self._stop.is_set():
+            self._counts.kmsg_read_past(arrivals)
+        return more
 
     def read_available(self) -> bool:
         """Read until the log has nothing new; True if anything was read."""
@@ -163,7 +172,4 @@ class KmsgReader:
                 continue
             at = boot + xid.seconds if xid.seconds is not None else self._now()
             actionable = xid.nvlink5 is None or nvlink5_action(xid.xid, xid.nvlink5) != Action.NONE
-            if self._counts.record(XidKey(xid.bus, xid.xid), at, Source.KMSG, actionable=actionable):
-                self._xids += 1
-            else:
-                self._duplicates += 1
+            self._xids += self._counts.record(XidKey(xid.bus, xid.xid), at, Source.KMSG, actionable=actionable)

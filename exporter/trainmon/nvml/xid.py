@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -24,12 +24,10 @@ import pynvml
 log = logging.getLogger(__name__)
 
 WAIT_MS = 500  # nvmlEventSetWait timeout: how long `stop()` may wait for the thread
-# The same XID reported by NVML and the kernel log this close together (seconds) is one event.
-SAME_EVENT_SECONDS = 30.0
-RECENT_PER_KEY = 16  # unmatched events kept per (bus, xid) for matching the other source
 # (bus, xid) pairs kept for buses that are not this node's GPUs; a flood of distinct foreign or garbage codes
 # cannot grow memory past it, and never takes the place of this node's own GPUs' pairs (never evicted, never capped).
 MAX_KEYS = 4096
+MAX_HELD = 1024  # NVML events kept until the kernel-log reader has read past them
 
 
 class Source:
@@ -56,12 +54,10 @@ class XidCount:
 
 
 @dataclass(frozen=True, slots=True)
-class _Unmatched:
-    """An event not yet matched by the other source, and `last_actionable` from before it."""
-
+class _Held:
+    arrival: int  # the NVML event's number, in order of arrival
+    key: XidKey
     at: float
-    source: str
-    actionable_before: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,52 +67,74 @@ class Watched:
 
 
 class XidCounts:
-    """Thread-safe XID totals for the life of the process, each event once whichever sources saw it.
+    """Thread-safe XID totals for the life of the process, each event once: one source counts at a time.
 
-    An event matches one unmatched event of the other source with the same key within
-    SAME_EVENT_SECONDS; a matched pair counts once. Where the kernel log says an event is not
-    actionable and NVML (which cannot tell) counted it first, the kernel log's word stands. Pairs of the
-    buses `claim`ed as this node's GPUs are always kept; at most MAX_KEYS pairs of any other bus are.
+    While the kernel log is readable it alone counts; an NVML event is held until the reader has read
+    past its arrival (the driver logs an XID as it raises the event, so the log has it by then), then
+    dropped. Matching the two sources by time would count some events twice: the log's stamps run on the
+    kernel's clock, which drifts from the wall clock over a long uptime. Once the log is unreadable
+    (`kmsg_unreadable`, or `kernel_log=False` where there is none) NVML events count, the held ones
+    first, so none is lost at the switch. Pairs of the buses `claim`ed as this node's GPUs are always
+    kept; at most MAX_KEYS pairs of any other bus are.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, kernel_log: bool = True) -> None:
         self._lock = threading.Lock()
         self._counts: dict[XidKey, XidCount] = {}
-        self._recent: dict[XidKey, deque[_Unmatched]] = {}
         self._own: set[str] = set()
         self._foreign_keys = 0
+        self._nvml_counts = not kernel_log
+        self._held: deque[_Held] = deque(maxlen=MAX_HELD)
+        self._arrivals = 0
         self.refused = 0  # events of new foreign keys beyond MAX_KEYS
 
     def claim(self, buses: Iterable[str]) -> None:
         """Mark `buses` as this node's GPUs: their pairs are kept whatever other buses have filled."""
         with self._lock:
             self._own.update(buses)
-            self._foreign_keys = sum(1 for key in self._recent if key.bus not in self._own)
+            self._foreign_keys = sum(1 for key in self._counts if key.bus not in self._own)
 
     def record(self, key: XidKey, at: float, source: str = Source.NVML, *, actionable: bool = True) -> bool:
-        """Count one event at Unix time `at`; False when it was already counted (or refused)."""
+        """Count one event at Unix time `at`; False when it was not counted (held, or refused)."""
         with self._lock:
-            recent = self._recent.get(key)
-            if recent is None:
-                foreign = key.bus not in self._own
-                if foreign and self._foreign_keys >= MAX_KEYS:
-                    self.refused += 1
-                    return False
-                self._foreign_keys += foreign
-                recent = self._recent[key] = deque(maxlen=RECENT_PER_KEY)
-            previous = self._counts.get(key)
-            for seen in recent:
-                if seen.source != source and abs(seen.at - at) <= SAME_EVENT_SECONDS:
-                    recent.remove(seen)
-                    if not actionable and previous is not None and previous.last_actionable == seen.at:
-                        self._counts[key] = replace(previous, last_actionable=seen.actionable_before)
-                    return False
-            before = previous.last_actionable if previous else None
-            recent.append(_Unmatched(at, source, before))
-            last_actionable = max(at, before or at) if actionable else before
-            self._counts[key] = XidCount(key, (previous.count if previous else 0) + 1,
-                                         max(at, previous.last_seen) if previous else at, last_actionable)
-            return True
+            if source == Source.NVML and not self._nvml_counts:
+                self._arrivals += 1
+                self._held.append(_Held(self._arrivals, key, at))
+                return False
+            return self._count(key, at, actionable)
+
+    def nvml_arrivals(self) -> int:
+        """How many NVML events have arrived: taken by the kernel-log reader before it reads."""
+        with self._lock:
+            return self._arrivals
+
+    def kmsg_read_past(self, arrivals: int) -> None:
+        """The reader read the whole log after the first `arrivals` NVML events: the log has counted them."""
+        with self._lock:
+            while self._held and self._held[0].arrival <= arrivals:
+                self._held.popleft()
+
+    def kmsg_unreadable(self) -> None:
+        """The kernel log can no longer be read: count the NVML events it has not covered, and every later one."""
+        with self._lock:
+            self._nvml_counts = True
+            for held in self._held:
+                self._count(held.key, held.at, actionable=True)
+            self._held.clear()
+
+    def _count(self, key: XidKey, at: float, actionable: bool) -> bool:
+        previous = self._counts.get(key)
+        if previous is None:
+            foreign = key.bus not in self._own
+            if foreign and self._foreign_keys >= MAX_KEYS:
+                self.refused += 1
+                return False
+            self._foreign_keys += foreign
+        before = previous.last_actionable if previous else None
+        last_actionable = max(at, before or at) if actionable else before
+        self._counts[key] = XidCount(key, (previous.count if previous else 0) + 1,
+                                     max(at, previous.last_seen) if previous else at, last_actionable)
+        return True
 
     def snapshot(self) -> tuple[XidCount, ...]:
         with self._lock:
