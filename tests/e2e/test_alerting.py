@@ -33,12 +33,15 @@ pytestmark = pytest.mark.slow
 FACTOR = 60  # the shipped rules' minutes become seconds
 INTERVAL = "1s"  # scrape, rule evaluation and daemon collection
 HEALTHY_SECONDS = 35  # longer than every shortened `for`
+# NCCL Inspector's and RAS's panels: fed only by a real NCCL job (plugin loaded, RAS listening); neither these CPU
+# nodes nor the demo have one (tests/e2e/test_nccl_view.py serves them from NCCL's own formats).
+NCCL_OWN_VIEW = {"Bus bandwidth per communicator member (NCCL Inspector)", "NCCL ranks missing (RAS)"}
 # Panels the fake node cannot feed: CPU ranks have no CUDA caching allocator; its healthy GPUs count no
 # NVLink or PCIe AER error, and those series appear only at a first error (the demo has both).
 # No source on these CPU nodes: CUDA allocator, NVLink, AER, network file systems (no mounts, no checkpoints).
 NO_DATA_ON_CPU = {"Allocator retries and OOMs", "NVLink errors per link", "PCIe AER errors", "File-system throughput",
                   "File-system operations", "File-system RPC latency", "File-system RPC timeouts and in flight",
-                  "Checkpoint writes and file-system latency"}
+                  "Checkpoint writes and file-system latency"} | NCCL_OWN_VIEW
 APPLICATION_XID = 13  # planted: fills the XID panels, must not page
 
 
