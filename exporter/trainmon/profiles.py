@@ -40,8 +40,11 @@ FLEET_FAMILIES = frozenset({
     "trainmon_gpu_xid_errors_total",
     "trainmon_gpu_xid_last_timestamp_seconds",
     "trainmon_gpus_expected",
+    "trainmon_infiniband_info",  # TrainmonInfinibandLinkDegraded: a port's rate against its board's
     "trainmon_infiniband_link_downed_total",
     "trainmon_infiniband_port_errors_received_total",
+    "trainmon_infiniband_port_info",
+    "trainmon_infiniband_rate_bytes_per_second",
     "trainmon_infiniband_state_id",
     "trainmon_infiniband_symbol_error_total",
     "trainmon_ingest_ranks",
@@ -52,6 +55,7 @@ FLEET_FAMILIES = frozenset({
     "trainmon_nccl_inflight_oldest_seconds",
     "trainmon_nccl_issued_total",
     "trainmon_nccl_time_seconds_total",
+    "trainmon_nvme_info",  # TrainmonNVMeLatencyHigh: a drive against the fastest of its model
     "trainmon_nvme_read_time_seconds_total",
     "trainmon_nvme_reads_completed_total",
     "trainmon_nvme_write_time_seconds_total",

@@ -28,14 +28,16 @@ class Node:
         maintain_resources(self.resources)
 
     def report(self, job_id: str = "llama", rank: int = 9, uuid: str = UUID1, seq: int = 1, **fields: object) -> None:
-        """A hook report of this process, and wait until the rank table holds it."""
+        """A hook report of this process, and wait until the rank table holds it (this report, not an earlier one
+        of the same rank)."""
         report = wire.Report(job_id=job_id, rank=rank, start_time=1_767_000_000.0, seq=seq, world_size=16, uuid=uuid,
                              pid=os.getpid(), **fields)  # type: ignore[arg-type]
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.sendto(wire.encode(report), str(self.socket))
         assert self.resources.ingest is not None
         ingest = self.resources.ingest
-        wait_until(lambda: any(s.report.rank == rank for s in ingest.table.view().ranks))
+        sent = (job_id, rank, seq)
+        wait_until(lambda: sent in {(s.report.job_id, s.report.rank, s.report.seq) for s in ingest.table.view().ranks})
 
     def close(self) -> None:
         if self.resources.ingest is not None:

@@ -14,8 +14,11 @@ REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "prometheus"
 RULE_FILES = (PROMETHEUS / "rules.yml", PROMETHEUS / "alerts.yml")
 RULE_TESTS = sorted((PROMETHEUS / "tests").glob("*.test.yml"))
-# Six hours of 64-rank series (1.2 MB): promtool takes 1-2.5 minutes on it on a loaded 2-core machine.
+# Hours of 64-rank series (instability_scenarios.py writes both): promtool takes minutes on each on a loaded
+# 2-core machine, so each is a test file's of its own (test_instability.py, test_causes_scenarios.py).
 INSTABILITY_TESTS = PROMETHEUS / "tests" / "instability.test.yml"
+CAUSES_TESTS = PROMETHEUS / "tests" / "causes.test.yml"
+SCENARIO_TESTS = (INSTABILITY_TESTS, CAUSES_TESTS)
 RUNBOOK = REPO / "docs" / "runbook.md"
 
 

@@ -1,9 +1,11 @@
-"""prometheus/tests/instability.test.yml: its generator's output, and promtool passes it (a file of its own, so
-that pytest-xdist runs its minutes of promtool beside test_rules.py's other promtool files)."""
+"""prometheus/tests/instability.test.yml and causes.test.yml: their generator's output, and promtool passes the
+first (a file of its own, so that pytest-xdist runs its minutes of promtool beside test_rules.py's other promtool
+files; test_causes_scenarios.py runs the second)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +20,14 @@ def test_promtool_passes_the_instability_scenarios() -> None:
     assert_promtool_tests_pass(INSTABILITY_TESTS)
 
 
-def test_the_committed_scenarios_are_the_generators_output() -> None:
-    assert scenarios.OUTPUT.read_text() == scenarios.render()
+@pytest.mark.parametrize("output", scenarios.OUTPUTS, ids=lambda p: p.name)
+def test_the_committed_scenarios_are_the_generators_output(output: Path) -> None:
+    assert output.read_text() == scenarios.render(output)
 
 
 def test_every_numerics_alert_is_checked_firing_and_silent() -> None:
-    checks = [check for case in load(scenarios.OUTPUT)["tests"] for check in case["alert_rule_test"]]
+    checks = [check for output in scenarios.OUTPUTS for case in load(output)["tests"]
+              for check in case["alert_rule_test"]]
 
     firing = {c["alertname"] for c in checks if c["exp_alerts"]}
     silent = {c["alertname"] for c in checks if not c["exp_alerts"]}

@@ -15,11 +15,11 @@ from prometheus.rulegen.xid_catalog import SERIES as XID_CATALOG
 
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import (
-    INSTABILITY_TESTS,
     PROMETHEUS,
     RULE_FILES,
     RULE_TESTS,
     RUNBOOK,
+    SCENARIO_TESTS,
     alert_rules,
     assert_promtool_tests_pass,
     group_names,
@@ -50,10 +50,10 @@ def test_promtool_check_rules_passes() -> None:
     assert 0 == result.returncode, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("test_file", [p for p in RULE_TESTS if p != INSTABILITY_TESTS], ids=lambda p: p.name)
+@pytest.mark.parametrize("test_file", [p for p in RULE_TESTS if p not in SCENARIO_TESTS], ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(test_file: Path) -> None:
     """Each alert fires on a realistic series and stays silent on a healthy one (Debian promtool 2.42);
-    instability.test.yml, the long one, runs in test_instability.py, on a worker of its own."""
+    the two long generated ones run in test_instability.py and test_causes_scenarios.py, on workers of their own."""
     assert_promtool_tests_pass(test_file)
 
 
