@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pynvml
 
 from tests.helpers.clock import Clock
+from tests.helpers.metrics import registry_of
+from tests.helpers.net import wait_until
+from trainmon.collectors.base import NodeResources
+from trainmon.collectors.gpu import GpuCollector
+from trainmon.settings import Settings
 from trainmon.simulation import node as simulated
 from trainmon.simulation.incidents import Plan
 from trainmon.simulation.node import SimulatedNode
@@ -64,3 +70,23 @@ def test_the_xid_reset_incident_raises_xid_119_on_gpu_4_once_it_starts() -> None
     assert 119 not in [e["xid"] for e in node.scenario()["xid_events"]]
     clock.now = 61.0
     assert {"id": len(simulated.XIDS), "gpu": 4, "xid": 119} in node.scenario()["xid_events"]
+
+
+def test_the_scheduled_xids_reach_a_daemon_that_started_watching_after_their_time(tmp_path: Path) -> None:
+    """A busy machine starts the daemon's XID watcher after the node's first seconds: XID 13 on GPU 3 (due 2 s
+    in) still comes, once, counted from when the watcher exists (NVML never delivers an earlier event)."""
+    clock = Clock(0.0)
+    node = SimulatedNode(clock)
+    clock.now = 30.0
+    collector = GpuCollector(Settings(interval=1.0, sysfs=tmp_path), NodeResources(nvml=node), clock=clock)
+    labels = {"gpu": "3", "uuid": node.scenario()["gpus"][3]["uuid"], "xid": "13"}
+
+    def xid_13() -> float | None:
+        clock.now += 1.0
+        return registry_of(collector.collect().families).get_sample_value("trainmon_gpu_xid_errors_total", labels)
+
+    try:
+        assert 1.0 == wait_until(xid_13, timeout=30, interval=0.1)
+        assert 1.0 == xid_13()
+    finally:
+        collector.close()

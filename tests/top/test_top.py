@@ -20,14 +20,17 @@ import pytest
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import wait_until
 from tests.torch.jobs import REPO, samples
+from trainmon.demo.job import SMOKE_TEST_SUFFIX
 
 JOB = "demo-llama-8b-gpu-lost"
+SMOKE_TEST = f"{JOB}{SMOKE_TEST_SUFFIX}"  # the demo's one-step run of the job, exited before the job starts
 LOST_UUID = "GPU-5e1a7ed0-0006-4c0d-8e5a-0000d0e00006"
 WINDOW = "10"  # seconds of collections the rates are over: several of the demo's steps, even on a busy machine
 # GPU, util, SM, memory, power, health, owner
 GPU_ROW = re.compile(r"^\s*(\d)\s+H100 80GB HBM3\s+(\S+)\s+(\S+)\s+(\S+ GiB|-)\s+(\S+ W|-)\s+(\S+)\s+(.*?)\s*$",
                      re.M)
-RANK_ROW = re.compile(rf"^\s*{JOB}\s+(\d)\s+(\d)\s+(\S+ m?s|-)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", re.M)
+RANK_ROW = re.compile(rf"^\s*({JOB}\S*)\s+(\d)\s+(\d)\s+(\S+ m?s|-)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)",
+                      re.M)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 HEADER = "trainmon top  http"
 
@@ -53,20 +56,32 @@ def top(demo: Daemon, *args: str) -> list[str]:
 
 
 def check_screen(text: str) -> None:
-    """Every GPU, GPU 6 down with its verdict, every rank with its rates and loss, and the failing list."""
+    """Every GPU, GPU 6 down and GPU 3 with its XID's verdict, every rank with its rates and loss, and the
+    failing list."""
     gpus = {m[0]: m[1:] for m in GPU_ROW.findall(text)}
     assert [str(i) for i in range(8)] == sorted(gpus), text
     assert ("-", "-", "-", "-", "reboot") == gpus["6"][:5], text
-    assert all(g[0].endswith("%") and g[2].endswith("GiB") and g[4] == "none" for i, g in gpus.items() if i != "6"), \
-        text
-    assert "slurm 4242" in gpus["0"][5], text
-    ranks = {m[0]: m[1:] for m in RANK_ROW.findall(text)}
-    assert [str(i) for i in range(8)] == sorted(ranks), text
-    for rank, (gpu, step, steps_per_s, comm, data, loss, phase) in ranks.items():
-        assert (gpu, phase) == (rank, "-"), text
-        assert step.endswith("ms") and float(steps_per_s) > 0 and comm.endswith("%") and data.endswith("%"), text
-        assert float(loss) > 0, text
-    assert "Failing:" in text and "GPU 6 is not answering NVML" in text and "GPU 6 needs reboot" in text
+    for i, (util, _, memory, _, health, owner) in gpus.items():
+        assert "slurm 4242" in owner, f"GPU {i}'s owner\n{text}"
+        if i != "6":
+            # The demo raises XID 13 on GPU 3 2 s into watching: restart the application, for 10 minutes.
+            assert (True, True, "restart_app" if i == "3" else "none") == \
+                (util.endswith("%"), memory.endswith("GiB"), health), f"GPU {i}\n{text}"
+    ranks = {(m[0], m[1]): m[2:] for m in RANK_ROW.findall(text)}
+    # The smoke test's rank is served for --exited-rank-retention (60 s) after it exits, whose end a busy
+    # machine may reach before the screen; while it is there it is exited, without rates.
+    if (smoke := ranks.pop((SMOKE_TEST, "0"), None)) is not None:
+        assert ("0", "-", "-", "-", "-", "exited") == (*smoke[:5], smoke[6]), text
+    assert [(JOB, str(i)) for i in range(8)] == sorted(ranks), text
+    for (_, rank), (gpu, step, steps_per_s, comm, data, loss, phase) in ranks.items():
+        assert (gpu, phase) == (rank, "-"), f"rank {rank}\n{text}"
+        assert (True, True, True, True) == (step.endswith("ms"), float(steps_per_s) > 0, comm.endswith("%"),
+                                            data.endswith("%")), f"rank {rank}'s rates\n{text}"
+        assert float(loss) > 0, f"rank {rank}'s loss\n{text}"
+    failing = text.split("Failing:", 1)[-1]
+    for line in ("GPU 3 needs restart_app", "GPU 6 is not answering NVML", "GPU 6 needs reboot"):
+        assert line in failing, f"{line!r} not failing\n{text}"
+    assert SMOKE_TEST not in failing, text
 
 
 def test_once_prints_one_plain_screen_and_exits_1_when_something_fails(demo: Daemon) -> None:
@@ -102,9 +117,12 @@ def test_the_live_view_refreshes_in_place_in_a_terminal(demo: Daemon) -> None:
 
     def a_whole_screen_with_rates() -> str:
         """The newest complete screen whose ranks have stepped within the window (the demo steps slowly on a
-        busy machine); raises until there is one."""
+        busy machine), once the view has shown two collections; raises until there is one."""
         seen.extend(read(controller))
-        *complete, _ = ANSI.sub("", seen.decode(errors="replace")).split(HEADER)
+        text = ANSI.sub("", seen.decode(errors="replace"))
+        if len(set(re.findall(r"collected (\d\d:\d\d:\d\d)", text))) < 2:
+            raise AssertionError("one collection shown so far")
+        *complete, _ = text.split(HEADER)
         for screen in reversed(complete[1:]):
             if "steps/s" in screen and " ms " in screen and "Failing:" in screen:
                 check_screen(screen)
@@ -112,10 +130,11 @@ def test_the_live_view_refreshes_in_place_in_a_terminal(demo: Daemon) -> None:
         raise AssertionError("no complete screen with rates yet")
 
     try:
-        screen = wait_until(a_whole_screen_with_rates, timeout=120, interval=0.5)
+        # gives up only when no refresh ever shows it; the first that does ends the wait
+        screen = wait_until(a_whole_screen_with_rates, timeout=240, interval=0.5)
     finally:
         process.send_signal(signal.SIGINT)
-        code = process.wait(timeout=30)
+        code = process.wait(timeout=60)
         seen.extend(read(controller))
         os.close(controller)
     output = seen.decode(errors="replace")
@@ -123,7 +142,6 @@ def test_the_live_view_refreshes_in_place_in_a_terminal(demo: Daemon) -> None:
     assert 0 == code, output
     assert "\x1b[1m" in output and "\x1b[31m" in output  # bold, red: a colour terminal
     assert "\x1b[2K" in output and "\x1b[1A" in output  # each refresh erases and rewrites the lines above
-    assert len(set(re.findall(r"collected (\d\d:\d\d:\d\d)", output))) >= 2  # later collections shown
     assert isinstance(screen, str) and "GPU 6 is not answering NVML" in screen
 
 

@@ -56,6 +56,7 @@ READ_BYTES_PER_STEP = 16 << 20  # what a rank's data loader reads from NVMe per 
 # (12 x 32 layers x 4096 wide x 2048 tokens). 10240 tokens a second per H100 (989 TFLOP/s bf16) is 53% MFU.
 FLOPS_PER_TOKEN = 6 * 8.03e9 + 12 * 32 * 4096 * SEQUENCE_TOKENS
 GROUP = "default_pg"
+PG_TIMEOUT_SECONDS = 600.0  # torch's default NCCL process-group timeout, as the hook reads it from the group
 GRADIENT_BYTES = 8_000_000_000
 DEMO_ENV = {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
@@ -75,6 +76,7 @@ class SimulatedRank:
         self.state.loss_scale = 65536.0
         self.state.cuda_alloc_retries = self.state.cuda_ooms = 0
         self.state.hook_errors["send_drops"] = 1
+        self.state.pg_timeouts[GROUP] = PG_TIMEOUT_SECONDS
         self.reporter = Reporter(self._encode, transport, TICK_SECONDS)
         self._seq = 0
 

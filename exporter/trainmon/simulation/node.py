@@ -40,7 +40,9 @@ THERMAL_TAU_S = 25.0
 NVLINK_COMM_BPS = 310e9  # during the all-reduce, per direction
 PCIE_BPS = 3e9  # input batches at the start of each step
 RECOMPUTE_S = 0.2
-# XIDs the demo raises so that the XID series and alerts have something to show: (time, gpu, xid)
+# XIDs the demo raises so that the XID series and alerts have something to show: (seconds after the daemon
+# started watching for XID events, gpu, xid). NVML delivers no event raised before a watcher's event set
+# exists, and a busy machine may take seconds to start the daemon: counted from the node's start they were lost.
 XIDS = ((2.0, 3, 13), (240.0, 6, 31))
 
 
@@ -126,10 +128,14 @@ class SimulatedNode:
         self._lock = threading.Lock()
         self._last_t = 0.0
         self._states = [_GpuState(i) for i in range(GPUS)]
+        self._libraries: list[ScenarioLibrary] = []
+        self._watched_at: float | None = None
         self._scenario: Scenario = self._build(0.0)
 
     def library(self) -> ScenarioLibrary:
-        return ScenarioLibrary(self.scenario)
+        library = ScenarioLibrary(self.scenario)
+        self._libraries.append(library)
+        return library
 
     def pci_gpus(self) -> int:
         return GPUS
@@ -164,9 +170,16 @@ class SimulatedNode:
         return {
             "driver_version": DRIVER,
             "gpus": [self._gpu(state, t) for state in self._states],
-            "xid_events": [{"id": n, "gpu": gpu, "xid": xid} for n, (at, gpu, xid) in enumerate(XIDS) if t >= at]
+            "xid_events": [{"id": n, "gpu": gpu, "xid": xid} for n, (at, gpu, xid) in enumerate(XIDS)
+                           if t - self._watched_since(t) >= at]
             + ([{"id": len(XIDS), "gpu": RESET_XID_GPU, "xid": RESET_XID}] if self._plan.active("xid-reset") else []),
         }
+
+    def _watched_since(self, t: float) -> float:
+        """When a library first had an XID event set (`t` if none yet: no scheduled XID happens)."""
+        if self._watched_at is None and any(library.watched for library in self._libraries):
+            self._watched_at = t
+        return t if self._watched_at is None else self._watched_at
 
     def _gpu(self, state: _GpuState, t: float) -> dict[str, Any]:
         i = state.index

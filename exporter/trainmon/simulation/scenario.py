@@ -135,6 +135,11 @@ class ScenarioLibrary:
                         self._event_log.append((int(event["gpu"]), int(event["xid"])))
         return scenario
 
+    @property
+    def watched(self) -> bool:
+        """Whether an XID event set exists: events from now on reach it."""
+        return bool(self._event_sets)
+
     def _gpus(self) -> list[Mapping[str, Any]]:
         return list(self.scenario().get("gpus", ()))
 

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from trainmon.top.view import GpuRow, RankRow, View
+from trainmon.top.view import EXITED, GpuRow, RankRow, View
 
 GIB = 1 << 30
 
@@ -53,7 +53,8 @@ def _rank_table(ranks: tuple[RankRow, ...]) -> Table:
         table.add_column(column, justify="left" if column in {"job", "phase"} else "right", no_wrap=True)
     for r in ranks:
         table.add_row(r.job_id, r.rank, r.gpu, _seconds(r.step_seconds), _number(r.steps_per_second, 2),
-                      _percent(r.comm_share), _percent(r.data_share), _number(r.loss, 4), r.phase)
+                      _percent(r.comm_share), _percent(r.data_share), _number(r.loss, 4), r.phase,
+                      style="dim" if r.phase == EXITED else "")
     if not ranks:
         table.add_row("no training process reports to this daemon", "", "", "", "", "", "", "", "")
     return table

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 Labels = tuple[tuple[str, str], ...]
 # A rank with no step for this long, and not in a phase, is listed as failing (TrainmonTrainingStalled's age).
 STALLED_SECONDS = 900.0
+EXITED = "exited"  # the phase shown for a rank that ended and is still served (trainmon_train_rank_exited)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +154,13 @@ def _ranks(now: Read, before: Read | None) -> tuple[RankRow, ...]:
               now.by("trainmon_train_phase", "job_id", "rank", "phase").items() if v == 1}
     loss = now.by("trainmon_train_loss", "job_id", "rank")
     last_step = now.by("trainmon_train_last_step_timestamp_seconds", "job_id", "rank")
-    delta = _Delta(now, before)
+    exited = {key for key, v in now.by("trainmon_train_rank_exited", "job_id", "rank").items() if v == 1}
     rows = []
     for job, rank, uuid in sorted(info, key=lambda k: (k[0], _index_order(k[1]))):
         key = (job, rank)
+        # An exited rank is served with its final values until the daemon drops it: no rates (0 steps/s
+        # would read as a stall), and its phase says it ended.
+        delta = _Delta(now, None if key in exited else before)
         steps = delta.of("trainmon_train_step_duration_seconds_count", key)
         step_sum = delta.of("trainmon_train_step_duration_seconds_sum", key)
         rows.append(RankRow(
@@ -165,7 +169,7 @@ def _ranks(now: Read, before: Read | None) -> tuple[RankRow, ...]:
             steps_per_second=delta.rate("trainmon_train_steps_total", key),
             comm_share=_share(delta.of("trainmon_train_comm_wait_seconds_total", key), step_sum),
             data_share=_share(delta.of("trainmon_train_dataloader_wait_seconds_total", key), step_sum),
-            loss=loss.get(key), phase=phases.get(key, "-"),
+            loss=loss.get(key), phase=EXITED if key in exited else phases.get(key, "-"),
             since_last_step=(now.collected_at or now.at) - last_step[key] if key in last_step else None))
     return tuple(rows)
 
