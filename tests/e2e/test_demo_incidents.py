@@ -102,7 +102,9 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
             args = [] if name == "healthy" else ["--incident", name, "--incident-after", str(HEALTHY_SECONDS)]
             (tmp_path / name).mkdir()
             port = int(instance[name].rsplit(":", 1)[1])
-            daemons.append(demos.setdefault(name, start_daemon(tmp_path / name, args, command="demo", port=port)))
+            # fifteen demos start at once beside three other workers: a loaded 2-core machine needs more than 30 s
+            daemons.append(demos.setdefault(name, start_daemon(tmp_path / name, args, command="demo", port=port,
+                                                               ready_timeout=120)))
         wait_until(all_active(prom, demo, [i for i in INCIDENTS if i not in SHORTENED]), timeout=INCIDENT_WAIT,
                    interval=2)
         wait_until(lambda: prom.query(stalled), timeout=120, interval=2)

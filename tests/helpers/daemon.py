@@ -70,6 +70,7 @@ def start_daemon(
     scheme: str = "http",
     client: Mapping[str, object] | None = None,
     wrapper: Sequence[str] = (),
+    ready_timeout: float = 30.0,
 ) -> Daemon:
     """Start `python -m trainmon <command> --listen 127.0.0.1:<port> *args` and wait until it serves.
 
@@ -99,7 +100,7 @@ def start_daemon(
         return httpx.get(daemon.url + path, timeout=2, **(client or {})).status_code == 200  # type: ignore[arg-type]
 
     try:
-        wait_until(serving, timeout=30)
+        wait_until(serving, timeout=ready_timeout)
     except BaseException:
         daemon.stop()
         raise

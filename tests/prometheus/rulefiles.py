@@ -19,6 +19,8 @@ RULE_TESTS = sorted((PROMETHEUS / "tests").glob("*.test.yml"))
 INSTABILITY_TESTS = PROMETHEUS / "tests" / "instability.test.yml"
 CAUSES_TESTS = PROMETHEUS / "tests" / "causes.test.yml"
 SCENARIO_TESTS = (INSTABILITY_TESTS, CAUSES_TESTS)
+# What a scenario file's promtool run may take: 1.5 minutes alone, past 5 beside the rest of a cold CI run.
+SCENARIO_TIMEOUT_S = 1200
 RUNBOOK = REPO / "docs" / "runbook.md"
 
 

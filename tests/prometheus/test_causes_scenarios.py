@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.prometheus.rulefiles import CAUSES_TESTS, assert_promtool_tests_pass
+from tests.prometheus.rulefiles import CAUSES_TESTS, SCENARIO_TIMEOUT_S, assert_promtool_tests_pass
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SCENARIO_TIMEOUT_S)
 def test_promtool_passes_the_cause_scenarios() -> None:
     """A node's NVMe collapse, an hour-long 5% slowdown, a one-rank spike, a rising loss, slow and final
     checkpoints and a barrier inside a checkpoint phase: the cause is named, its victims are not (Debian

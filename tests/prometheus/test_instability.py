@@ -10,16 +10,18 @@ from pathlib import Path
 import pytest
 
 from tests.prometheus import instability_scenarios as scenarios
-from tests.prometheus.rulefiles import INSTABILITY_TESTS, assert_promtool_tests_pass, load
+from tests.prometheus.rulefiles import INSTABILITY_TESTS, SCENARIO_TIMEOUT_S, assert_promtool_tests_pass, load
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SCENARIO_TIMEOUT_S)
 def test_promtool_passes_the_instability_scenarios() -> None:
     """Six hours of a 64-rank job: each numerics alert fires on its incident and stays silent on the healthy
     runs (Debian promtool 2.42)."""
     assert_promtool_tests_pass(INSTABILITY_TESTS)
 
 
+@pytest.mark.slow  # rendering hours of 64 ranks: over a minute on a loaded machine
 @pytest.mark.parametrize("output", scenarios.OUTPUTS, ids=lambda p: p.name)
 def test_the_committed_scenarios_are_the_generators_output(output: Path) -> None:
     assert output.read_text() == scenarios.render(output)
