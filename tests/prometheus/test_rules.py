@@ -50,6 +50,7 @@ def test_promtool_check_rules_passes() -> None:
     assert 0 == result.returncode, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # each promtool run is seconds alone, past 60 s beside the scenario files on a loaded machine
 @pytest.mark.parametrize("test_file", [p for p in RULE_TESTS if p not in SCENARIO_TESTS], ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(test_file: Path) -> None:
     """Each alert fires on a realistic series and stays silent on a healthy one (Debian promtool 2.42);
