@@ -41,6 +41,14 @@ def test_a_shorter_checkpoint_period_compresses_the_whole_schedule() -> None:
     assert expected == phases(Plan(checkpoint_every=24), [t / 5 for t in default])
 
 
+def test_checkpoints_begun_counts_windows_a_late_tick_would_miss() -> None:
+    """The job takes a checkpoint whose 1.6 s window fell between two ticks of a loaded machine."""
+    plan = Plan(checkpoint_every=24)
+
+    assert [0, 1, 1, 2, 2, 3] == [plan.checkpoints_begun(t) for t in (3.9, 4.0, 27.9, 28.0, 51.9, 52.0)]
+    assert not plan.checkpointing(6.0) and plan.checkpoints_begun(6.0) == 1  # past the window, still begun
+
+
 @pytest.mark.parametrize(("values", "flag"), [({"incident": "fire"}, "--incident='fire'"),
                                               ({"incident_after": "-1"}, "--incident-after='-1'"),
                                               ({"checkpoint_every": "0"}, "--checkpoint-every='0'")])

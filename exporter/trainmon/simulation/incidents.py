@@ -58,6 +58,14 @@ class Plan:
 
     def checkpointing(self, elapsed: float) -> bool:
         """Whether the job is in its checkpoint phase `elapsed` seconds after it started."""
-        scale = self.checkpoint_every / CHECKPOINT_EVERY_S
-        since_first = elapsed - CHECKPOINT_FIRST_S * scale
-        return since_first >= 0 and since_first % self.checkpoint_every < CHECKPOINT_S * scale
+        since_first = elapsed - CHECKPOINT_FIRST_S * self._scale
+        return since_first >= 0 and since_first % self.checkpoint_every < CHECKPOINT_S * self._scale
+
+    def checkpoints_begun(self, elapsed: float) -> int:
+        """How many checkpoints have begun `elapsed` seconds after the job started."""
+        since_first = elapsed - CHECKPOINT_FIRST_S * self._scale
+        return 0 if since_first < 0 else 1 + int(since_first // self.checkpoint_every)
+
+    @property
+    def _scale(self) -> float:
+        return self.checkpoint_every / CHECKPOINT_EVERY_S
