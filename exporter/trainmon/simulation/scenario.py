@@ -48,7 +48,7 @@ ScenarioSource = Callable[[], Scenario]
 
 XID_EVENT = pynvml.nvmlEventTypeXidCriticalError
 _UNSET_ID = 0xFFFFFFFF
-_WAIT_STEP_S = 0.01
+_WAIT_STEP_S = 0.1  # how often a waiting event set looks for new events: each look runs the scenario
 # Symbols answered before nvmlInit; everything else is UNINITIALIZED until then.
 _WITHOUT_INIT = frozenset({"nvmlInitWithFlags", "nvmlInit_v2", "nvmlInit", "nvmlErrorString"})
 # Symbols whose first argument is not a device handle; every other one gets per-GPU error injection.
