@@ -13,12 +13,13 @@ from trainmon.health.xid_catalog import CATALOG
 from .model import Group, Record
 
 SERIES = "trainmon_xid_catalog_info"
+GROUP = "trainmon.xid_catalog.rules"
 
 
 def xid_catalog_group() -> Group:
     """One constant series per code; evaluated every minute so it never goes stale between evaluations."""
     return Group(
-        name="trainmon.xid_catalog.rules",
+        name=GROUP,
         interval="1m",
         rules=[Record(record=SERIES, expr="vector(1)",
                       labels=(("xid", str(xid)), ("mnemonic", entry.mnemonic), ("action", action_of(entry).label)))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus.rulegen.xid_catalog import GROUP as XID_CATALOG_GROUP
+from prometheus.rulegen.xid_catalog import SERIES as XID_CATALOG
 
 from tests.helpers.tools import require_tool
 
@@ -42,6 +45,30 @@ def group_names() -> list[str]:
 
 
 def assert_promtool_tests_pass(test_file: Path) -> None:
-    result = subprocess.run([require_tool("promtool"), "test", "rules", str(test_file)], capture_output=True,
-                            text=True)
+    with tempfile.TemporaryDirectory(prefix="promtool-") as scratch:
+        runnable = test_file if XID_CATALOG in test_file.read_text() else without_xid_catalog(test_file,
+                                                                                              Path(scratch))
+        result = subprocess.run([require_tool("promtool"), "test", "rules", str(runnable)], capture_output=True,
+                                text=True)
     assert 0 == result.returncode, result.stdout + result.stderr
+
+
+def without_xid_catalog(test_file: Path, scratch: Path) -> Path:
+    """A copy of `test_file` in `scratch` over the shipped rules less the XID catalogue group: NVIDIA's Xid table
+    as 172 constant recording rules that no other rule reads (test_rules.py checks), a third of promtool's work on
+    every test file. Only a test file that queries the table evaluates them."""
+    rule_files_without_xid_catalog(scratch)
+    text = test_file.read_text()
+    header = "rule_files: [../rules.yml, ../alerts.yml]\n"
+    assert header in text and f" {XID_CATALOG_GROUP}," in text, f"{test_file.name}: an unexpected header"
+    text = text.replace(header, f"rule_files: [rules.yml, {PROMETHEUS / 'alerts.yml'}]\n", 1)
+    (copy := scratch / test_file.name).write_text(text.replace(f" {XID_CATALOG_GROUP},", "", 1))
+    return copy
+
+
+def rule_files_without_xid_catalog(scratch: Path) -> list[Path]:
+    """`RULE_FILES`, the recording rules less the XID catalogue group written into `scratch`."""
+    document = load(PROMETHEUS / "rules.yml")
+    document["groups"] = [g for g in document["groups"] if g["name"] != XID_CATALOG_GROUP]
+    (recording := scratch / "rules.yml").write_text(yaml.safe_dump(document, sort_keys=False))
+    return [recording, PROMETHEUS / "alerts.yml"]

@@ -11,6 +11,7 @@ import pytest
 from grafana.dashgen.build import DASHBOARDS
 from prometheus.rulegen.config import RulesConfig
 from prometheus.rulegen.render import rule_files
+from prometheus.rulegen.xid_catalog import GROUP as XID_CATALOG_GROUP
 from prometheus.rulegen.xid_catalog import SERIES as XID_CATALOG
 
 from tests.helpers.tools import require_tool
@@ -25,6 +26,7 @@ from tests.prometheus.rulefiles import (
     group_names,
     load,
     rules,
+    without_xid_catalog,
 )
 
 SPEC_ALERTS = {
@@ -137,6 +139,27 @@ def test_every_recording_rule_is_used() -> None:
     unused = [name for name in recorded if not any(re.search(rf"\b{re.escape(name)}\b", r) for r in readers)]
 
     assert unused == []
+
+
+def test_no_rule_reads_the_xid_catalogue() -> None:
+    """So the promtool tests that do not query the table may leave its group out (rulefiles.without_xid_catalog)."""
+    readers = [(group["name"], rule.get("record") or rule["alert"]) for path in RULE_FILES
+               for group in load(path)["groups"] if group["name"] != XID_CATALOG_GROUP
+               for rule in group["rules"] if XID_CATALOG in rule["expr"]]
+
+    assert readers == []
+
+
+def test_a_promtool_test_without_the_xid_catalogue_differs_only_in_that(tmp_path: Path) -> None:
+    test_file = PROMETHEUS / "tests" / "training.test.yml"
+    copy = load(without_xid_catalog(test_file, tmp_path))
+    original = load(test_file)
+
+    assert [g for g in original.pop("group_eval_order") if g != XID_CATALOG_GROUP] == copy.pop("group_eval_order")
+    assert ([str(PROMETHEUS / "alerts.yml")], ["../rules.yml", "../alerts.yml"]) == (copy.pop("rule_files")[1:],
+                                                                                    original.pop("rule_files"))
+    assert original == copy
+    assert XID_CATALOG_GROUP not in {g["name"] for g in load(tmp_path / "rules.yml")["groups"]}
 
 
 def test_every_alert_has_a_firing_and_a_silent_unit_test() -> None:
