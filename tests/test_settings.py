@@ -23,8 +23,9 @@ def test_no_options_are_the_settings_defaults_and_demo_keeps_its_own_interval() 
 
 
 @pytest.mark.parametrize(("values", "collectors"), [
-    ({}, ("gpu", "nvme", "infiniband", "training", "fs")),
-    ({"kubelet_pod_resources_socket": "/k.sock"}, ("gpu", "nvme", "infiniband", "training", "fs", "pod_resources")),
+    ({}, ("gpu", "nvme", "infiniband", "aer", "training", "fs")),
+    ({"kubelet_pod_resources_socket": "/k.sock"},
+     ("gpu", "nvme", "infiniband", "aer", "training", "fs", "pod_resources")),
     ({"hpc_job_mapping_dir": "/m", "collectors": "gpu"}, ("gpu", "hpc_jobs")),
     ({"hpc_job_mapping_dir": "/m", "kubelet_pod_resources_socket": "/k.sock", "collectors": "gpu"},
      ("gpu", "pod_resources", "hpc_jobs")),
