@@ -8,6 +8,7 @@ import pytest
 
 from trainmon.collectors import AVAILABLE
 from trainmon.settings import Option, Settings, command_options, serve_options, settings_from
+from trainmon.wire import SOCKET_ENV, UDP_ENV
 
 OPTIONS = serve_options(list(AVAILABLE))
 
@@ -55,3 +56,9 @@ def test_nccl_collectors_are_off_by_default_and_ras_defaults_to_nccls_loopback_p
     remote = settings_from({"nccl_ras_addr": "10.0.0.7:28028", "nccl_ras_allow_remote": "true"},
                            serve_options(tuple(AVAILABLE)))
     assert "10.0.0.7" == remote.nccl_ras_addr.host
+
+
+def test_the_hooks_variables_are_the_ingest_flags_environment_twins() -> None:
+    env = {option.flag: option.env_name for option in OPTIONS}
+
+    assert (SOCKET_ENV, UDP_ENV) == (env["ingest-socket"], env["ingest-udp"])

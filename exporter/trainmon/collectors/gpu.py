@@ -47,10 +47,10 @@ from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
 from trainmon.parsers.kmsg import nvml_bus
 from trainmon.roots import Unavailable, list_directory, read_attribute
 from trainmon.settings import Settings
+from trainmon.sysfs.aer import NVIDIA_VENDOR
 
 log = logging.getLogger(__name__)
 
-NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASS = "0x03"  # PCI base class 03: VGA, XGA and 3D controllers
 GPU_LABELS = ("gpu", "uuid")
 NOT_FOUND = "not found by NVML since re-initialisation"
