@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.daemon import start_daemon
-from tests.helpers.trees import Disk, IbDevice, IbPort, write_diskstats, write_infiniband
+from tests.helpers.trees import Disk, IbDevice, IbPort, pci_device, write, write_diskstats, write_infiniband
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,13 +64,15 @@ def test_flag_wins_over_environment(tmp_path: Path) -> None:
 def test_check_prints_what_each_collector_found(tmp_path: Path) -> None:
     write_diskstats(tmp_path / "proc", [Disk("nvme0n1"), Disk("nvme1n1", minor=1)])
     write_infiniband(tmp_path / "sys", [IbDevice("mlx5_0", ports=[IbPort("mlx5_0")])])
+    write(pci_device(tmp_path / "sys", "0000:18:00.0", "0x10de") / "aer_dev_fatal", "CmpltTO 1\nTOTAL_ERR_FATAL 1\n")
 
-    result = trainmon("check", "--collectors", "nvme,infiniband", "--procfs", str(tmp_path / "proc"),
+    result = trainmon("check", "--collectors", "nvme,infiniband,aer", "--procfs", str(tmp_path / "proc"),
                       "--sysfs", str(tmp_path / "sys"))
 
     assert 0 == result.returncode
     assert "nvme0n1:" in result.stdout and "nvme1n1:" in result.stdout
     assert "mlx5_0/1: ACTIVE, InfiniBand, 50000000000 B/s" in result.stdout
+    assert "0000:18:00.0 (NVIDIA): AER errors: fatal 1" in result.stdout
 
 
 def test_check_exits_non_zero_when_a_collector_fails(tmp_path: Path) -> None:

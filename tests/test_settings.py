@@ -8,6 +8,7 @@ import pytest
 
 from trainmon.collectors import AVAILABLE
 from trainmon.settings import Option, Settings, command_options, serve_options, settings_from
+from trainmon.wire import SOCKET_ENV, UDP_ENV
 
 OPTIONS = serve_options(list(AVAILABLE))
 
@@ -23,8 +24,9 @@ def test_no_options_are_the_settings_defaults_and_demo_keeps_its_own_interval() 
 
 
 @pytest.mark.parametrize(("values", "collectors"), [
-    ({}, ("gpu", "nvme", "infiniband", "training", "fs")),
-    ({"kubelet_pod_resources_socket": "/k.sock"}, ("gpu", "nvme", "infiniband", "training", "fs", "pod_resources")),
+    ({}, ("gpu", "nvme", "infiniband", "aer", "training", "fs")),
+    ({"kubelet_pod_resources_socket": "/k.sock"},
+     ("gpu", "nvme", "infiniband", "aer", "training", "fs", "pod_resources")),
     ({"hpc_job_mapping_dir": "/m", "collectors": "gpu"}, ("gpu", "hpc_jobs")),
     ({"hpc_job_mapping_dir": "/m", "kubelet_pod_resources_socket": "/k.sock", "collectors": "gpu"},
      ("gpu", "pod_resources", "hpc_jobs")),
@@ -54,3 +56,9 @@ def test_nccl_collectors_are_off_by_default_and_ras_defaults_to_nccls_loopback_p
     remote = settings_from({"nccl_ras_addr": "10.0.0.7:28028", "nccl_ras_allow_remote": "true"},
                            serve_options(tuple(AVAILABLE)))
     assert "10.0.0.7" == remote.nccl_ras_addr.host
+
+
+def test_the_hooks_variables_are_the_ingest_flags_environment_twins() -> None:
+    env = {option.flag: option.env_name for option in OPTIONS}
+
+    assert (SOCKET_ENV, UDP_ENV) == (env["ingest-socket"], env["ingest-udp"])

@@ -20,7 +20,7 @@ from trainmon.errors import ConfigError
 from trainmon.profiles import PROFILES
 from trainmon.wire import DEFAULT_SOCKET
 
-DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "training", "fs")
+DEFAULT_COLLECTORS = ("gpu", "nvme", "infiniband", "aer", "training", "fs")
 # Setting one of these flags enables its collector (GPU ownership, SPEC §4) beside --collectors.
 FLAG_COLLECTORS = {"kubelet_pod_resources_socket": "pod_resources", "hpc_job_mapping_dir": "hpc_jobs"}
 

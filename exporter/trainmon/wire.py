@@ -60,6 +60,8 @@ from trainmon.errors import MessageRejected
 VERSION = 1
 # Where the daemon binds its ingest socket and the hook sends by default; deploy/ spells it too (tests/deploy).
 DEFAULT_SOCKET = "/run/trainmon/ingest.sock"
+# The hook's variables naming the daemon's --ingest-socket and --ingest-udp (the same TRAINMON_* as the flags').
+SOCKET_ENV, UDP_ENV = "TRAINMON_INGEST_SOCKET", "TRAINMON_INGEST_UDP"
 MAX_DATAGRAM = 16 * 1024
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "send_recv", "barrier", "other")
@@ -77,6 +79,7 @@ DRIVER_RANK = -1  # the rank of a report from a framework's driver process (job-
 # lists the keys it serves; one it does not know, from a newer hook, is accepted and not served).
 MAX_JOB_GAUGES = 16
 MAX_ENV = 32
+NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")  # the variables a rank reports in nccl_env
 MAX_TEXT = 128  # characters in any string value
 MAX_ID = 1 << 31  # ranks, world sizes, pids
 MAX_COUNT = 1 << 62
@@ -471,7 +474,7 @@ FIELDS: tuple[Field, ...] = (
     Field("grad_norm_max", "grad_norm_max", Number(lo=-MAX_AMOUNT)),
     Field("loss_spikes", "loss_spikes", COUNT, cumulative=True),
     Field("grad_norm_spikes", "grad_norm_spikes", COUNT, cumulative=True),
-    Field("nccl_env", "nccl_env", Map(Text(prefixes=("NCCL_", "TORCH_NCCL_")), LABEL, MAX_ENV)),
+    Field("nccl_env", "nccl_env", Map(Text(prefixes=NCCL_ENV_PREFIXES), LABEL, MAX_ENV)),
     Field("parallel", "parallel", Map(Text(choices=PARALLEL_KEYS), ID, len(PARALLEL_KEYS))),
     Field("cuda.alloc_retries", "cuda_alloc_retries", COUNT, cumulative=True),
     Field("cuda.ooms", "cuda_ooms", COUNT, cumulative=True),

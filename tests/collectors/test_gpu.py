@@ -672,17 +672,3 @@ def test_nvlink_per_link_in_the_same_field_values_call(node: Node) -> None:
             ("1", "crc_flit"): 9} == {  # zeros are not served
         (dict(k)["link"], dict(k)["error"]): v for k, v in errors.items()}
     assert calls_without_links == node.library.calls - before
-
-
-def test_pcie_aer_counters_of_a_gpu_are_served(node: Node, tmp_path: Path) -> None:
-    base = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0"
-    base.mkdir(parents=True)
-    (base / "vendor").write_text("0x10de\n")
-    (base / "aer_dev_fatal").write_text("CmpltTO 1\nMalfTLP 0\nTOTAL_ERR_FATAL 1\n")
-    (base / "aer_dev_correctable").write_text("RxErr 2\nBadTLP x\nTOTAL_ERR_COR 2\n")
-    collection = node.collect()
-    aer = {(s.labels["severity"], s.labels["error"]): s.value for f in collection.families for s in f.samples
-           if s.name == "trainmon_pcie_aer_errors_total" and s.labels["device"] == "0000:18:00.0"}
-
-    assert {("fatal", "CmpltTO"): 1.0, ("correctable", "RxErr"): 2.0} == aer  # zeros are not served
-    assert "0000:18:00.0/aer_dev_correctable: unreadable line 'BadTLP x'" in collection.skipped

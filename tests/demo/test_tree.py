@@ -1,4 +1,4 @@
-"""The demo's procfs/sysfs tree, read by the real NVMe and InfiniBand collectors as the job advances it."""
+"""The demo's procfs/sysfs tree, read by the real NVMe, InfiniBand, fs and AER collectors as the job advances it."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from pathlib import Path
 
 from tests.helpers.clock import Clock
 from tests.helpers.metrics import SampleKey, samples_of
+from trainmon.collectors.aer import AerCollector
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.fs import FsCollector
 from trainmon.collectors.infiniband import HW_COUNTERS, InfinibandCollector
 from trainmon.collectors.nvme import NvmeCollector
-from trainmon.demo.tree import DemoTree, Traffic
+from trainmon.demo.tree import AER_DEVICE, AER_EVERY_S, DemoTree, Traffic
 from trainmon.settings import Settings
 from trainmon.simulation.incidents import Plan
 
@@ -21,7 +22,7 @@ def read(tree: DemoTree) -> dict[SampleKey, float]:
     settings = Settings(procfs=tree.proc, sysfs=tree.sys)
     values: dict[SampleKey, float] = {}
     for collector in (NvmeCollector(settings, NodeResources()), InfinibandCollector(settings, NodeResources()),
-                      FsCollector(settings, NodeResources())):
+                      FsCollector(settings, NodeResources()), AerCollector(settings, NodeResources())):
         collection = collector.collect()
         assert () == collection.skipped
         values |= samples_of(collection.families)
@@ -61,6 +62,16 @@ def test_traffic_moves_the_counters_it_should(tmp_path: Path) -> None:
         before, "trainmon_infiniband_port_data_transmitted_bytes_total", device="mlx5_7")
     assert 4 * GIB == read_bytes  # 16 GiB a second striped over 16 namespaces
     assert 4 * GIB == sent
+
+
+def test_a_gpu_counts_a_correctable_aer_error_now_and_then(tmp_path: Path) -> None:
+    clock = Clock()
+    tree = DemoTree(tmp_path, Plan(clock=clock), clock)
+    first = value(read(tree), "trainmon_pcie_aer_errors_total", device=AER_DEVICE, severity="correctable")
+    advanced(tree, clock, Traffic(read_bytes=0, written_bytes=0, allreduce_bytes=[0] * 8), int(AER_EVERY_S))
+
+    assert (1, 2) == (first, value(read(tree), "trainmon_pcie_aer_errors_total", device=AER_DEVICE,
+                                   severity="correctable"))
 
 
 def test_incidents_take_a_port_down_and_slow_a_namespace(tmp_path: Path) -> None:

@@ -34,7 +34,3 @@ def samples_of(families: Iterable[Metric]) -> dict[SampleKey, float]:
 def parse_samples(text: str) -> dict[SampleKey, float]:
     """Every sample of a Prometheus text exposition, keyed by name and label set."""
     return samples_of(text_string_to_metric_families(text))
-
-
-def series_names(text: str) -> set[str]:
-    return {name for name, _ in parse_samples(text)}

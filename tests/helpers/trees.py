@@ -132,6 +132,24 @@ def write_infiniband(sys: Path, devices: Sequence[IbDevice]) -> None:
                     write(port_dir / sub / name, f"{value}\n")
 
 
+def pci_device(sys: Path, address: str, vendor: str) -> Path:
+    """A PCI function under devices/pci0000:00, reached as the kernel links it from bus/pci/devices."""
+    base = sys / "devices" / "pci0000:00" / address
+    write(base / "vendor", vendor + "\n")
+    (sys / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
+    os.symlink(f"../../../devices/pci0000:00/{address}", sys / "bus" / "pci" / "devices" / address)
+    return base
+
+
+def class_device(sys: Path, device_class: str, name: str, address: str) -> None:
+    """`class/<device_class>/<name>` on the PCI function `address` (its `device` link names it)."""
+    base = sys / "devices" / "pci0000:00" / address / device_class / name
+    base.mkdir(parents=True)
+    os.symlink("../../../" + address, base / "device")
+    (sys / "class" / device_class).mkdir(parents=True, exist_ok=True)
+    os.symlink(f"../../devices/pci0000:00/{address}/{device_class}/{name}", sys / "class" / device_class / name)
+
+
 def break_file_as_directory(path: Path) -> None:
     """Make `path` unreadable as a file, even for root (chmod 000 is not enough): EISDIR on read."""
     if path.exists():

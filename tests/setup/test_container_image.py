@@ -103,4 +103,4 @@ def test_trainmon_check_in_the_image_reports_every_collector(container: str) -> 
 
     assert 0 == result.returncode, result.stdout + result.stderr
     assert "NO_DATA" == states.pop("gpu"), result.stdout
-    assert {"nvme", "infiniband", "fs", "training"} == set(states), result.stdout
+    assert {"nvme", "infiniband", "aer", "fs", "training"} == set(states), result.stdout

@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
-from tests.helpers.trees import break_file_as_directory, write
+from tests.helpers.trees import break_file_as_directory, class_device, pci_device, write
 from trainmon.roots import Root
 from trainmon.sysfs.aer import aer_devices, read_aer
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "aer"
-
-
-def pci_device(sys: Path, address: str, vendor: str) -> Path:
-    base = sys / "devices" / "pci0000:00" / address
-    write(base / "vendor", vendor + "\n")
-    (sys / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
-    os.symlink(f"../../../devices/pci0000:00/{address}", sys / "bus" / "pci" / "devices" / address)
-    return base
-
-
-def class_device(sys: Path, device_class: str, name: str, address: str) -> None:
-    base = sys / "devices" / "pci0000:00" / address / device_class / name
-    base.mkdir(parents=True)
-    os.symlink("../../../" + address, base / "device")
-    (sys / "class" / device_class).mkdir(parents=True, exist_ok=True)
-    os.symlink(f"../../devices/pci0000:00/{address}/{device_class}/{name}", sys / "class" / device_class / name)
 
 
 def test_gpus_hcas_and_nvme_controllers_only(tmp_path: Path) -> None:
@@ -40,7 +23,7 @@ def test_gpus_hcas_and_nvme_controllers_only(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "aer_dev_fatal", gpu / "aer_dev_fatal")
     sys = Root(tmp_path, "sysfs")
 
-    assert ["0000:18:00.0", "0000:19:00.0", "0000:20:00.0"] == aer_devices(sys)
+    assert {"0000:18:00.0": "NVIDIA", "0000:19:00.0": "mlx5_0", "0000:20:00.0": "nvme0"} == aer_devices(sys)
     reading = read_aer(sys, "0000:18:00.0")
     assert reading is not None
     assert (2, 1) == (reading.counts["correctable"]["RxErr"], reading.counts["fatal"]["CmpltTO"])

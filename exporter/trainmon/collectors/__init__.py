@@ -18,6 +18,7 @@ AVAILABLE: dict[str, str] = {
     "gpu": "trainmon.collectors.gpu:GpuCollector",
     "nvme": "trainmon.collectors.nvme:NvmeCollector",
     "infiniband": "trainmon.collectors.infiniband:InfinibandCollector",
+    "aer": "trainmon.collectors.aer:AerCollector",
     "training": "trainmon.collectors.training:TrainingCollector",
     "pod_resources": "trainmon.collectors.pod_resources:PodResourcesCollector",
     "hpc_jobs": "trainmon.collectors.hpc_jobs:HpcJobsCollector",

@@ -45,13 +45,12 @@ from trainmon.nvml.peaks import peak_flops
 from trainmon.nvml.session import NvmlSession
 from trainmon.nvml.xid import Watched, XidCounts, XidWatcher
 from trainmon.parsers.kmsg import nvml_bus
-from trainmon.roots import Root, Unavailable, list_directory, read_attribute
+from trainmon.roots import Unavailable, list_directory, read_attribute
 from trainmon.settings import Settings
-from trainmon.sysfs.aer import AerReading, aer_devices, read_aer
+from trainmon.sysfs.aer import NVIDIA_VENDOR
 
 log = logging.getLogger(__name__)
 
-NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASS = "0x03"  # PCI base class 03: VGA, XGA and 3D controllers
 GPU_LABELS = ("gpu", "uuid")
 NOT_FOUND = "not found by NVML since re-initialisation"
@@ -344,13 +343,9 @@ class GpuCollector:
         families += _xid_families(self._xids, self._gpus.values())
         families += _health_families(self._verdicts(statuses))
         state = self._state.status()
-        sys = Root(self._settings.sysfs, "sysfs")
-        aer = [reading for address in aer_devices(sys) if (reading := read_aer(sys, address)) is not None]
-        families.append(_aer_family(aer))
         kmsg = self._kmsg.status() if self._kmsg is not None else None
         skipped = _skipped_by_line(read)
         skipped += self._unidentified + self._xid_problems
-        skipped += [line for reading in aer for line in reading.skipped]
         if kmsg is not None and kmsg.error:
             skipped.append(f"kernel log: {kmsg.error}")
         if state.problem and state.path:  # a directory was asked for: why it is not (fully) used
@@ -561,18 +556,6 @@ def _health_families(verdicts: Sequence[tuple[GpuIdentity, Verdict]]) -> list[Me
         for words in verdict.reasons:
             reason.add_metric(_ids(identity), {"reason": words})
     return [action, reason]
-
-
-def _aer_family(readings: Sequence[AerReading]) -> Metric:
-    family = counter("pcie_aer_errors_total", "PCIe AER errors the kernel counted on a GPU, HCA or NVMe "
-                     "controller, by severity (correctable, nonfatal, fatal) and error; absent while zero.",
-                     ("device", "severity", "error"))
-    for reading in readings:
-        for severity, errors in reading.counts.items():
-            for error, count in errors.items():
-                if count:  # ~40 error kinds per device, ~30 devices: zeros would be a thousand series per node
-                    family.add_metric([reading.device, severity, error], count)
-    return family
 
 
 def _xid_source(kmsg: KmsgStatus | None) -> str:

@@ -20,7 +20,6 @@ T = TypeVar("T")
 
 MHZ = 1e6
 MILLI = 1e-3
-PERCENT = 0.01
 GPM = "SM activity (GPM)"
 # nvmlDeviceGetTemperatureV came with R565; older drivers (most H100 fleets in 2026) only have this one.
 TEMPERATURE_V = "temperature (falls back to nvmlDeviceGetTemperature)"
@@ -214,7 +213,7 @@ class Gpu:
 
         util = reads.get("utilization", pynvml.nvmlDeviceGetUtilizationRates)
         if util is not None:
-            values[GpuMetric.UTILIZATION_RATIO] = util.gpu * PERCENT
+            values[GpuMetric.UTILIZATION_RATIO] = util.gpu * gpm.PERCENT
         self._read_memory(reads, values)
         for metric, call, scale in ((GpuMetric.POWER_WATTS, pynvml.nvmlDeviceGetPowerUsage, MILLI),
                                     (GpuMetric.POWER_LIMIT_WATTS, pynvml.nvmlDeviceGetEnforcedPowerLimit, MILLI)):

@@ -10,11 +10,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from trainmon.parsers.counters import MAX_COUNTER, MAX_COUNTER_DIGITS
+
 MIN_FIELDS = 14
 # nvme0n1 is a whole namespace; nvme0n1p1 is a partition, nvme0c0n1 a multipath controller path.
 WHOLE_NAMESPACE = re.compile(r"nvme\d+n\d+")
-MAX_COUNTER = (1 << 64) - 1  # the kernel prints unsigned longs; anything larger is not from a kernel
-MAX_COUNTER_DIGITS = len(str(MAX_COUNTER))
 MAX_SKIPPED_NOTES = 20
 _UNSIGNED = re.compile(r"[0-9]+(?: [0-9]+)*")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from trainmon.parsers.counters import MAX_COUNTER
+
 # "4: ACTIVE", "5: LinkUp"; the kernel's ids are single digits and its longest name is
 # "PortConfigurationTraining" (the name becomes a label value, so it is bounded).
 _STATE = re.compile(r"\s*(\d{1,3})\s*:\s*(\S.{0,31}?)\s*$")
@@ -12,7 +14,6 @@ _STATE = re.compile(r"\s*(\d{1,3})\s*:\s*(\S.{0,31}?)\s*$")
 _RATE = re.compile(r"\s*(\d{1,5}(?:\.\d{1,3})?)\s*Gb/sec", re.IGNORECASE)
 # sysfs counters are 64-bit: at most 20 digits (and int() refuses over 4,300 anyway).
 _COUNTER = re.compile(r"[0-9]{1,20}")
-MAX_COUNTER = (1 << 64) - 1
 BYTES_PER_GBIT = 125_000_000
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainmon.parsers.counters import MAX_COUNTER, MAX_COUNTER_DIGITS
+from trainmon.parsers.mountinfo import unescape  # the kernel's seq_escape, as in mountinfo
 
 NFS_FSTYPES = frozenset({"nfs", "nfs4"})
 BYTES_FIELDS = 8
@@ -27,7 +28,6 @@ _DEVICE = re.compile(r"device (?P<source>[^ ]+) mounted on (?P<point>.+) with fs
 _BLANK = " \t"
 # A line of counters, each checked in one C pass (~70 lines per NFSv4 mount, up to a thousand mounts).
 _NUMBERS = re.compile(f"[0-9]{{1,{MAX_COUNTER_DIGITS}}}(?: [0-9]{{1,{MAX_COUNTER_DIGITS}}})*")
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")  # the kernel's seq_escape, as in mountinfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +67,6 @@ class MountStats:
 
     records: dict[str, NfsMountStats]
     skipped: dict[str, str]
-
-
-def unescape(field: str) -> str:
-    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
 def parse_mountstats(text: str, wanted: Collection[str] | None = None) -> MountStats:

@@ -28,22 +28,23 @@ def _pci_parent(sys: Root, *class_path: str) -> str | None:
     return name if _PCI_ADDRESS.fullmatch(name) else None
 
 
-def aer_devices(sys: Root) -> list[str]:
-    """PCI addresses of the NVIDIA devices, the HCAs and the NVMe controllers, sorted, each once."""
-    found: set[str] = set()
+def aer_devices(sys: Root) -> dict[str, str]:
+    """The NVIDIA devices, the HCAs and the NVMe controllers, by PCI address (sorted), each once, with what it
+    is: "NVIDIA" or its class device's name (mlx5_0, nvme0)."""
+    found: dict[str, str] = {}
     pci = sys.join("bus", "pci", "devices")
     listed = list_directory(pci)
     for address in [] if isinstance(listed, Unavailable) else listed:
         vendor = read_attribute(pci / address / "vendor")
         if isinstance(vendor, str) and vendor.lower() == NVIDIA_VENDOR:
-            found.add(address)
+            found[address] = "NVIDIA"
     for device_class in ("infiniband", "nvme"):
         members = list_directory(sys.join("class", device_class))
         for member in [] if isinstance(members, Unavailable) else members:
             parent = _pci_parent(sys, "class", device_class, member)
             if parent is not None:
-                found.add(parent)
-    return sorted(found)
+                found.setdefault(parent, member)
+    return dict(sorted(found.items()))
 
 
 def read_aer(sys: Root, address: str) -> AerReading | None:

@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmon.wire import MAX_ENV, MAX_TEXT
+from trainmon.wire import MAX_ENV, MAX_TEXT, NCCL_ENV_PREFIXES
 
-NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 # Mounted into every pod that has a service-account token (most do).
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -65,7 +64,7 @@ def _label_text(value: str) -> str:
 
 def nccl_env(env: Mapping[str, str]) -> dict[str, str]:
     """The `NCCL_*` and `TORCH_NCCL_*` variables set, at most `MAX_ENV`, values cut to `MAX_TEXT`."""
-    names = sorted(k for k in env if k.startswith(NCCL_PREFIXES) and len(k) <= MAX_TEXT and k.isprintable())
+    names = sorted(k for k in env if k.startswith(NCCL_ENV_PREFIXES) and len(k) <= MAX_TEXT and k.isprintable())
     return {k: "".join(c for c in env[k] if c.isprintable())[:MAX_TEXT] for k in names[:MAX_ENV]}
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from trainmon.wire import DEFAULT_SOCKET, MAX_DATAGRAM
+from trainmon.wire import DEFAULT_SOCKET, MAX_DATAGRAM, SOCKET_ENV, UDP_ENV
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,9 @@ class UdpTransport:
 
 def transport_from_env(env: Mapping[str, str]) -> Transport:
     """`TRAINMON_INGEST_UDP` (HOST:PORT) when set, else the Unix socket `TRAINMON_INGEST_SOCKET`."""
-    if env.get("TRAINMON_INGEST_UDP"):
-        return UdpTransport(env["TRAINMON_INGEST_UDP"])
-    return UnixTransport(env.get("TRAINMON_INGEST_SOCKET") or DEFAULT_SOCKET)
+    if env.get(UDP_ENV):
+        return UdpTransport(env[UDP_ENV])
+    return UnixTransport(env.get(SOCKET_ENV) or DEFAULT_SOCKET)
 
 
 def interval_from_env(env: Mapping[str, str]) -> float:

@@ -41,7 +41,9 @@ from trainmon.torch._numerics import SpikeCounter, SpikeRules
 from trainmon.wire import (
     FIELDS,
     MAX_GROUPS,
+    MAX_PHASES,
     OTHER_GROUP,
+    OTHER_PHASE,
     STEP_BUCKETS,
     Collective,
     GroupSeq,
@@ -50,7 +52,6 @@ from trainmon.wire import (
     UntimedCalls,
 )
 
-MAX_PHASES = 16  # distinct phase names per rank; the rest are added up under OTHER_GROUP
 MAX_UNSETTLED = 4096  # entries queued before the issuing thread settles them itself
 
 # An open collective, a list for the hot path's sake (the cheapest object to make and fill):
@@ -173,7 +174,7 @@ class RankState:
         """Time spent in a phase, as a framework timed it (also what leaving a phase adds)."""
         closed = self._closed_phase_seconds
         if name not in closed and len(closed) >= MAX_PHASES:
-            name = OTHER_GROUP
+            name = OTHER_PHASE
         closed[name] = closed.get(name, 0.0) + seconds
 
     @property
@@ -181,7 +182,7 @@ class RankState:
         """Cumulative phase time, the open phase's time so far included (a long checkpoint shows as it runs)."""
         totals = dict(self._closed_phase_seconds)
         if self._phase is not None:
-            name = self._phase if self._phase in totals or len(totals) < MAX_PHASES else OTHER_GROUP
+            name = self._phase if self._phase in totals or len(totals) < MAX_PHASES else OTHER_PHASE
             totals[name] = totals.get(name, 0.0) + perf_counter() - self._phase_since
         return totals
 
