@@ -129,12 +129,6 @@ def test_one_changed_field_changes_exactly_what_the_generator_changes(field: str
     assert changed, f"{field} is used nowhere"
 
 
-def test_committed_mixin_is_the_generator_output() -> None:
-    committed = {str(p.relative_to(MIXIN_DIR)): p.read_text() for p in MIXIN_DIR.rglob("*") if p.is_file()}
-
-    assert mixin_files() == {name: text for name, text in committed.items() if name != "README.md"}
-
-
 def test_every_path_in_the_mixin_is_generated_or_the_readme() -> None:
     committed = {str(p.relative_to(MIXIN_DIR)) for p in MIXIN_DIR.rglob("*") if p.is_file()}
 

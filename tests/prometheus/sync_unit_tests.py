@@ -7,7 +7,8 @@ annotations whole). After regenerating the rules, run
 
     python -m tests.prometheus.sync_unit_tests
 
-It rewrites only the `group_eval_order:` and `dashboard_url:` lines (adding a link where an expected alert has
+It leaves the scenario files, which `tests.prometheus.instability_scenarios` writes whole, and in the others
+rewrites only the `group_eval_order:` and `dashboard_url:` lines (adding a link where an expected alert has
 none), keeping every other line and comment; `git diff` then shows what moved.
 """
 
@@ -17,7 +18,7 @@ import re
 
 import yaml
 
-from tests.prometheus.rulefiles import PROMETHEUS, alert_rules, group_names
+from tests.prometheus.rulefiles import PROMETHEUS, SCENARIO_TESTS, alert_rules, group_names
 
 TESTS = PROMETHEUS / "tests"
 LABEL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
@@ -84,7 +85,7 @@ def fill(text: str, templates: dict[str, str]) -> str:
 def main() -> None:
     templates = dashboard_url_templates()
     order = group_order()
-    for path in sorted(TESTS.glob("*.test.yml")):
+    for path in sorted(set(TESTS.glob("*.test.yml")) - set(SCENARIO_TESTS)):  # those are generated whole
         text = path.read_text()
         filled = GROUP_EVAL_ORDER.sub(order, fill(text, templates))
         if filled != text:

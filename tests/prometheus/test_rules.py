@@ -60,13 +60,6 @@ def test_promtool_unit_tests_pass(test_file: Path) -> None:
     assert_promtool_tests_pass(test_file)
 
 
-def test_committed_rule_files_equal_the_generator_output() -> None:
-    """rules.yml and alerts.yml are what `python -m prometheus.rulegen` writes."""
-    generated = rule_files(RulesConfig())
-
-    assert {name: (PROMETHEUS / name).read_text() for name in generated} == generated
-
-
 def test_the_selector_is_a_parameter() -> None:
     """Another scrape job name reaches every raw-metric selector, and the default one is gone."""
     generated = "".join(rule_files(RulesConfig(selector='job="gpu-nodes"')).values())

@@ -24,7 +24,7 @@ from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import PROMETHEUS
 from tests.torch.collective_job import SIDE_CALLS
 from tests.torch.jobs import run_job
-from tests.torch.render_wrapper import RENDERED, all_reduce, render
+from tests.torch.render_wrapper import RENDERED, all_reduce
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
 from trainmon.torch import TrainingMonitor
@@ -302,11 +302,6 @@ def test_a_ddp_built_while_a_monitor_is_live_gets_the_comm_hook(gloo: None) -> N
     assert [1, 1] == user_hook_calls
     assert torch_init is torch.nn.parallel.DistributedDataParallel.__init__
     assert not after._comm_hooks
-
-
-def test_the_rendered_wrapper_module_mypy_checks_is_what_the_template_renders_now() -> None:
-    """tests/torch/rendered_wrapper.py (checked by mypy) is stale: run `python -m tests.torch.render_wrapper`."""
-    assert render() == RENDERED.read_text()
 
 
 def test_the_rendered_wrapper_declares_exactly_the_names_the_recorder_gives_its_wrappers() -> None:
