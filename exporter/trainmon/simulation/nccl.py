@@ -79,16 +79,25 @@ class InspectorFiles:
         os.replace(staged, self._directory / f"nccl_inspector_metrics_{uuid.removeprefix('GPU-')}.prom")
 
 
-class SimulatedRas:
-    """NCCL RAS's client port on 127.0.0.1 (a free port: several demos may run at once), answering for the job."""
+class RasPort:
+    """NCCL RAS's client port on 127.0.0.1 (a free port: several may run at once), speaking the protocol of
+    NVIDIA/nccl `src/ras/client_support.cc` and answering STATUS with `answer()`.
 
-    def __init__(self, ranks: int, plan: Plan) -> None:
-        self._ranks = ranks
-        self._plan = plan
-        self._allreduces = 0  # each rank's, as RAS counts them per collective type
+    It misbehaves on request (the poller's tests): `chunk` bytes per send (partial reads), `delay` seconds
+    before the answer (a slow RAS), `close_after_handshake` (NCCL gone mid-conversation). `commands` lists
+    what clients sent.
+    """
+
+    def __init__(self, answer: Callable[[], bytes], chunk: int = 1 << 20, delay: float = 0.0,
+                 close_after_handshake: bool = False) -> None:
+        self._answer = answer
+        self._chunk = chunk
+        self._delay = delay
+        self._close_after_handshake = close_after_handshake
+        self.commands: list[str] = []
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._server.getsockname()[1]
-        self._thread = threading.Thread(target=self._serve, name="trainmon-demo-ras", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="trainmon-ras-port", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -96,6 +105,48 @@ class SimulatedRas:
             self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept() that close() alone would leave blocked
         self._server.close()
         self._thread.join(timeout=5)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):  # the poller gave up first
+                self._converse(conn)
+
+    def _converse(self, conn: socket.socket) -> None:
+        for raw in conn.makefile("rb"):
+            command = raw.decode("utf-8", "replace").strip()
+            self.commands.append(command)
+            if command.upper().startswith("CLIENT PROTOCOL "):
+                conn.sendall(b"SERVER PROTOCOL 2\n")
+                if self._close_after_handshake:
+                    return
+            elif command.upper().startswith("SET FORMAT "):
+                conn.sendall(b"OK\n")
+            elif command.upper() in ("STATUS", "VERBOSE STATUS"):
+                time.sleep(self._delay)
+                answer = self._answer()
+                for start in range(0, len(answer), self._chunk):
+                    conn.sendall(answer[start:start + self._chunk])
+                return  # NCCL closes the connection after the answer
+            else:
+                conn.sendall(f"ERROR: Unknown command {command}\n".encode())
+
+
+class SimulatedRas:
+    """The demo job's RAS: its one communicator, the hung rank unresponsive in the `hang` incident."""
+
+    def __init__(self, ranks: int, plan: Plan) -> None:
+        self._ranks = ranks
+        self._plan = plan
+        self._allreduces = 0  # each rank's, as RAS counts them per collective type
+        self._port = RasPort(lambda: json.dumps(self.answer(), indent=2).encode())
+        self.port = self._port.port
+
+    def stop(self) -> None:
+        self._port.stop()
 
     def advance(self, bus_bytes: Sequence[int]) -> None:
         """One tick of the job: a step's all-reduces where it put bytes on the bus."""
@@ -119,28 +170,6 @@ class SimulatedRas:
             "ras": {"collection_time_sec": 0.002, "timeouts_count": 0},
         }
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            with conn, contextlib.suppress(OSError):  # the poller gave up first
-                self._converse(conn)
-
-    def _converse(self, conn: socket.socket) -> None:
-        for raw in conn.makefile("rb"):
-            command = raw.decode("utf-8", "replace").strip().upper()
-            if command.startswith("CLIENT PROTOCOL "):
-                conn.sendall(b"SERVER PROTOCOL 2\n")
-            elif command.startswith("SET FORMAT "):
-                conn.sendall(b"OK\n")
-            elif command in ("STATUS", "VERBOSE STATUS"):
-                conn.sendall(json.dumps(self.answer(), indent=2).encode())
-                return  # NCCL closes the connection after the answer
-            else:
-                conn.sendall(f"ERROR: Unknown command {command}\n".encode())
-
 
 def _rank(rank: int, listed: str, allreduces: int) -> dict[str, object]:
     entry: dict[str, object] = {"rank": rank, "host": "127.0.0.1", "pid": os.getpid(), "cuda_dev": rank,
@@ -156,4 +185,4 @@ def _rank(rank: int, listed: str, allreduces: int) -> dict[str, object]:
     return entry
 
 
-__all__ = ["INSPECTOR_WINDOW_S", "InspectorFiles", "SimulatedRas"]
+__all__ = ["INSPECTOR_WINDOW_S", "InspectorFiles", "RasPort", "SimulatedRas"]
