@@ -71,8 +71,8 @@ or on (instance, job, job_id, rank, comm_name, collective, size_class)
                 "its peers in communicator {{ $labels.comm_name }} ({{ $labels.collective }}, messages "
                 "{{ $labels.size_class }}) over 10 minutes, by NCCL Inspector's GPU timings. Across nodes "
                 "suspect its network path: {{ if $labels.device }}port {{ $labels.port }} of {{ $labels.device }}, "
-                "the InfiniBand card NCCL picks for that GPU ({{ $labels.path }} on the PCIe tree; unless the job's "
-                "NCCL_IB_HCA says otherwise): its errors, rate or width{{ else }}the node's InfiniBand ports: "
+                "the InfiniBand card NCCL picks for that GPU ({{ $labels.path }} on the PCIe tree): its errors, rate "
+                "or width{{ else }}the node's InfiniBand ports: "
                 "errors, degraded rate or width{{ end }}; inside one node, its NVLinks. Every member of the "
                 "communicator waits for it."
             ),

@@ -174,6 +174,7 @@ def test_each_gpu_is_joined_to_the_port_nccl_would_send_its_traffic_by(tmp_path:
     collection = InfinibandCollector(settings, resources).collect()
 
     assert 1 == registry_of(collection.families).get_sample_value("trainmon_gpu_nic_affinity_info", {
-        "gpu": "0", "uuid": "GPU-a", "device": "mlx5_2", "port": "1", "path": "PIX", "candidates": "1"})
+        "gpu": "0", "uuid": "GPU-a", "device": "mlx5_2", "port": "1", "path": "PIX", "candidates": "1",
+        "nccl_ib_hca": ""})
     assert "gpu 0 -> mlx5_2/1 (PIX, 1 as close)" in collection.found
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.trees import write_pci_device
 from trainmon.roots import Root
-from trainmon.sysfs.pci_topology import Gpu, NicPort, nic_affinity, place
+from trainmon.sysfs.pci_topology import Gpu, NicPort, hca_allows, nic_affinity, place
 
 # One PCIe switch (upstream port, downstream ports) per GPU and HCA pair under each root port, two per socket:
 # a DGX H100's layout, shortened to four GPUs.
@@ -90,3 +92,27 @@ def test_devices_outside_the_pci_tree_are_left_out(tmp_path: Path) -> None:
     assert place(Root(tmp_path, "sysfs"), "class", "infiniband", "rxe0", "device") is None
     assert {i: f"mlx5_{i}" for i in range(4)} == {
         i: nic for i, (nic, _, _) in picks(tmp_path, [*gpus, unknown], [*ports, NicPort("rxe0", "1")]).items()}
+
+
+def test_the_jobs_nccl_ib_hca_limits_the_ports_as_nccl_matches_it(tmp_path: Path) -> None:
+    gpus, ports = dgx(tmp_path)
+    with_hca = [Gpu(g.index, g.uuid, g.pci_bus_id, ib_hca) for g, ib_hca in
+                zip(gpus, ("^=mlx5_0", "=mlx5_3:1", "mlx5", "=mlx5_2:2"), strict=True)]
+
+    assert {0: ("mlx5_1", "PHB", 1),  # its own switch's HCA excluded: the other one on its socket
+            1: ("mlx5_3", "SYS", 1),  # only mlx5_3 allowed, across the sockets
+            2: ("mlx5_2", "PIX", 1)} == picks(tmp_path, with_hca, ports)  # GPU 3: no port 2 anywhere, no NIC
+
+
+@pytest.mark.parametrize(("spec", "allowed"), [
+    ("", {"mlx5_0:1", "mlx5_10:1", "mlx5_1:2", "ibp12s0:1"}),
+    ("mlx5_1", {"mlx5_10:1", "mlx5_1:2"}),  # a prefix
+    ("=mlx5_1", {"mlx5_1:2"}),
+    ("mlx5_1:2,ibp", {"mlx5_1:2", "ibp12s0:1"}),
+    ("^mlx5", {"ibp12s0:1"}),
+    ("^=mlx5_1:2,mlx5_0", {"mlx5_10:1", "ibp12s0:1"}),  # `=` applies to the whole list
+])
+def test_hca_allows_reads_nccls_syntax(spec: str, allowed: set[str]) -> None:
+    ports = [NicPort("mlx5_0", "1"), NicPort("mlx5_10", "1"), NicPort("mlx5_1", "2"), NicPort("ibp12s0", "1")]
+
+    assert allowed == {f"{p.device}:{p.port}" for p in ports if hca_allows(spec)(p)}

@@ -11,6 +11,7 @@ from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.gpu_inventory import GpuInventory
+from trainmon.ingest.server import IngestServer
 from trainmon.roots import Root
 from trainmon.settings import Settings
 from trainmon.sysfs.infiniband import HwCounter, InfinibandDevice, InfinibandPort, PortCounter, infiniband_class
@@ -98,6 +99,7 @@ class InfinibandCollector:
         self._sys = Root(settings.sysfs, "sysfs")
         self._include = settings.infiniband_devices
         self._gpus: GpuInventory = resources.gpus
+        self._ingest: IngestServer | None = resources.ingest
 
     def collect(self) -> Collection:
         self._sys.require()
@@ -119,9 +121,19 @@ class InfinibandCollector:
 
     def _affinity(self, devices: list[InfinibandDevice]) -> list[Affinity]:
         """The port NCCL would send each GPU's traffic by; none until the gpu collector has read the GPUs."""
-        gpus = [Gpu(g.index, g.uuid, g.pci_bus_id) for g in self._gpus.latest() or () if g.pci_bus_id]
+        ib_hca = self._ib_hca()
+        gpus = [Gpu(g.index, g.uuid, g.pci_bus_id, ib_hca.get(g.uuid, "")) for g in self._gpus.latest() or ()
+                if g.pci_bus_id]
         ports = [NicPort(p.device, p.port) for d in devices for p in d.ports]
         return nic_affinity(self._sys, gpus, ports) if gpus else []
+
+    def _ib_hca(self) -> dict[str, str]:
+        """GPU UUID -> the NCCL_IB_HCA the hook reports for the rank on it (lowest rank first)."""
+        if self._ingest is None:
+            return {}
+        ranks = sorted(self._ingest.table.view().ranks, key=lambda s: (s.report.job_id, s.report.rank), reverse=True)
+        return {s.report.uuid: s.report.nccl_env["NCCL_IB_HCA"] for s in ranks
+                if s.report.uuid and "NCCL_IB_HCA" in s.report.nccl_env}
 
     def close(self) -> None:
         pass
@@ -136,10 +148,11 @@ def affinity_family(affinity: list[Affinity]) -> Metric:
     family = info("gpu_nic_affinity", "The InfiniBand/RoCE port NCCL would pick for a GPU's network traffic (channel "
                   "0), by the PCIe tree in sysfs as NCCL walks it: path PIX (one PCIe switch), PXB (several), PHB "
                   "(through the CPU), SYS (across sockets); candidates, the ports as close (NCCL spreads channels "
-                  "over them). The job's NCCL_IB_HCA is not applied.",
-                  ["gpu", "uuid", "device", "port", "path", "candidates"])
+                  "over them); nccl_ib_hca, the job's NCCL_IB_HCA (the hook's report) that limited the ports.",
+                  ["gpu", "uuid", "device", "port", "path", "candidates", "nccl_ib_hca"])
     for a in affinity:
-        family.add_metric([str(a.gpu.index), a.gpu.uuid, a.nic.device, a.nic.port, a.path, str(a.candidates)], {})
+        family.add_metric([str(a.gpu.index), a.gpu.uuid, a.nic.device, a.nic.port, a.path, str(a.candidates),
+                           a.gpu.ib_hca], {})
     return family
 
 

@@ -9,16 +9,16 @@ one switch), PXB (several switches), PHB (through the CPU) or SYS (across CPU so
 `local[mirror(dev % local GPUs)]` (`ncclTopoGetLocalNet`); further channels spread over the other
 local NICs when there are more NICs than GPUs.
 
-This redoes that walk on the same files, so it names the NIC NCCL would pick with every port usable; it
-does not know the job's NCCL_IB_HCA (which can exclude the closest port), NCCL_TOPO_FILE overrides,
-link speeds NCCL also weighs, or a port that was down when the communicator was created.
+This redoes that walk on the same files, keeping only the ports the job's NCCL_IB_HCA allows (as the hook
+reports it for the GPU's rank), so it names the NIC NCCL would pick; it does not know NCCL_TOPO_FILE
+overrides, the link speeds NCCL also weighs, or a port that was down when the communicator was created.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -42,6 +42,7 @@ class Gpu:
     index: int
     uuid: str
     pci_bus_id: str  # NVML's 00000000:18:00.0 or the kernel's 0000:18:00.0
+    ib_hca: str = ""  # the NCCL_IB_HCA of the job on it; "" when unset or unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,8 @@ def nic_affinity(sys: Root, gpus: Sequence[Gpu], ports: Sequence[NicPort]) -> li
     placed_gpus = [(g, at) for g, at in gpu_places if at is not None]
     out: list[Affinity] = []
     for gpu, at in placed_gpus:
-        best, local = _local(at, placed_nics)
+        allowed = hca_allows(gpu.ib_hca)
+        best, local = _local(at, [(p, where) for p, where in placed_nics if allowed(p)])
         if not local:
             continue
         first_nic = next(n for p, n in placed_nics if p == local[0])
@@ -98,6 +100,23 @@ def nic_affinity(sys: Root, gpus: Sequence[Gpu], ports: Sequence[NicPort]) -> li
             pick = _mirror(pick, len(local))
         out.append(Affinity(gpu=gpu, nic=local[pick % len(local)], path=best, candidates=len(local)))
     return out
+
+
+def hca_allows(spec: str) -> Callable[[NicPort], bool]:
+    """NCCL_IB_HCA as NCCL matches it (`matchIfList`): `[^][=]device[:port],...`, device names by prefix, or
+    whole after `=`, a port only where one is given; `^` inverts; an empty list allows every port."""
+    exclude = spec.startswith("^")
+    rest = spec.removeprefix("^")
+    exact = rest.startswith("=")
+    entries = [entry.partition(":")[::2] for entry in rest.removeprefix("=").split(",") if entry.partition(":")[0]]
+
+    def allows(port: NicPort) -> bool:
+        listed = any((port.device == name if exact else port.device.startswith(name))
+                     and (not number.isdigit() or not port.port.isdigit() or int(number) == int(port.port))
+                     for name, number in entries)
+        return not entries or listed != exclude
+
+    return allows
 
 
 def _local(at: PciPlace, others: Sequence[tuple[T, PciPlace]]) -> tuple[str, list[T]]:
@@ -130,4 +149,4 @@ def _natural(name: str) -> tuple[str | int, ...]:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
-__all__ = ["PATH_TYPES", "Affinity", "Gpu", "NicPort", "PciPlace", "nic_affinity", "path_type", "place"]
+__all__ = ["PATH_TYPES", "Affinity", "Gpu", "NicPort", "PciPlace", "hca_allows", "nic_affinity", "path_type", "place"]
