@@ -19,6 +19,8 @@ class InventoryGpu:
     pids: tuple[int, ...] | None
     # NVML's minor number (/dev/nvidia<minor>), which DRA device names carry; "" where NVML has none.
     minor_number: str = ""
+    # NVML's PCI bus id (00000000:18:00.0): where the GPU sits in sysfs' PCIe tree; "" where unknown.
+    pci_bus_id: str = ""
 
 
 class GpuInventory:

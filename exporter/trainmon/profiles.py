@@ -26,6 +26,7 @@ FLEET_FAMILIES = frozenset({
     "trainmon_gpu_health_reason_info",  # the health alerts' descriptions query it when they are sent
     "trainmon_gpu_info",
     "trainmon_gpu_job_info",
+    "trainmon_gpu_nic_affinity_info",  # TrainmonNCCLSlowLink names the slow rank's NIC by it
     "trainmon_gpu_nvlink_errors_total",
     "trainmon_gpu_pcie_link_width",
     "trainmon_gpu_peak_flops",

@@ -643,14 +643,14 @@
         "rules": [
           {
             "alert": "TrainmonNCCLSlowLink",
-            "expr": "(\n    rank_comm:trainmon_nccl_inspector_bus_bandwidth:peer_ratio < 0.7\n  and on (job, job_id, comm_name, collective, size_class)\n    job_id_comm:trainmon_nccl_inspector_members:count >= 3\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  max without (source, version) (trainmon_nccl_inspector_info{" + $._config.selector + "})",
+            "expr": "(\n  (\n      rank_comm:trainmon_nccl_inspector_bus_bandwidth:peer_ratio < 0.7\n    and on (job, job_id, comm_name, collective, size_class)\n      job_id_comm:trainmon_nccl_inspector_members:count >= 3\n  )\n  * on (instance, job, job_id, rank) group_left (uuid)\n    max without (source, version) (trainmon_nccl_inspector_info{" + $._config.selector + "})\n)\n* on (instance, job, uuid) group_left (device, port, path)\n  trainmon_gpu_nic_affinity_info{" + $._config.selector + "}\nor on (instance, job, job_id, rank, comm_name, collective, size_class)\n(\n  (\n      rank_comm:trainmon_nccl_inspector_bus_bandwidth:peer_ratio < 0.7\n    and on (job, job_id, comm_name, collective, size_class)\n      job_id_comm:trainmon_nccl_inspector_members:count >= 3\n  )\n  * on (instance, job, job_id, rank) group_left (uuid)\n    max without (source, version) (trainmon_nccl_inspector_info{" + $._config.selector + "})\n)",
             "for": std.get($._config.alert_for, "TrainmonNCCLSlowLink", "10m"),
             "labels": {
               "severity": "warning",
             },
             "annotations": {
               "summary": "One member of an NCCL communicator is much slower than its peers.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) reaches {{ $value | humanizePercentage }} of the median bus bandwidth of its peers in communicator {{ $labels.comm_name }} ({{ $labels.collective }}, messages {{ $labels.size_class }}) over 10 minutes, by NCCL Inspector's GPU timings. Across nodes suspect its network path (the node's InfiniBand ports: errors, degraded rate or width); inside one node, its NVLinks. Every member of the communicator waits for it.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) reaches {{ $value | humanizePercentage }} of the median bus bandwidth of its peers in communicator {{ $labels.comm_name }} ({{ $labels.collective }}, messages {{ $labels.size_class }}) over 10 minutes, by NCCL Inspector's GPU timings. Across nodes suspect its network path: {{ if $labels.device }}port {{ $labels.port }} of {{ $labels.device }}, the InfiniBand card NCCL picks for that GPU ({{ $labels.path }} on the PCIe tree): its errors, rate or width{{ else }}the node's InfiniBand ports: errors, degraded rate or width{{ end }}; inside one node, its NVLinks. Every member of the communicator waits for it.",
               "runbook_url": $._config.runbook + "#trainmonncclslowlink",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=35&var-job_id={{ $labels.job_id }}",
             },

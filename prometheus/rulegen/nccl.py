@@ -40,18 +40,28 @@ def nccl_group(c: RulesConfig) -> Group:
 
 def nccl_alerts(c: RulesConfig) -> list[Alert]:
     missing = c.m("trainmon_nccl_ras_missing_ranks", 'kind=~"unresponsive|dead"')
+    slow = f"""(
+      {RATIO} < {SLOW_FRACTION}
+    and {ON_COMM}
+      {MEMBERS} >= {MIN_MEMBERS}
+  )
+  * on (instance, job, job_id, rank) group_left (uuid)
+    max without (source, version) ({c.m("trainmon_nccl_inspector_info")})"""
     return [
         Alert(
             alert="TrainmonNCCLSlowLink",
             dashboard_url=panel_url(c, TRAINING_JOB, PANEL),
+            # The NIC where the infiniband collector knows it; the alert without one where it does not.
             expr=f"""
 (
-    {RATIO} < {SLOW_FRACTION}
-  and {ON_COMM}
-    {MEMBERS} >= {MIN_MEMBERS}
+  {slow}
 )
-* on (instance, job, job_id, rank) group_left (uuid)
-  max without (source, version) ({c.m("trainmon_nccl_inspector_info")})""",
+* on (instance, job, uuid) group_left (device, port, path)
+  {c.m("trainmon_gpu_nic_affinity_info")}
+or on (instance, job, job_id, rank, comm_name, collective, size_class)
+(
+  {slow}
+)""",
             for_="10m",
             severity="warning",
             summary="One member of an NCCL communicator is much slower than its peers.",
@@ -60,8 +70,11 @@ def nccl_alerts(c: RulesConfig) -> list[Alert]:
                 "{{ $labels.uuid }}) reaches {{ $value | humanizePercentage }} of the median bus bandwidth of "
                 "its peers in communicator {{ $labels.comm_name }} ({{ $labels.collective }}, messages "
                 "{{ $labels.size_class }}) over 10 minutes, by NCCL Inspector's GPU timings. Across nodes "
-                "suspect its network path (the node's InfiniBand ports: errors, degraded rate or width); inside "
-                "one node, its NVLinks. Every member of the communicator waits for it."
+                "suspect its network path: {{ if $labels.device }}port {{ $labels.port }} of {{ $labels.device }}, "
+                "the InfiniBand card NCCL picks for that GPU ({{ $labels.path }} on the PCIe tree): its errors, rate "
+                "or width{{ else }}the node's InfiniBand ports: "
+                "errors, degraded rate or width{{ end }}; inside one node, its NVLinks. Every member of the "
+                "communicator waits for it."
             ),
         ),
         Alert(

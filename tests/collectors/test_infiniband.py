@@ -13,10 +13,12 @@ from tests.helpers.trees import (
     break_file_as_directory,
     replace_with_fifo,
     write_infiniband,
+    write_pci_device,
 )
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.infiniband import HW_COUNTERS, PORT_COUNTERS, InfinibandCollector
 from trainmon.errors import CollectorError, NoData
+from trainmon.gpu_inventory import InventoryGpu
 from trainmon.settings import Settings
 from trainmon.sysfs.infiniband import HwCounter, PortCounter
 
@@ -157,3 +159,22 @@ def test_every_counter_file_read_is_served() -> None:
     """A counter the sysfs layer reads but no table row names would be read every cycle for nothing."""
     assert set(PortCounter) == set(PORT_COUNTERS)
     assert set(HwCounter) == set(HW_COUNTERS)
+
+
+def test_each_gpu_is_joined_to_the_port_nccl_would_send_its_traffic_by(tmp_path: Path) -> None:
+    settings = make_tree(tmp_path)
+    sys = tmp_path / "sys"
+    switch = "pci0000:15/0000:15:01.0/0000:16:00.0"
+    write_pci_device(sys, f"{switch}/0000:17:00.0/0000:18:00.0", "bus/pci/devices/0000:18:00.0")
+    write_pci_device(sys, f"{switch}/0000:17:01.0/0000:19:00.0", "class/infiniband/mlx5_2/device")
+    write_pci_device(sys, "pci0000:95/0000:95:01.0/0000:96:00.0", "class/infiniband/mlx5_0/device", numa_node=1)
+    resources = NodeResources()
+    resources.gpus.publish([InventoryGpu(index=0, uuid="GPU-a", pids=(), pci_bus_id="00000000:18:00.0")])
+
+    collection = InfinibandCollector(settings, resources).collect()
+
+    assert 1 == registry_of(collection.families).get_sample_value("trainmon_gpu_nic_affinity_info", {
+        "gpu": "0", "uuid": "GPU-a", "device": "mlx5_2", "port": "1", "path": "PIX", "candidates": "1",
+        "nccl_ib_hca": ""})
+    assert "gpu 0 -> mlx5_2/1 (PIX, 1 as close)" in collection.found
+

@@ -25,6 +25,12 @@ METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ONLY_IN_TROUBLE = frozenset({"trainmon_ingest_evicted_total", "trainmon_nccl_inflight_oldest_seconds"})
 # Only for collectives whose time CUDA could not give (async NCCL untimed): the demo's job times every one.
 ONLY_UNTIMED = frozenset({"trainmon_nccl_untimed_calls_total"})
+# From Inspector's JSON dump, one line per operation naming its process: the demo's ranks are one process, so it
+# writes the textfile (per GPU) only (tests/e2e/test_nccl_view.py reads a dump).
+ONLY_FROM_A_JSON_DUMP = frozenset({
+    "trainmon_nccl_inspector_operations_total", "trainmon_nccl_inspector_seconds_total",
+    "trainmon_nccl_inspector_bytes_total", "trainmon_nccl_inspector_dropped_total",
+})
 # Reported by an RL framework's driver process (docs/verl.md), which the demo's job has not.
 ONLY_FROM_A_DRIVER = frozenset({
     "trainmon_train_mfu_reported_ratio", "trainmon_rl_actor_grad_norm", "trainmon_rl_reward_mean",
@@ -60,8 +66,7 @@ def not_served_by_the_daemon() -> set[str]:
 
 
 def nccl_own_view_families() -> set[str]:
-    """NCCL Inspector's and RAS's families: their collectors are off by default and read a real NCCL job's
-    files and socket, which the demo's simulated job has not (tests/e2e/test_nccl_view.py serves them)."""
+    """NCCL Inspector's and RAS's families (their collectors are off by default; the demo turns them on)."""
     return table_families(metric_families_section().split("\n### NCCL's own view", 1)[1].split("\n### ", 1)[0])
 
 
@@ -70,7 +75,8 @@ def served_names(text: str) -> set[str]:
 
 
 def has_series(family: str, served: set[str]) -> bool:
-    return any(name == family or name == f"{family}_bucket" for name in served)
+    """A histogram by its buckets, a summary by its count."""
+    return any(name in (family, f"{family}_bucket", f"{family}_count") for name in served)
 
 
 def test_readme_tables_are_read() -> None:
@@ -85,9 +91,10 @@ def test_readme_tables_are_read() -> None:
 
 @pytest.mark.slow
 def test_demo_serves_every_readme_family(tmp_path: Path, daemons: list[Daemon]) -> None:
-    """Accumulated over its first checkpoint: GPUs, NVMe, InfiniBand, the job, its phase, exits, rejections."""
+    """Accumulated over its first checkpoint: GPUs, NVMe, InfiniBand, the job, its phase, exits, rejections, NCCL
+    Inspector's textfile windows and RAS."""
     daemons.append(daemon := start_daemon(tmp_path, ["--gpu-processes"], command="demo"))
-    expected = (readme_families() - ONLY_IN_TROUBLE - ONLY_FROM_A_DRIVER - ONLY_UNTIMED - nccl_own_view_families()
+    expected = (readme_families() - ONLY_IN_TROUBLE - ONLY_FROM_A_DRIVER - ONLY_UNTIMED - ONLY_FROM_A_JSON_DUMP
                 - not_served_by_the_daemon())
     seen: set[str] = set()
     for _ in range(90):  # the first checkpoint comes after 20 steps of a second

@@ -12,8 +12,10 @@ from trainmon.collectors.fs import FsCollector
 from trainmon.collectors.infiniband import HW_COUNTERS, InfinibandCollector
 from trainmon.collectors.nvme import NvmeCollector
 from trainmon.demo.tree import AER_DEVICE, AER_EVERY_S, DemoTree, Traffic
+from trainmon.gpu_inventory import InventoryGpu
 from trainmon.settings import Settings
 from trainmon.simulation.incidents import Plan
+from trainmon.simulation.node import BUS_IDS
 
 GIB = 1 << 30
 
@@ -120,3 +122,16 @@ def test_storage_slow_slows_the_lustre_mount_and_not_the_nfs_one(tmp_path: Path)
     assert latency(values, "/lustre") > 0.02
     assert value(values, "trainmon_fs_rpc_timeouts_total", mount="/lustre") > 0
     assert latency(values, "/home") < 0.001
+
+
+def test_each_gpu_sits_on_a_pcie_switch_with_its_rails_hca(tmp_path: Path) -> None:
+    tree = DemoTree(tmp_path, Plan())
+    resources = NodeResources()
+    resources.gpus.publish(InventoryGpu(index=i, uuid=f"GPU-{i}", pids=(), pci_bus_id=f"00000000:{bus.upper()}:00.0")
+                           for i, bus in enumerate(BUS_IDS))
+
+    values = samples_of(InfinibandCollector(Settings(sysfs=tree.sys), resources).collect().families)
+
+    affinity = {(dict(ls)["gpu"], dict(ls)["device"], dict(ls)["path"]) for (n, ls) in values
+                if n == "trainmon_gpu_nic_affinity_info"}
+    assert {(str(i), f"mlx5_{i}", "PIX") for i in range(8)} == affinity

@@ -33,8 +33,8 @@ pytestmark = pytest.mark.slow
 FACTOR = 60  # the shipped rules' minutes become seconds
 INTERVAL = "1s"  # scrape, rule evaluation and daemon collection
 HEALTHY_SECONDS = 35  # longer than every shortened `for`
-# NCCL Inspector's and RAS's panels: fed only by a real NCCL job (plugin loaded, RAS listening); neither these CPU
-# nodes nor the demo have one (tests/e2e/test_nccl_view.py serves them from NCCL's own formats).
+# NCCL Inspector's and RAS's panels: fed by an NCCL job (plugin loaded, RAS listening) or the demo's simulated one;
+# these CPU nodes have neither (tests/e2e/test_nccl_view.py serves them from NCCL's own formats).
 NCCL_OWN_VIEW = {"Bus bandwidth per communicator member (NCCL Inspector)", "NCCL ranks missing (RAS)"}
 # Panels the fake node cannot feed: CPU ranks have no CUDA caching allocator; its healthy GPUs count no
 # NVLink or PCIe AER error, and those series appear only at a first error (the demo has both).

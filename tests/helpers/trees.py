@@ -117,6 +117,15 @@ def link_block_device(sys: Path, name: str, under_devices: str) -> None:
     os.symlink(f"../devices/{under_devices}", sys / "block" / name)
 
 
+def write_pci_device(sys: Path, under_devices: str, link: str, numa_node: int = 0) -> None:
+    """A PCI device at `<sys>/devices/<under_devices>` (root complex, bridges, device) with its NUMA node, reached
+    from `<sys>/<link>` as the kernel links it (bus/pci/devices/<address>, class/infiniband/<hca>/device)."""
+    write(sys / "devices" / under_devices / "numa_node", f"{numa_node}\n")
+    source = sys / link
+    source.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.relpath(sys / "devices" / under_devices, source.parent), source)
+
+
 def write_infiniband(sys: Path, devices: Sequence[IbDevice]) -> None:
     for d in devices:
         base = sys / "class" / "infiniband" / d.name

@@ -402,7 +402,7 @@ def _inventory(statuses: Sequence[GpuStatus]) -> Iterable[InventoryGpu]:
         processes = s.reading.processes if s.reading is not None else None
         pids = tuple(p.pid for p in processes) if processes is not None else None
         yield InventoryGpu(index=s.identity.index, uuid=s.identity.uuid, pids=pids,
-                           minor_number=s.identity.minor_number)
+                           minor_number=s.identity.minor_number, pci_bus_id=s.identity.pci_bus_id)
 
 
 def _skipped_by_line(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[str]:

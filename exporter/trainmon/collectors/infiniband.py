@@ -10,9 +10,12 @@ from __future__ import annotations
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import NoData
 from trainmon.families import Metric, counter, gauge, info
+from trainmon.gpu_inventory import GpuInventory
+from trainmon.ingest.server import IngestServer
 from trainmon.roots import Root
 from trainmon.settings import Settings
 from trainmon.sysfs.infiniband import HwCounter, InfinibandDevice, InfinibandPort, PortCounter, infiniband_class
+from trainmon.sysfs.pci_topology import Affinity, Gpu, NicPort, nic_affinity
 
 WORD_BYTES = 4  # port_rcv_data and port_xmit_data count 32-bit words
 LABELS = ["device", "port"]
@@ -95,6 +98,8 @@ class InfinibandCollector:
     def __init__(self, settings: Settings, resources: NodeResources) -> None:
         self._sys = Root(settings.sysfs, "sysfs")
         self._include = settings.infiniband_devices
+        self._gpus: GpuInventory = resources.gpus
+        self._ingest: IngestServer | None = resources.ingest
 
     def collect(self) -> Collection:
         self._sys.require()
@@ -108,7 +113,27 @@ class InfinibandCollector:
                  f"{p.link_layer or '?'}, {p.rate_bytes_per_second or 0} B/s"
                  for d in devices for p in d.ports]
         skipped = [s for d in devices for s in d.skipped_with_ports]
-        return Collection(families=tuple(families(devices)), found=tuple(found), skipped=tuple(skipped))
+        affinity = self._affinity(devices)
+        found += [f"gpu {a.gpu.index} -> {a.nic.device}/{a.nic.port} ({a.path}, {a.candidates} as close)"
+                  for a in affinity]
+        return Collection(families=(*families(devices), affinity_family(affinity)), found=tuple(found),
+                          skipped=tuple(skipped))
+
+    def _affinity(self, devices: list[InfinibandDevice]) -> list[Affinity]:
+        """The port NCCL would send each GPU's traffic by; none until the gpu collector has read the GPUs."""
+        ib_hca = self._ib_hca()
+        gpus = [Gpu(g.index, g.uuid, g.pci_bus_id, ib_hca.get(g.uuid, "")) for g in self._gpus.latest() or ()
+                if g.pci_bus_id]
+        ports = [NicPort(p.device, p.port) for d in devices for p in d.ports]
+        return nic_affinity(self._sys, gpus, ports) if gpus else []
+
+    def _ib_hca(self) -> dict[str, str]:
+        """GPU UUID -> the NCCL_IB_HCA the hook reports for the rank on it (lowest rank first)."""
+        if self._ingest is None:
+            return {}
+        ranks = sorted(self._ingest.table.view().ranks, key=lambda s: (s.report.job_id, s.report.rank), reverse=True)
+        return {s.report.uuid: s.report.nccl_env["NCCL_IB_HCA"] for s in ranks
+                if s.report.uuid and "NCCL_IB_HCA" in s.report.nccl_env}
 
     def close(self) -> None:
         pass
@@ -117,6 +142,18 @@ class InfinibandCollector:
 def families(devices: list[InfinibandDevice]) -> list[Metric]:
     ports = [p for d in devices for p in d.ports]
     return [device_info_family(devices), *port_families(ports), *counter_families(ports)]
+
+
+def affinity_family(affinity: list[Affinity]) -> Metric:
+    family = info("gpu_nic_affinity", "The InfiniBand/RoCE port NCCL would pick for a GPU's network traffic (channel "
+                  "0), by the PCIe tree in sysfs as NCCL walks it: path PIX (one PCIe switch), PXB (several), PHB "
+                  "(through the CPU), SYS (across sockets); candidates, the ports as close (NCCL spreads channels "
+                  "over them); nccl_ib_hca, the job's NCCL_IB_HCA (the hook's report) that limited the ports.",
+                  ["gpu", "uuid", "device", "port", "path", "candidates", "nccl_ib_hca"])
+    for a in affinity:
+        family.add_metric([str(a.gpu.index), a.gpu.uuid, a.nic.device, a.nic.port, a.path, str(a.candidates),
+                           a.gpu.ib_hca], {})
+    return family
 
 
 def device_info_family(devices: list[InfinibandDevice]) -> Metric:

@@ -32,7 +32,7 @@ from functools import partial
 from trainmon import wire
 from trainmon.demo.tree import Traffic
 from trainmon.settings import Settings
-from trainmon.simulation.incidents import HUNG_RANK, STRAGGLER_RANK, Plan
+from trainmon.simulation.incidents import HUNG_RANK, SLOW_LINK_FACTOR, SLOW_LINK_RANK, STRAGGLER_RANK, Plan
 from trainmon.torch._numerics import DEFAULT_MIN_HISTORY
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
 from trainmon.torch._state import Identity, RankState
@@ -156,10 +156,11 @@ class SimulatedJob:
             collapse = self._plan.active("loss-scale")  # every step overflows in fp16
             skip = collapse or (not in_phase and self._random.random() < 0.004)  # an overflow, all ranks alike
             allreduce = [0] * len(self.ranks)
+            kernels = [0.0] * len(self.ranks)
             for sim in self.ranks:
                 sim.state.phase = "checkpoint" if in_phase else None
                 if not in_phase and not stalled:
-                    allreduce[sim.identity.rank] = self._advance(sim, skip)
+                    allreduce[sim.identity.rank], kernels[sim.identity.rank] = self._advance(sim, skip)
                 sim.reporter.send_now()
             # Every rank takes the same step of the spike, once their spike detectors have the history they judge
             # by: on a loaded machine the job steps less often than the plan's clock runs, and a spike played
@@ -171,7 +172,7 @@ class SimulatedJob:
                 stepped = not in_phase and not stalled
                 self._traffic(Traffic(read_bytes=len(self.ranks) * READ_BYTES_PER_STEP if stepped else 0,
                                       written_bytes=int(CHECKPOINT_BPS * TICK_SECONDS) if in_phase else 0,
-                                      allreduce_bytes=allreduce))
+                                      allreduce_bytes=allreduce, allreduce_seconds=kernels))
 
     def _hang(self) -> None:
         """Rank `HUNG_RANK` stops before its next collective; its peers issue theirs and wait in it for good."""
@@ -180,8 +181,9 @@ class SimulatedJob:
             if sim.identity.rank != HUNG_RANK:
                 sim.state.issue(sim.state.sequences(GROUP), "all_reduce", time.perf_counter())
 
-    def _advance(self, sim: SimulatedRank, skip: bool) -> int:
-        """One step of `sim`; returns the bytes its all-reduces put on its InfiniBand rail."""
+    def _advance(self, sim: SimulatedRank, skip: bool) -> tuple[int, float]:
+        """One step of `sim`; returns the bytes its all-reduces put on its InfiniBand rail, and their kernels' GPU
+        time (NCCL Inspector's view)."""
         state, rank, rnd = sim.state, sim.identity.rank, self._random
         slowdown = SLOWDOWN[next((i for i in ("straggler", "slow-gpu") if self._plan.active(i)), "healthy")]
         # Identical GPUs vary little step to step: the straggler's 2% shows over a step or two.
@@ -198,8 +200,8 @@ class SimulatedJob:
         state.group_label(GROUP, len(self.ranks))
         if state.first_step is None:
             state.first_step = time.time() - step
-        collective(state, "all_reduce", 25, gradient_bytes, transfer * 0.7 + wait_for_peers,
-                   transfer * (1 - 0.7 / congested) + wait_for_peers)
+        kernels = transfer * 0.7 + wait_for_peers
+        collective(state, "all_reduce", 25, gradient_bytes, kernels, transfer * (1 - 0.7 / congested) + wait_for_peers)
         collective(state, "all_gather", 2, 4096, 0.002, 0.002)
         collective(state, "broadcast", 1, 8, 0.001, 0.001)
         if skip:
@@ -214,7 +216,8 @@ class SimulatedJob:
         loss = 1.6 + 2.4 * math.exp(-state.steps / 1500) + rnd.gauss(0, 0.03)
         state.set_loss(loss * (SPIKE_LOSS_FACTORS[spike] if spike < len(SPIKE_LOSS_FACTORS) else 1.0))
         state.set_grad_norm(SPIKE_GRAD_NORMS[spike] if spike < len(SPIKE_GRAD_NORMS) else abs(rnd.gauss(1.0, 0.15)))
-        return 2 * (len(self.ranks) - 1) * gradient_bytes // len(self.ranks)  # a ring all-reduce's share
+        slow_link = SLOW_LINK_FACTOR if rank == SLOW_LINK_RANK and self._plan.active("comm-bound") else 1.0
+        return 2 * (len(self.ranks) - 1) * gradient_bytes // len(self.ranks), kernels * slow_link  # a ring's share
 
 
 def collective(state: RankState, op: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:

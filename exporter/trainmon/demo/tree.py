@@ -16,11 +16,13 @@ from pathlib import Path
 
 from trainmon.demo.filesystems import DemoFileSystems
 from trainmon.simulation.incidents import DOWN_PORT, SLOW_NAMESPACE, Plan
+from trainmon.simulation.node import BUS_IDS
 from trainmon.sysfs.infiniband import HwCounter, PortCounter
 
 CONTROLLERS = 8
 NAMESPACES_PER_CONTROLLER = 2  # 16 namespaces: nvme0n1 … nvme7n2
 IB_PORTS = 8  # one 400G rail per GPU: mlx5_0 … mlx5_7, port 1
+GPUS_PER_SOCKET = 4
 # A GPU's PCI device whose link counts a correctable AER error now and then (a trickle, not an alert).
 AER_DEVICE, AER_EVERY_S = "0000:18:00.0", 90.0
 READ_REQUEST_BYTES = 128 * 1024
@@ -38,11 +40,13 @@ DISKSTATS = ("reads_completed", "reads_merged", "read_sectors", "read_time_ms", 
 
 @dataclass(frozen=True, slots=True)
 class Traffic:
-    """What the job moved since the last tick: dataset reads, checkpoint writes, all-reduce bytes per rank."""
+    """What the job moved since the last tick: dataset reads, checkpoint writes, all-reduce bytes per rank and
+    the GPU time of those all-reduces' kernels (waiting for peers included, as NCCL Inspector times them)."""
 
     read_bytes: int
     written_bytes: int
     allreduce_bytes: Sequence[int]
+    allreduce_seconds: Sequence[float] = ()
 
 
 @dataclass(slots=True)
@@ -86,6 +90,7 @@ class DemoTree:
         self._scratch.mkdir(parents=True)
         self._started = self._last
         self._write_identities()
+        self._write_pcie_tree()
         self._write_diskstats()
         self._write_aer()
         for port in self._ports:
@@ -164,6 +169,21 @@ class DemoTree:
             self._put(base / "hca_type", "MT4129\n")
             self._put(base / "ports" / "1" / "rate", "400 Gb/sec (4X NDR)\n")
             self._put(base / "ports" / "1" / "link_layer", "InfiniBand\n")
+
+    def _write_pcie_tree(self) -> None:
+        """A DGX H100's PCIe layout: each GPU and its rail's HCA (mlx5_<i>) on one PCIe switch below a root
+        port, four GPUs a socket; linked as the kernel links them (bus/pci/devices/<address>,
+        class/infiniband/<hca>/device)."""
+        for i, bus in enumerate(BUS_IDS):
+            b = int(bus, 16)
+            switch = f"pci0000:{b - 3:02x}/0000:{b - 3:02x}:01.0/0000:{b - 2:02x}:00.0"
+            for downstream, address, link in (
+                    (0, f"0000:{b:02x}:00.0", self.sys / "bus" / "pci" / "devices" / f"0000:{b:02x}:00.0"),
+                    (1, f"0000:{b + 1:02x}:00.0", self.sys / "class" / "infiniband" / f"mlx5_{i}" / "device")):
+                device = self.sys / "devices" / switch / f"0000:{b - 1:02x}:{downstream:02x}.0" / address
+                self._put(device / "numa_node", f"{i // GPUS_PER_SOCKET}\n")
+                link.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(os.path.relpath(device, link.parent), link)
 
     def _write_aer(self) -> None:
         base = self.sys / "bus" / "pci" / "devices" / AER_DEVICE

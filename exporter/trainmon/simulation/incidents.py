@@ -30,6 +30,9 @@ STRAGGLER_RANK = 5  # healthy: computes 2% slower than its peers, under the 3% T
 LOST_GPU = 6
 RESET_XID_GPU, RESET_XID = 4, 119  # GSP RPC timeout: NVIDIA's catalog says reset the GPU
 DOWN_PORT = 3  # the InfiniBand rail (mlx5_3) that goes down
+# comm-bound: the fabric slows every all-reduce, and NCCL Inspector's GPU timing singles out the member on the
+# worst rail (the rank of GPU 3, whose NIC is mlx5_3): TrainmonNCCLSlowLink names it
+SLOW_LINK_RANK, SLOW_LINK_FACTOR = 3, 2.5
 SLOW_NAMESPACE = "nvme3n1"
 SLOW_MOUNT = "/lustre"  # the Lustre mount whose servers slow down; the job then waits for its data
 # The healthy run's checkpoints, in seconds since start: the job enters its phase and the GPUs go quiet
