@@ -18,7 +18,6 @@ MAX_LINES = 500
 FUNCTIONS = {
     "exporter/trainmon/cli.py:main": 36,
     "exporter/trainmon/collectors/nccl_inspector.py:NcclInspectorCollector._read_dumps": 37,
-    "exporter/trainmon/demo/job.py:SimulatedJob._advance": 32,
     "exporter/trainmon/ingest/ranks.py:RankTable._apply": 44,
     "exporter/trainmon/nvml/device.py:Gpu.read": 32,
     "exporter/trainmon/torch/_monitor.py:TrainingMonitor.__init__": 42,

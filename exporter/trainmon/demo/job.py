@@ -204,20 +204,25 @@ class SimulatedJob:
         collective(state, "all_reduce", 25, gradient_bytes, kernels, transfer * (1 - 0.7 / congested) + wait_for_peers)
         collective(state, "all_gather", 2, 4096, 0.002, 0.002)
         collective(state, "broadcast", 1, 8, 0.001, 0.001)
+        tokens = SAMPLES_PER_STEP * SEQUENCE_TOKENS
+        state.finish_step(samples=SAMPLES_PER_STEP, tokens=tokens)
+        state.add_flops(tokens * FLOPS_PER_TOKEN)
+        self._numerics(state, skip)
+        slow_link = SLOW_LINK_FACTOR if rank == SLOW_LINK_RANK and self._plan.active("comm-bound") else 1.0
+        return 2 * (len(self.ranks) - 1) * gradient_bytes // len(self.ranks), kernels * slow_link  # a ring's share
+
+    def _numerics(self, state: RankState, skip: bool) -> None:
+        """The loss scale (halved by an overflow, doubled every 2,000 good steps), the loss and the grad norm."""
+        rnd = self._random
         if skip:
             state.skipped_steps += 1
             state.loss_scale = max(1.0, (state.loss_scale or 1.0) / 2)
         elif state.steps and state.steps % 2000 == 0:
             state.loss_scale = (state.loss_scale or 1.0) * 2
-        tokens = SAMPLES_PER_STEP * SEQUENCE_TOKENS
-        state.finish_step(samples=SAMPLES_PER_STEP, tokens=tokens)
-        state.add_flops(tokens * FLOPS_PER_TOKEN)
         spike = self._spike_step if self._plan.active("loss-spike") else len(SPIKE_GRAD_NORMS)
         loss = 1.6 + 2.4 * math.exp(-state.steps / 1500) + rnd.gauss(0, 0.03)
         state.set_loss(loss * (SPIKE_LOSS_FACTORS[spike] if spike < len(SPIKE_LOSS_FACTORS) else 1.0))
         state.set_grad_norm(SPIKE_GRAD_NORMS[spike] if spike < len(SPIKE_GRAD_NORMS) else abs(rnd.gauss(1.0, 0.15)))
-        slow_link = SLOW_LINK_FACTOR if rank == SLOW_LINK_RANK and self._plan.active("comm-bound") else 1.0
-        return 2 * (len(self.ranks) - 1) * gradient_bytes // len(self.ranks), kernels * slow_link  # a ring's share
 
 
 def collective(state: RankState, op: str, calls: int, nbytes: int, seconds: float, blocked: float) -> None:
