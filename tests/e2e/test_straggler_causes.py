@@ -23,7 +23,7 @@ from tests.e2e.alerting_stack import Prometheus, prometheus
 from tests.helpers.daemon import start_daemon
 from tests.helpers.net import free_port, wait_until
 from tests.helpers.tools import require_tool
-from tests.torch.jobs import REPO, start_job
+from tests.torch.jobs import REPO, start_job, stop
 
 pytestmark = pytest.mark.slow
 
@@ -67,14 +67,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
             time.sleep(int(WINDOW[:-1]) + 3)  # a whole window of steady running
             yield prom
         finally:
-            for out, _ in procs:
-                (out / "stop").touch()
-            for _, rank_processes in procs:
-                for proc in rank_processes:
-                    try:
-                        proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            stop(procs)
 
 
 @pytest.fixture(scope="module")

@@ -236,9 +236,8 @@ def _with_cause(finding: Finding, ranks: Sequence[Rank], t: Thresholds) -> Findi
     cause, explained = straggler_cause(finding.rank, ranks, per_step, t.straggler_cause_share)
     recoverable = recoverable_share(ranks, per_step)
     why = f" ({explained:.0%} of its extra time)" if explained else ""
-    gain = "" if recoverable is None else f"; without it the job would save {recoverable:.0%} of its step time"
     return replace(finding, straggler_cause=cause, recoverable_share=recoverable,
-                   detail=f"{finding.detail}; cause {cause}{why}: {CAUSE_WORDS[cause]}{gain}")
+                   detail=f"{finding.detail}; cause {cause}{why}: {CAUSE_WORDS[cause]}")
 
 
 def straggler_cause(rank: int | None, ranks: Sequence[Rank], per_step: dict[int, float],
