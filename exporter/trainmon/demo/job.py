@@ -108,7 +108,7 @@ class SimulatedJob:
     def _identity(job_id: str, rank: int, uuid: str) -> Identity:
         return Identity(job_id=job_id, rank=rank, pid=os.getpid(), start_time=time.time(), local_rank=rank,
                         world_size=RANKS, uuid=uuid, backend="nccl", framework="ddp", loss_scaler="torch_amp",
-                        nccl_env=dict(DEMO_ENV),
+                        nccl_env=dict(DEMO_ENV), pipeline_stage=0,
                         parallel={"tp": 1, "pp": 1, "dp": RANKS, "micro_batch": SAMPLES_PER_STEP,
                                   "global_batch": SAMPLES_PER_STEP * RANKS})
 
@@ -208,7 +208,7 @@ class SimulatedJob:
         elif state.steps and state.steps % 2000 == 0:
             state.loss_scale = (state.loss_scale or 1.0) * 2
         tokens = SAMPLES_PER_STEP * SEQUENCE_TOKENS
-        state.finish_step(samples=SAMPLES_PER_STEP, tokens=tokens)
+        state.finish_step(samples=SAMPLES_PER_STEP, tokens=tokens, microbatches=1)  # micro_batch is the whole step
         state.add_flops(tokens * FLOPS_PER_TOKEN)
         spike = self._spike_step if self._plan.active("loss-spike") else len(SPIKE_GRAD_NORMS)
         loss = 1.6 + 2.4 * math.exp(-state.steps / 1500) + rnd.gauss(0, 0.03)
