@@ -381,7 +381,7 @@
             },
             "annotations": {
               "summary": "One rank computes slower than the rest of its job.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} has a straggler score of {{ printf \"%.2f\" $value }} (the fastest rank's compute time over its own) while the job's median rank waits in collectives.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} has a straggler score of {{ printf \"%.2f\" $value }} (the fastest rank's compute time over its own) while the job's median rank waits in collectives.{{ with printf `rank:trainmon_train_straggler_cause:share{job=\"%s\",job_id=\"%s\",rank=\"%s\"}` $labels.job $labels.job_id $labels.rank | query }} Likely cause: {{ . | first | label \"straggler_cause\" }}.{{ end }}",
               "runbook_url": $._config.runbook + "#trainmonstragglerrank",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=25&var-job_id={{ $labels.job_id }}",
             },
@@ -568,7 +568,7 @@
             },
             "annotations": {
               "summary": "One rank computes slower than its peers.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) takes longer to compute a step than its peers (robust z-score over " + std.format('%g', $._config.slow_rank_zscore) + " and over " + std.format('%d%%', std.round($._config.slow_rank_excess_ratio * 100)) + " above the median rank). Run `trainmon diagnose` on the node.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) takes longer to compute a step than its peers (robust z-score over " + std.format('%g', $._config.slow_rank_zscore) + " and over " + std.format('%d%%', std.round($._config.slow_rank_excess_ratio * 100)) + " above the median rank).{{ with printf `rank:trainmon_train_straggler_cause:share{job=\"%s\",job_id=\"%s\",rank=\"%s\"}` $labels.job $labels.job_id $labels.rank | query }} Likely cause: {{ . | first | label \"straggler_cause\" }}.{{ end }} Run `trainmon diagnose` on the node.",
               "runbook_url": $._config.runbook + "#trainmonslowrank",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=26&var-job_id={{ $labels.job_id }}",
             },

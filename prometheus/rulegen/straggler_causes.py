@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .config import RulesConfig
 from .model import Record
-from .numerics import MEDIAN, ON_JOB, ON_RANK, PER_STEP, RANK_LABELS, ZSCORE
+from .numerics import MEDIAN, ON_JOB, ON_RANK, PER_STEP, RANK_LABELS, STRAGGLER_CAUSE, ZSCORE
 
 TOKENS = "rank:trainmon_train_tokens_per_step:mean5m"
 TOKENS_MEDIAN = "job_id:trainmon_train_tokens_per_step:median"
@@ -27,7 +27,7 @@ PER_TOKEN_MEDIAN = "job_id:trainmon_train_compute_seconds_per_token:median"
 STAGE = "rank:trainmon_train_pipeline_stage:label"
 STAGE_COMPUTE = "job_id_stage:trainmon_train_compute_seconds_per_step:min"
 EXCESS = "rank:trainmon_train_compute_seconds_per_step:log_excess"
-CAUSE = "rank:trainmon_train_straggler_cause:share"
+CAUSE = STRAGGLER_CAUSE
 RECOVERABLE = "job_id:trainmon_train_straggler_recoverable:ratio"
 STEPS = "(rank:trainmon_train_step_duration_seconds_count:rate5m > 0)"
 ON_STAGE = "on (job, job_id, stage)"
