@@ -10,6 +10,7 @@
     straggler_score_threshold: 0.75,
     straggler_peer_wait_ratio: 0.15,
     straggler_individual_window: "1h",
+    straggler_cause_share: 0.8,
     mfu_dtype: "bf16",
     stall_seconds: 900,
     collective_hang_seconds: 300,

@@ -20,8 +20,7 @@ FUNCTIONS = {
     "exporter/trainmon/collectors/nccl_inspector.py:NcclInspectorCollector._read_dumps": 37,
     "exporter/trainmon/ingest/ranks.py:RankTable._apply": 44,
     "exporter/trainmon/nvml/device.py:Gpu.read": 32,
-    "exporter/trainmon/torch/_monitor.py:TrainingMonitor.__init__": 42,
-    "exporter/trainmon/torch/_state.py:RankState.__init__": 35,
+    "exporter/trainmon/torch/_state.py:RankState.__init__": 36,
     "scripts/gpu_check.py:check_nvml": 41,
 }
 # module -> lines, on 2026-12-07

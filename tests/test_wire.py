@@ -24,7 +24,7 @@ FULL = wire.Report(
     cuda_alloc_retries=0, cuda_ooms=0, pod="trainer-3", namespace="ml", first_step=1_767_000_001.0,
     model_flops=1.5e15, phase_seconds={"checkpoint": 3.0}, hook_errors={"send_drops": 2},
     group_seqs=(wire.GroupSeq("default_pg", 40, 39),), inflight=(wire.Inflight("default_pg", "all_reduce", 1.7e9),),
-    inflight_age={"default_pg": 12.5},
+    inflight_age={"default_pg": 12.5}, microbatches=40, pipeline_stage=1,
 )
 MINIMAL = {"v": 1, "type": "report", "job_id": "j", "rank": 0, "pid": 1, "start_time": 1.0, "seq": 0}
 
@@ -109,6 +109,9 @@ def bad(**changes: object) -> bytes:
     (bad(inflight_age=[["g", 1.0]]), "schema"),
     (bad(exit_reason="crashed"), "range"),
     (bad(info={"pod": 1}), "schema"),
+    (bad(microbatches=-1), "range"),
+    (bad(info={"pipeline_stage": -1}), "range"),
+    (bad(info={"pipeline_stage": "0"}), "schema"),
 ])
 def test_bad_datagrams_are_rejected_with_a_reason(data: bytes, reason: str) -> None:
     with pytest.raises(MessageRejected) as caught:

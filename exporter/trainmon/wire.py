@@ -10,8 +10,9 @@ needs no history. A `bye` carries the same fields as a report and says the proce
     {"v": 1, "type": "report" | "bye", "job_id": "llama-8b", "rank": 0, "pid": 4242,
      "start_time": 1767000000.0, "seq": 17, "sent_at": 1767000042.0,
      "info": {"local_rank": 0, "world_size": 8, "uuid": "GPU-...", "backend": "nccl",
-              "framework": "ddp", "loss_scaler": "torch_amp", "pod": "", "namespace": ""},
-     "steps": 10, "samples": 320, "tokens": 655360,
+              "framework": "ddp", "loss_scaler": "torch_amp", "pod": "", "namespace": "",
+              "pipeline_stage": 1},
+     "steps": 10, "samples": 320, "tokens": 655360, "microbatches": 40,
      "step_hist": {"buckets": [cumulative count per bound of STEP_BUCKETS, then +Inf], "sum": 12.5},
      "last_step": 1767000041.5, "first_step": 1767000001.0, "phase": "checkpoint",
      "comm_wait": 1.5, "data_wait": 0.2, "model_flops": 1.2e15,
@@ -150,6 +151,8 @@ class Report:
     steps: int = 0
     samples: int = 0
     tokens: int = 0
+    microbatches: int | None = None  # None: the loop does not say (its series is absent)
+    pipeline_stage: int | None = None
     step_buckets: tuple[int, ...] = (0,) * (len(STEP_BUCKETS) + 1)
     step_seconds_sum: float = 0.0
     last_step: float | None = None
@@ -436,6 +439,8 @@ FIELDS: tuple[Field, ...] = (
     Field("steps", "steps", COUNT, cumulative=True),
     Field("samples", "samples", COUNT, cumulative=True),
     Field("tokens", "tokens", COUNT, cumulative=True),
+    Field("microbatches", "microbatches", COUNT, cumulative=True),
+    Field("info.pipeline_stage", "pipeline_stage", ID),
     Field("step_hist.buckets", "step_buckets", Buckets(), cumulative=True),
     Field("step_hist.sum", "step_seconds_sum", AMOUNT, cumulative=True),
     Field("last_step", "last_step", TIME),

@@ -410,7 +410,18 @@ def _efficiency(b: Board) -> Board:
             "down against itself (thermal throttling, a noisy neighbour) reads below 1.",
             "none",
             Query(f"rank:trainmon_train_straggler_score:individual{{{rank_matchers}}}", RANK),
-            width=24,
+        ),
+        graph(
+            "Straggler cause and recoverable time",
+            "For each flagged rank, the share of its extra compute time per step that its cause explains "
+            "(pipeline_stage: its whole stage is slow; data_imbalance: it processed more tokens; hardware: the same "
+            "tokens, more time per token; unknown: none explains 80%). Recoverable: the share of the job's step "
+            "time it would save if its slowest rank computed like its median one.",
+            "percentunit",
+            Query(f"rank:trainmon_train_straggler_cause:share{{{rank_matchers}}}",
+                  "rank {{rank}}: {{straggler_cause}}"),
+            Query(f"job_id:trainmon_train_straggler_recoverable:ratio{{{job_matchers}}}", "recoverable"),
+            max_value=1,
         ),
     )
 

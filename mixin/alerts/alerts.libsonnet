@@ -284,7 +284,7 @@
               "summary": "A training rank's GPU is idle.",
               "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) of rank {{ $labels.rank }}, job {{ $labels.job_id }} on {{ $labels.instance }} has been idle for 15 minutes (activity {{ $value | humanizePercentage }}).",
               "runbook_url": $._config.runbook + "#trainmongpuidleduringtraining",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=48&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=49&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -298,7 +298,7 @@
               "summary": "A training job spends too much of each step waiting for communication.",
               "description": "Job {{ $labels.job_id }} waits on communication for {{ $value | humanizePercentage }} of its step time (threshold " + std.format('%d%%', std.round($._config.comm_bound_ratio * 100)) + "), outside checkpoints and other phases.",
               "runbook_url": $._config.runbook + "#trainmoncommunicationbound",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=29&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=30&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -381,7 +381,7 @@
             },
             "annotations": {
               "summary": "One rank computes slower than the rest of its job.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} has a straggler score of {{ printf \"%.2f\" $value }} (the fastest rank's compute time over its own) while the job's median rank waits in collectives.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} has a straggler score of {{ printf \"%.2f\" $value }} (the fastest rank's compute time over its own) while the job's median rank waits in collectives.{{ with printf `rank:trainmon_train_straggler_cause:share{job=\"%s\",job_id=\"%s\",rank=\"%s\"}` $labels.job $labels.job_id $labels.rank | query }} Likely cause: {{ . | first | label \"straggler_cause\" }}.{{ end }}",
               "runbook_url": $._config.runbook + "#trainmonstragglerrank",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=25&var-job_id={{ $labels.job_id }}",
             },
@@ -402,7 +402,7 @@
               "summary": "A training rank is short of GPU memory.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }}: the CUDA caching allocator retried allocations or ran out of memory in the last 10 minutes.",
               "runbook_url": $._config.runbook + "#trainmongpumemorypressure",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=52&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=53&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -416,7 +416,7 @@
               "summary": "Most ranks of a training job reported a NaN or infinite loss.",
               "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_nonfinite_loss_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} reported a NaN or infinite loss in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_nonfinite_loss:rising10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=44&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -430,7 +430,7 @@
               "summary": "A few ranks of a training job reported a NaN or infinite loss.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a NaN or infinite loss in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=44&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -451,7 +451,7 @@
               "summary": "Most ranks of a training job had the loss scale collapse.",
               "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_scale_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; first:{{ range $i, $s := printf `rank:trainmon_train_loss_scale:collapsed{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -466,7 +466,7 @@
               "summary": "A few ranks of a training job had the loss scale collapse.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -486,7 +486,7 @@
               "summary": "Most ranks of a training job counted gradient norm spikes.",
               "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_grad_norm_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_grad_norm_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmongradnormspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -500,7 +500,7 @@
               "summary": "A few ranks of a training job counted gradient norm spikes.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmongradnormspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -514,7 +514,7 @@
               "summary": "Most ranks of a training job counted loss spikes.",
               "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_loss_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -528,7 +528,7 @@
               "summary": "A few ranks of a training job counted loss spikes.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=41&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -542,7 +542,7 @@
               "summary": "A training job's loss is rising.",
               "description": "Job {{ $labels.job_id }}: its mean loss of the last 30 minutes is over " + std.format('%g', $._config.loss_diverging_ratio) + "x the 30 minutes before, or one rank counted more than " + std.toString($._config.loss_spike_patience) + " loss spikes in 30 minutes.",
               "runbook_url": $._config.runbook + "#trainmonlossdiverging",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=38&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -568,7 +568,7 @@
             },
             "annotations": {
               "summary": "One rank computes slower than its peers.",
-              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) takes longer to compute a step than its peers (robust z-score over " + std.format('%g', $._config.slow_rank_zscore) + " and over " + std.format('%d%%', std.round($._config.slow_rank_excess_ratio * 100)) + " above the median rank). Run `trainmon diagnose` on the node.",
+              "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) takes longer to compute a step than its peers (robust z-score over " + std.format('%g', $._config.slow_rank_zscore) + " and over " + std.format('%d%%', std.round($._config.slow_rank_excess_ratio * 100)) + " above the median rank).{{ with printf `rank:trainmon_train_straggler_cause:share{job=\"%s\",job_id=\"%s\",rank=\"%s\"}` $labels.job $labels.job_id $labels.rank | query }} Likely cause: {{ . | first | label \"straggler_cause\" }}.{{ end }} Run `trainmon diagnose` on the node.",
               "runbook_url": $._config.runbook + "#trainmonslowrank",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=26&var-job_id={{ $labels.job_id }}",
             },
@@ -590,7 +590,7 @@
               "summary": "A collective has been in flight for too long: the job is hung.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) has issued {{ $value }} fewer collectives on group {{ $labels.group }} than its peers, who have waited in one past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter): it holds the job. Dump its stack (py-spy dump) and the NCCL flight recorder.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=35&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -604,7 +604,7 @@
               "summary": "A collective has been in flight for too long: the job is hung.",
               "description": "{{ $value }} member(s) of group {{ $labels.group }} of job {{ $labels.job_id }} report nothing on it while the others have waited in a collective past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter): a rank is gone (crashed or killed, or its node or trainmon daemon is down). Check TrainmonRankLost and TrainmonExporterDown for the job's nodes; the NCCL flight recorder names the missing rank.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=35&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -618,7 +618,7 @@
               "summary": "A collective has been in flight for too long: the job is hung.",
               "description": "All {{ $value }} ranks of group {{ $labels.group }} of job {{ $labels.job_id }} have waited in the same collective past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter) and none lags: suspect the network or NCCL (check the fabric alerts and the NCCL flight recorder).",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=35&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -632,7 +632,7 @@
               "summary": "A collective has been in flight for too long: the job is hung.",
               "description": "{{ $value }} rank(s) of job {{ $labels.job_id }} have waited past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter) in a collective on process groups folded into `other` (each rank tracks its first 8 groups by name), so trainmon cannot compare their members: dump the NCCL flight recorder and py-spy of the waiting ranks to find the one that never joined.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=34&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=35&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -652,7 +652,7 @@
               "summary": "One member of an NCCL communicator is much slower than its peers.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) reaches {{ $value | humanizePercentage }} of the median bus bandwidth of its peers in communicator {{ $labels.comm_name }} ({{ $labels.collective }}, messages {{ $labels.size_class }}) over 10 minutes, by NCCL Inspector's GPU timings. Across nodes suspect its network path: {{ if $labels.device }}port {{ $labels.port }} of {{ $labels.device }}, the InfiniBand card NCCL picks for that GPU ({{ $labels.path }} on the PCIe tree): its errors, rate or width{{ else }}the node's InfiniBand ports: errors, degraded rate or width{{ end }}; inside one node, its NVLinks. Every member of the communicator waits for it.",
               "runbook_url": $._config.runbook + "#trainmonncclslowlink",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=35&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=36&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -666,7 +666,7 @@
               "summary": "NCCL RAS reports ranks of a job unresponsive or dead.",
               "description": "NCCL RAS reports {{ $value }} rank(s) of job {{ $labels.job_id }} {{ $labels.kind }} (unresponsive: no answer for ~5 s; dead: ~60 s): their processes or nodes are gone or stuck, and every collective that needs them will hang. Run ncclras on a node of the job for the ranks' hosts and pids.",
               "runbook_url": $._config.runbook + "#trainmonncclranksmissing",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=36&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=37&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -776,7 +776,7 @@
               "summary": "A training job's checkpoint takes much longer than its usual one.",
               "description": "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over " + std.format('%g', $._config.checkpoint_slow_factor) + "x the median of its earlier completed checkpoints; its nodes write {{ with printf \"job_id:trainmon_fs_written_bytes:rate5m{job_id='%s'}\" $labels.job_id | query }}{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} to their network file systems.",
               "runbook_url": $._config.runbook + "#trainmoncheckpointwriteslow",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=46&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=47&var-job_id={{ $labels.job_id }}",
             },
           },
         ],

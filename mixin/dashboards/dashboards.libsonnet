@@ -2703,7 +2703,7 @@
           },
           "gridPos": {
             "h": 8,
-            "w": 24,
+            "w": 12,
             "x": 0,
             "y": 59,
           },
@@ -2725,6 +2725,55 @@
           "type": "timeseries",
         },
         {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "For each flagged rank, the share of its extra compute time per step that its cause explains (pipeline_stage: its whole stage is slow; data_imbalance: it processed more tokens; hardware: the same tokens, more time per token; unknown: none explains 80%). Recoverable: the share of the job's step time it would save if its slowest rank computed like its median one.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "max": 1,
+              "min": 0,
+              "unit": "percentunit",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 12,
+            "y": 59,
+          },
+          "id": 28,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "rank:trainmon_train_straggler_cause:share{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}",
+              "legendFormat": "rank {{rank}}: {{straggler_cause}}",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "job_id:trainmon_train_straggler_recoverable:ratio{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\"}",
+              "legendFormat": "recoverable",
+              "refId": "B",
+            },
+          ],
+          "title": "Straggler cause and recoverable time",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
           "collapsed": false,
           "gridPos": {
             "h": 1,
@@ -2732,7 +2781,7 @@
             "x": 0,
             "y": 67,
           },
-          "id": 28,
+          "id": 29,
           "panels": [],
           "title": "Communication",
           "type": "row",
@@ -2760,7 +2809,7 @@
             "x": 0,
             "y": 68,
           },
-          "id": 29,
+          "id": 30,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2798,7 +2847,7 @@
             "x": 12,
             "y": 68,
           },
-          "id": 30,
+          "id": 31,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2845,7 +2894,7 @@
             "x": 0,
             "y": 76,
           },
-          "id": 31,
+          "id": 32,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2883,7 +2932,7 @@
             "x": 12,
             "y": 76,
           },
-          "id": 32,
+          "id": 33,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2939,7 +2988,7 @@
             "x": 0,
             "y": 84,
           },
-          "id": 33,
+          "id": 34,
           "repeatDirection": "h",
           "targets": [
             {
@@ -2977,7 +3026,7 @@
             "x": 12,
             "y": 84,
           },
-          "id": 34,
+          "id": 35,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3015,7 +3064,7 @@
             "x": 0,
             "y": 92,
           },
-          "id": 35,
+          "id": 36,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3062,7 +3111,7 @@
             "x": 16,
             "y": 92,
           },
-          "id": 36,
+          "id": 37,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3096,7 +3145,7 @@
             "x": 0,
             "y": 100,
           },
-          "id": 37,
+          "id": 38,
           "panels": [],
           "title": "Numerics: loss, gradients and precision",
           "type": "row",
@@ -3122,7 +3171,7 @@
             "x": 0,
             "y": 101,
           },
-          "id": 38,
+          "id": 39,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3160,7 +3209,7 @@
             "x": 8,
             "y": 101,
           },
-          "id": 39,
+          "id": 40,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3198,7 +3247,7 @@
             "x": 16,
             "y": 101,
           },
-          "id": 40,
+          "id": 41,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3236,7 +3285,7 @@
             "x": 0,
             "y": 109,
           },
-          "id": 41,
+          "id": 42,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3283,7 +3332,7 @@
             "x": 8,
             "y": 109,
           },
-          "id": 42,
+          "id": 43,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3321,7 +3370,7 @@
             "x": 16,
             "y": 109,
           },
-          "id": 43,
+          "id": 44,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3355,7 +3404,7 @@
             "x": 0,
             "y": 117,
           },
-          "id": 44,
+          "id": 45,
           "panels": [],
           "title": "Data path",
           "type": "row",
@@ -3398,7 +3447,7 @@
             "x": 0,
             "y": 118,
           },
-          "id": 45,
+          "id": 46,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3462,7 +3511,7 @@
             "x": 12,
             "y": 118,
           },
-          "id": 46,
+          "id": 47,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3496,7 +3545,7 @@
             "x": 0,
             "y": 126,
           },
-          "id": 47,
+          "id": 48,
           "panels": [],
           "title": "The job's GPUs",
           "type": "row",
@@ -3524,7 +3573,7 @@
             "x": 0,
             "y": 127,
           },
-          "id": 48,
+          "id": 49,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3564,7 +3613,7 @@
             "x": 12,
             "y": 127,
           },
-          "id": 49,
+          "id": 50,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3602,7 +3651,7 @@
             "x": 0,
             "y": 135,
           },
-          "id": 50,
+          "id": 51,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3640,7 +3689,7 @@
             "x": 12,
             "y": 135,
           },
-          "id": 51,
+          "id": 52,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3678,7 +3727,7 @@
             "x": 0,
             "y": 143,
           },
-          "id": 52,
+          "id": 53,
           "repeatDirection": "h",
           "targets": [
             {

@@ -498,6 +498,42 @@
             "record": "rank:trainmon_train_compute_seconds_per_step:zscore",
             "expr": "0.6745 * (rank:trainmon_train_compute_seconds_per_step:mean5m - on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median)\n/ on (job, job_id) group_left ()\n  (job_id:trainmon_train_compute_seconds_per_step:mad > " + std.format('%g', $._config.slow_rank_mad_floor_ratio) + " * job_id:trainmon_train_compute_seconds_per_step:median or " + std.format('%g', $._config.slow_rank_mad_floor_ratio) + " * job_id:trainmon_train_compute_seconds_per_step:median)",
           },
+          {
+            "record": "rank:trainmon_train_tokens_per_step:mean5m",
+            "expr": "(rate(trainmon_train_tokens_total{" + $._config.selector + "}[5m]) > 0) / (rank:trainmon_train_step_duration_seconds_count:rate5m > 0)",
+          },
+          {
+            "record": "job_id:trainmon_train_tokens_per_step:median",
+            "expr": "quantile without (instance, rank) (0.5, rank:trainmon_train_tokens_per_step:mean5m)",
+          },
+          {
+            "record": "rank:trainmon_train_compute_seconds_per_token:mean5m",
+            "expr": "rank:trainmon_train_compute_seconds_per_step:mean5m / rank:trainmon_train_tokens_per_step:mean5m",
+          },
+          {
+            "record": "job_id:trainmon_train_compute_seconds_per_token:median",
+            "expr": "quantile without (instance, rank) (0.5, rank:trainmon_train_compute_seconds_per_token:mean5m)",
+          },
+          {
+            "record": "rank:trainmon_train_pipeline_stage:label",
+            "expr": "count_values without () (\"stage\", trainmon_train_pipeline_stage{" + $._config.selector + "})",
+          },
+          {
+            "record": "job_id_stage:trainmon_train_compute_seconds_per_step:min",
+            "expr": "min without (instance, rank) (rank:trainmon_train_compute_seconds_per_step:mean5m * on (instance, job, job_id, rank) group_left (stage) rank:trainmon_train_pipeline_stage:label)\nand on (job, job_id, stage)\n  count without (instance, rank) (rank:trainmon_train_compute_seconds_per_step:mean5m * on (instance, job, job_id, rank) group_left (stage) rank:trainmon_train_pipeline_stage:label) > 1",
+          },
+          {
+            "record": "rank:trainmon_train_compute_seconds_per_step:log_excess",
+            "expr": "ln(rank:trainmon_train_compute_seconds_per_step:mean5m / on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median) > 0\nand on (instance, job, job_id, rank)\n  (\n      rank:trainmon_train_compute_seconds_per_step:zscore > " + std.format('%g', $._config.slow_rank_zscore) + "\n    and on (instance, job, job_id, rank)\n      rank:trainmon_train_compute_seconds_per_step:mean5m / (1 + " + std.format('%g', $._config.slow_rank_excess_ratio) + ") > on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median\n  or on (instance, job, job_id, rank)\n    rank:trainmon_train_straggler_score:relative < " + std.format('%g', $._config.straggler_score_threshold) + "\n  )",
+          },
+          {
+            "record": "rank:trainmon_train_straggler_cause:share",
+            "expr": "label_replace(\n    clamp_max((ln(rank:trainmon_train_pipeline_stage:label * on (job, job_id, stage) group_left job_id_stage:trainmon_train_compute_seconds_per_step:min / on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_step:median)) / on (instance, job, job_id, rank) group_left rank:trainmon_train_compute_seconds_per_step:log_excess, 1) >= " + std.format('%g', $._config.straggler_cause_share) + ",\n    \"straggler_cause\", \"pipeline_stage\", \"\", \"\"\n  )\nor on (instance, job, job_id, rank)\n  label_replace(\n    clamp_max((ln(rank:trainmon_train_tokens_per_step:mean5m / on (job, job_id) group_left job_id:trainmon_train_tokens_per_step:median)) / on (instance, job, job_id, rank) group_left rank:trainmon_train_compute_seconds_per_step:log_excess, 1) >= " + std.format('%g', $._config.straggler_cause_share) + ",\n    \"straggler_cause\", \"data_imbalance\", \"\", \"\"\n  )\nor on (instance, job, job_id, rank)\n  label_replace(\n    clamp_max((ln(rank:trainmon_train_compute_seconds_per_token:mean5m / on (job, job_id) group_left job_id:trainmon_train_compute_seconds_per_token:median)) / on (instance, job, job_id, rank) group_left rank:trainmon_train_compute_seconds_per_step:log_excess, 1) >= " + std.format('%g', $._config.straggler_cause_share) + ",\n    \"straggler_cause\", \"hardware\", \"\", \"\"\n  )\nor on (instance, job, job_id, rank)\n  label_replace(rank:trainmon_train_compute_seconds_per_step:log_excess * 0, \"straggler_cause\", \"unknown\", \"\", \"\")",
+          },
+          {
+            "record": "job_id:trainmon_train_straggler_recoverable:ratio",
+            "expr": "clamp(\n    (max without (instance, rank) (rank:trainmon_train_compute_seconds_per_step:mean5m) - job_id:trainmon_train_compute_seconds_per_step:median)\n  / quantile without (instance, rank) (0.5, rank:trainmon_train_step_duration_seconds:mean5m),\n  0, 1\n)",
+          },
         ],
       },
       {

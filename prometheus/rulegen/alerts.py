@@ -12,7 +12,14 @@ from .config import RulesConfig
 from .dashboards import FLEET, NODE, TRAINING_JOB, panel_url
 from .model import Alert, Group
 from .nccl import nccl_alerts
-from .numerics import loss_scale_event, nonfinite_event, numerics_alerts, rank_event_alerts, rising
+from .numerics import (
+    STRAGGLER_CAUSE_SENTENCE,
+    loss_scale_event,
+    nonfinite_event,
+    numerics_alerts,
+    rank_event_alerts,
+    rising,
+)
 from .recording import NOT_OTHER, RANK_INFO
 
 ON_RANK = "on (instance, job, job_id, rank)"
@@ -325,7 +332,7 @@ and {ON_JOB}
             description=(
                 "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} has a straggler score "
                 'of {{ printf "%.2f" $value }} (the fastest rank\'s compute time over its own) while the job\'s median '
-                "rank waits in collectives."
+                f"rank waits in collectives.{STRAGGLER_CAUSE_SENTENCE}"
             ),
         ),
     ]

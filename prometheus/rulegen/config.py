@@ -31,6 +31,9 @@ class RulesConfig:
     straggler_peer_wait_ratio: float = 0.15
     # The individual score compares a rank's recent compute time per step with its best over this.
     straggler_individual_window: str = "1h"
+    # A straggler's cause (pipeline stage, data imbalance, hardware) is named only when it explains at least this
+    # share of the rank's extra compute time per step (traceml's rule); otherwise it is `unknown`.
+    straggler_cause_share: float = 0.8
     # The trainmon_gpu_peak_flops dtype MFU divides by: the precision the model trains in.
     mfu_dtype: str = "bf16"
     # A live rank, not in a phase, with no finished step for this long is stalled. Raise it for jobs

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .config import RulesConfig
 from .model import Group, Record
 from .numerics import slow_rank_records
+from .straggler_causes import straggler_cause_records
 
 ON_RANK = "on (instance, job, job_id, rank)"
 ON_JOB = "on (job, job_id)"
@@ -154,5 +155,6 @@ def efficiency_groups(c: RulesConfig) -> list[Group]:
     return [
         Group(name="trainmon.mfu.rules", rules=[*_mfu(c), *_energy(c)]),
         Group(name="trainmon.goodput.rules", rules=[*_rank_states(c), *_time_split(c)]),
-        Group(name="trainmon.stragglers.rules", rules=[*_straggler_scores(c), *slow_rank_records(c)]),
+        Group(name="trainmon.stragglers.rules",
+              rules=[*_straggler_scores(c), *slow_rank_records(c), *straggler_cause_records(c)]),
     ]

@@ -30,6 +30,12 @@ MEDIAN = "job_id:trainmon_train_compute_seconds_per_step:median"
 DEVIATION = "rank:trainmon_train_compute_seconds_per_step:deviation"
 MAD = "job_id:trainmon_train_compute_seconds_per_step:mad"
 ZSCORE = "rank:trainmon_train_compute_seconds_per_step:zscore"
+STRAGGLER_CAUSE = "rank:trainmon_train_straggler_cause:share"  # straggler_causes.py records it
+# The sentence a slow-rank alert adds on the rank's cause; none while the record has no cause for it. An annotation,
+# not a label: a label that changed as the 5-minute rates settle would restart the alert's `for:`.
+STRAGGLER_CAUSE_SENTENCE = (
+    f'{{{{ with printf `{STRAGGLER_CAUSE}{{job="%s",job_id="%s",rank="%s"}}` $labels.job $labels.job_id $labels.rank '
+    '| query }} Likely cause: {{ . | first | label "straggler_cause" }}.{{ end }}')
 # (alert, the hook's counter, what spiked, the hook's rule)
 SPIKE_ALERTS = (
     ("TrainmonGradNormSpike", "trainmon_train_grad_norm_spikes_total", "gradient norm",
@@ -267,8 +273,8 @@ and {ON_JOB}
             description=(
                 "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU "
                 "{{ $labels.uuid }}) takes longer to compute a step than its peers (robust z-score over "
-                f"{c.slow_rank_zscore:g} and over {c.slow_rank_excess_ratio:.0%} above the median rank). "
-                "Run `trainmon diagnose` on the node."
+                f"{c.slow_rank_zscore:g} and over {c.slow_rank_excess_ratio:.0%} above the median rank)."
+                f"{STRAGGLER_CAUSE_SENTENCE} Run `trainmon diagnose` on the node."
             ),
         ),
     ]

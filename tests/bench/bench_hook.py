@@ -85,7 +85,7 @@ def operations(mon: TrainingMonitor) -> dict[str, Operation]:
 
     def step() -> None:
         mon.step_begin()
-        mon.step_end(samples=8, tokens=128)
+        mon.step_end(samples=8, tokens=128, microbatches=4)
 
     def step_with_values() -> None:
         loss = next(values)

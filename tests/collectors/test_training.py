@@ -240,6 +240,21 @@ def test_the_new_wire_fields_become_their_families() -> None:
                                                                            "group": "default_pg"})
 
 
+WORK = dataclasses.replace(REPORT, tokens=8192, microbatches=16, pipeline_stage=2)
+
+
+def test_the_work_a_rank_did_and_its_pipeline_stage_are_served_where_the_hook_knows_them() -> None:
+    rank = {"job_id": "llama", "rank": "1"}
+    known, unknown = (registry_of(rank_families([RankSlot(r, received_at=0.0, received_wall=0.0, process=1,
+                                                          verified=True, series=0)], now=0.0, clock=0.0))
+                      for r in (WORK, REPORT))
+
+    assert (8192, 16, 2) == tuple(known.get_sample_value(name, rank) for name in (
+        "trainmon_train_tokens_total", "trainmon_train_microbatches_total", "trainmon_train_pipeline_stage"))
+    assert (None, None) == (unknown.get_sample_value("trainmon_train_microbatches_total", rank),
+                            unknown.get_sample_value("trainmon_train_pipeline_stage", rank))
+
+
 def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() -> None:
     state = RankSlot(NEW_FIELDS, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
     reg = registry_of(rank_families([state], now=50.0, clock=0.0))
@@ -248,7 +263,8 @@ def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() 
                                      {"job_id": "llama", "rank": "1", "group": "default_pg", "op": "all_reduce"})
 
 
-@pytest.mark.parametrize("report", [REPORT, NEW_FIELDS, wire.Report(job_id="j", rank=0, pid=1, start_time=1.0, seq=1)])
+@pytest.mark.parametrize("report", [REPORT, NEW_FIELDS, WORK,
+                                    wire.Report(job_id="j", rank=0, pid=1, start_time=1.0, seq=1)])
 def test_rank_series_counts_exactly_the_samples_served(report: wire.Report) -> None:
     state = RankSlot(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
 

@@ -279,3 +279,56 @@ def test_a_degraded_infiniband_port_is_evidence_of_communication_wait() -> None:
     result = diagnose("j", "1h", ranks, [degraded])
 
     assert [("communication", (degraded,))] == [(f.cause, f.hardware) for f in result.findings]
+
+
+
+def four(slow: Mapping[int, float], tokens: Mapping[int, float] | None = None,
+         stages: Mapping[int, int] | None = None, *, reported: bool = True) -> list[Rank]:
+    """Four ranks of 100 steps computing 0.5 s each (`slow`: rank -> compute per step), every step as long as the
+    slowest rank's, the rest waiting in communication; 1,000 real tokens a step unless `tokens` says otherwise, none
+    unless `reported`."""
+    slowest = max(slow.values(), default=0.5)
+    return [rank(r, step_seconds=100.0 * slowest, comm_wait=100.0 * (slowest - slow.get(r, 0.5)),
+                 tokens=100.0 * (tokens or {}).get(r, 1000.0) if reported else 0.0,
+                 pipeline_stage=(stages or {}).get(r)) for r in range(4)]
+
+
+def cause_of(ranks: list[Rank]) -> list[tuple[str, int | None, str | None, float]]:
+    return [(f.cause, f.rank, f.straggler_cause, round(f.recoverable_share or 0.0, 6))
+            for f in diagnose("j", "1h", ranks, []).findings if f.cause in {"straggler", "slow_rank"}]
+
+
+def test_a_rank_slower_on_the_same_tokens_is_hardware_even_among_declared_stages() -> None:
+    """Rank 3 computes 0.8 s a step on the tokens its peers do in 0.5 s; rank 2, of its stage, is not slow. Without
+    it every step would be 0.3 s shorter, of 0.8 s."""
+    assert [("straggler", 3, "hardware", 0.375)] == cause_of(four({3: 0.8}, stages={0: 0, 1: 0, 2: 1, 3: 1}))
+
+
+def test_a_rank_given_three_times_the_tokens_is_data_imbalance() -> None:
+    assert [("straggler", 3, "data_imbalance", 0.666667)] == cause_of(four({3: 1.5}, tokens={3: 3000.0}))
+
+
+def test_a_slow_stage_is_pipeline_stage_on_each_of_its_ranks() -> None:
+    """Stage 1 computes 0.8 s a step, stage 0 0.5 s: 0.15 s over the median rank (0.65 s), of 0.8 s."""
+    found = cause_of(four({2: 0.8, 3: 0.8}, stages={0: 0, 1: 0, 2: 1, 3: 1}))
+
+    assert [("straggler", 2, "pipeline_stage", 0.1875), ("straggler", 3, "pipeline_stage", 0.1875)] == sorted(found)
+
+
+def test_a_cause_that_explains_less_than_most_of_the_excess_is_unknown() -> None:
+    """1.5x the tokens and 3x the compute: the tokens explain 37% of it, the time per token 63%."""
+    assert ["unknown"] == [c for _, _, c, _ in cause_of(four({3: 1.5}, tokens={3: 1500.0}))]
+
+
+def test_without_tokens_or_stages_the_cause_is_unknown_in_json_and_text() -> None:
+    result = diagnose("j", "1h", four({3: 0.8}, reported=False), [])
+    straggler = result.as_dict()["findings"][0]  # type: ignore[index]
+
+    assert ("unknown", 0.375) == (straggler["straggler_cause"], straggler["recoverable_share"])
+    assert "straggler cause: unknown; recoverable without it: 38% of the job's step time" in render(result)
+
+
+def test_a_healthy_job_names_no_cause() -> None:
+    result = diagnose("j", "1h", four({}, stages={0: 0, 1: 0, 2: 1, 3: 1}), [])
+
+    assert ((), "straggler cause" in render(result)) == (result.findings, False)

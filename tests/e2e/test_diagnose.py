@@ -32,7 +32,7 @@ from tests.helpers.daemon import Daemon
 from tests.helpers.net import free_port, wait_until
 from tests.helpers.node import SyntheticNode
 from tests.helpers.tools import require_tool
-from tests.torch.jobs import REPO, start_job
+from tests.torch.jobs import REPO, start_job, stop
 
 pytestmark = pytest.mark.slow
 
@@ -91,14 +91,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: Path) -> Iter
             time.sleep(int(WINDOW[:-1]) + 3)  # a whole window of steady running
             yield Stack(prom, daemons)
         finally:
-            for out, _ in procs:
-                (out / "stop").touch()
-            for _, rank_processes in procs:
-                for proc in rank_processes:
-                    try:
-                        proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            stop(procs)
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ CHANGED: dict[str, Any] = {
     "straggler_score_threshold": 0.6,
     "straggler_peer_wait_ratio": 0.12,
     "straggler_individual_window": "2h",
+    "straggler_cause_share": 0.7,
     "mfu_dtype": "fp8",
     "stall_seconds": 1800,
     "collective_hang_seconds": 600,

@@ -95,6 +95,8 @@ def window(mon: TrainingMonitor, train: Callable[[], dict[str, Any]]) -> dict[st
         "steps": after.steps - before.steps,
         "inflight": len(after.inflight),
         "framework": after.framework,
+        "microbatches": (after.microbatches or 0) - (before.microbatches or 0),
+        "pipeline_stage": after.pipeline_stage,
         "loss": after.loss,
         "grad_norm": after.grad_norm,
     }
@@ -168,7 +170,7 @@ def accelerate(steps: int, out: Path) -> dict[str, Any]:
 
 def megatron(mode: str, steps: int, out: Path) -> dict[str, Any]:
     torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment,return-value]  # see above
-    from megatron.core import parallel_state
+    from megatron.core import num_microbatches_calculator, parallel_state
     from megatron.core.distributed import (
         DistributedDataParallel,
         DistributedDataParallelConfig,
@@ -182,6 +184,8 @@ def megatron(mode: str, steps: int, out: Path) -> dict[str, Any]:
     mon = monitor(mode, out)
     exposed = time_waits(param_and_grad_buffer)
     parallel_state.initialize_model_parallel(1, 1)
+    num_microbatches_calculator.init_num_microbatches_calculator(  # 2 micro-batches a step
+        dist.get_rank(), None, global_batch_size=16, micro_batch_size=4, data_parallel_size=dist.get_world_size())
     config = TransformerConfig(num_layers=1, hidden_size=16, num_attention_heads=1, use_cpu_initialization=True)
     ddp_config = DistributedDataParallelConfig(overlap_grad_reduce="-overlap" in mode,
                                                use_distributed_optimizer="-distopt" in mode, bucket_size=40_000)

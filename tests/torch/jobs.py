@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -47,6 +47,20 @@ def finish(procs: list[subprocess.Popen[bytes]], out: Path, timeout: float = 120
     for rank, proc in enumerate(procs):
         code = proc.wait(timeout=timeout)
         assert code == 0, (out / f"rank-{rank}.log").read_text()
+
+
+def stop(jobs: Iterable[tuple[Path, list[subprocess.Popen[bytes]]]], timeout: float = 60) -> None:
+    """Stop jobs started to run until told (steps 0): each gets its `stop` file, then each rank is waited for, and
+    killed past `timeout`."""
+    jobs = list(jobs)
+    for out, _ in jobs:
+        (out / "stop").touch()
+    for _, processes in jobs:
+        for proc in processes:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def run_job(mode: str, steps: int, out: Path, *, env: Mapping[str, str],

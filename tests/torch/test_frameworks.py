@@ -54,6 +54,7 @@ def test_megatron_grad_sync_is_counted_as_the_profiler_saw_it(megatron: Run) -> 
             calls, nbytes, _ = seen["hook"][op]
             assert (seen["buckets"] * STEPS, seen["gloo"][GRAD_OPS[op]][1]) == (calls, nbytes), (op, seen)
         assert (STEPS, 0, "megatron") == (seen["steps"], seen["inflight"], seen["framework"]), seen
+        assert (2 * STEPS, 0) == (seen["microbatches"], seen["pipeline_stage"]), seen  # Megatron's own figures
         assert seen["loss"] is not None, seen
         assert seen["grad_norm"] is not None, seen
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import sys
@@ -137,6 +138,32 @@ def test_losses_phases_and_data_wait(mon: TrainingMonitor) -> None:
     assert (4, 40, 2, 0.5, "checkpoint", None) == (report.steps, report.tokens, report.nonfinite_losses,
                                                    report.loss, in_phase, report.phase)
     assert [0, 1, 2] == batches and report.data_wait > 0
+
+
+def test_a_step_reports_its_real_tokens_its_microbatches_and_the_pipeline_stage(transport: ListTransport) -> None:
+    mon = TrainingMonitor(job_id="unit", transport=transport, env={"TRAINMON_REPORT_INTERVAL": "60"}, pipeline_stage=3)
+    with mon.step(samples=2, tokens=700, microbatches=4):
+        pass
+    mon.step_begin()
+    mon.step_end(samples=2, tokens=300, microbatches=4)
+    report = wire.decode(wire.encode(mon.report()))
+    mon.close()
+
+    assert (2, 1000, 8, 3) == (report.steps, report.tokens, report.microbatches, report.pipeline_stage)
+
+
+def test_a_loop_that_gives_no_microbatches_or_stage_sends_neither(mon: TrainingMonitor) -> None:
+    with mon.step(samples=1, tokens=10):
+        pass
+    sent = json.loads(wire.encode(mon.report()))
+
+    assert "microbatches" not in sent and "pipeline_stage" not in sent["info"]
+
+
+@pytest.mark.parametrize("stage", [-1, 1.5, True, "0"])
+def test_a_pipeline_stage_that_is_not_one_is_refused(transport: ListTransport, stage: object) -> None:
+    with pytest.raises(ValueError, match="pipeline_stage"):
+        TrainingMonitor(job_id="unit", transport=transport, pipeline_stage=stage)  # type: ignore[arg-type]
 
 
 class NumpyLikeFloat(float):

@@ -9,7 +9,9 @@ sleep: a larger one on one rank makes it a straggler); JOB_ROTATING_SECONDS (on 
 i % world sleeps this long before the all-reduce, so every rank waits in communication in turn: a
 communication-bound job without a straggler); JOB_BATCH_SECONDS (the loader's time per batch);
 JOB_PHASE, JOB_PHASE_SECONDS, JOB_PHASE_EVERY (enter that phase for that long every N steps); JOB_HOLD
-(keep the monitor open after the last step until OUT_DIR/release exists).
+(keep the monitor open after the last step until OUT_DIR/release exists); JOB_TOKENS (the real tokens of each
+step, default 16 a sample), JOB_MICROBATCHES (passed to each step) and JOB_PIPELINE_STAGE (given to
+`TrainingMonitor`): the work of a rank, as a loop reports it.
 The last report is written to OUT_DIR/report-<rank>.json.
 """
 
@@ -50,12 +52,15 @@ def main(steps: int, out: Path) -> None:
     phase, phase_seconds = os.environ.get("JOB_PHASE", ""), env_float("JOB_PHASE_SECONDS")
     phase_every = int(os.environ.get("JOB_PHASE_EVERY", "0"))
     flops = os.environ.get("JOB_FLOPS_PER_TOKEN")
+    stage = os.environ.get("JOB_PIPELINE_STAGE")
+    microbatches = int(os.environ.get("JOB_MICROBATCHES", "0"))
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     dist.barrier()  # before the monitor patches collectives: start-up skew is not communication wait
     mon = TrainingMonitor(job_id=os.environ.get("JOB_ID", "workload"),
-                          flops_per_token=float(flops) if flops else None)
+                          flops_per_token=float(flops) if flops else None,
+                          pipeline_stage=int(stage) if stage else None)
     mon.watch(model=model, optimizer=opt)
     counter = range(steps) if steps else itertools.count()
     for i, (x, y) in zip(counter, mon.dataloader(batches(env_float("JOB_BATCH_SECONDS"))), strict=False):
@@ -64,7 +69,8 @@ def main(steps: int, out: Path) -> None:
         if phase and phase_every and i and i % phase_every == 0:
             with mon.phase(phase):
                 time.sleep(phase_seconds)
-        with mon.step(samples=len(x), tokens=len(x) * TOKENS_PER_SAMPLE):
+        tokens = int(os.environ.get("JOB_TOKENS", len(x) * TOKENS_PER_SAMPLE))
+        with mon.step(samples=len(x), tokens=tokens, microbatches=microbatches):
             loss = torch.nn.functional.mse_loss(model(x), y)
             opt.zero_grad()
             loss.backward()

@@ -56,7 +56,12 @@ class Scalar:
 SCALARS = (
     Scalar("train_steps_total", "Optimizer steps finished.", counter, lambda r: r.steps),
     Scalar("train_samples_total", "Samples processed.", counter, lambda r: r.samples),
-    Scalar("train_tokens_total", "Tokens processed.", counter, lambda r: r.tokens),
+    Scalar("train_tokens_total", "Tokens processed (the real tokens the loop reports, padding left out).", counter,
+           lambda r: r.tokens),
+    Scalar("train_microbatches_total", "Micro-batches (forward and backward passes) of the finished steps; absent "
+           "where the loop does not say.", counter, lambda r: r.microbatches),
+    Scalar("train_pipeline_stage", "The rank's pipeline stage (0 first); absent where the job has none known.",
+           gauge, lambda r: r.pipeline_stage),
     Scalar("train_last_step_timestamp_seconds", "Unix time the last step finished.", gauge, lambda r: r.last_step),
     Scalar("train_process_start_timestamp_seconds", "Unix time the training process started.", gauge,
            lambda r: r.start_time),

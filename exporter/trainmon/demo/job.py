@@ -108,7 +108,7 @@ class SimulatedJob:
     def _identity(job_id: str, rank: int, uuid: str) -> Identity:
         return Identity(job_id=job_id, rank=rank, pid=os.getpid(), start_time=time.time(), local_rank=rank,
                         world_size=RANKS, uuid=uuid, backend="nccl", framework="ddp", loss_scaler="torch_amp",
-                        nccl_env=dict(DEMO_ENV),
+                        nccl_env=dict(DEMO_ENV), pipeline_stage=0,
                         parallel={"tp": 1, "pp": 1, "dp": RANKS, "micro_batch": SAMPLES_PER_STEP,
                                   "global_batch": SAMPLES_PER_STEP * RANKS})
 
@@ -205,7 +205,7 @@ class SimulatedJob:
         collective(state, "all_gather", 2, 4096, 0.002, 0.002)
         collective(state, "broadcast", 1, 8, 0.001, 0.001)
         tokens = SAMPLES_PER_STEP * SEQUENCE_TOKENS
-        state.finish_step(samples=SAMPLES_PER_STEP, tokens=tokens)
+        state.finish_step(samples=SAMPLES_PER_STEP, tokens=tokens, microbatches=1)  # micro_batch is the whole step
         state.add_flops(tokens * FLOPS_PER_TOKEN)
         self._numerics(state, skip)
         slow_link = SLOW_LINK_FACTOR if rank == SLOW_LINK_RANK and self._plan.active("comm-bound") else 1.0

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainmon.diagnose.model import Diagnosis, Finding, Hardware, MountSignals, Rank
 
@@ -39,6 +40,7 @@ class Thresholds:
     slow_rank_zscore: float = 3.5  # as TrainmonSlowRank (prometheus/rulegen/config.py)
     slow_rank_excess: float = 0.03
     slow_rank_mad_floor: float = 0.005
+    straggler_cause_share: float = 0.8  # as rank:trainmon_train_straggler_cause:share
 
 
 def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[Hardware],
@@ -49,9 +51,9 @@ def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[
                          rank_seconds=0.0)
     signals = _Signals(hardware, ranks)
     stragglers = _stragglers(ranks, total, thresholds, signals)
-    findings = [*stragglers, *_phases(ranks, total), *_stalls(ranks, total, thresholds, signals),
-                *_hangs(ranks, total, thresholds, signals),
-                *_slow_ranks(ranks, total, thresholds, signals, {f.rank for f in stragglers}),
+    slow_ranks = _slow_ranks(ranks, total, thresholds, signals, {f.rank for f in stragglers})
+    findings = [*(_with_cause(f, ranks, thresholds) for f in (*stragglers, *slow_ranks)), *_phases(ranks, total),
+                *_stalls(ranks, total, thresholds, signals), *_hangs(ranks, total, thresholds, signals),
                 *_spikes(ranks, signals)]
     data_bound = _data_bound_nodes(ranks, total, thresholds, signals)
     # Peers waiting for a straggler, or for the ranks of a node that waits for data, is their cost, not the network's.
@@ -217,6 +219,58 @@ def _slow_ranks(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Si
                    f"rank's {median * 1000:.0f} ms (robust z-score {z:.1f}); the job steps at its pace",
             hardware=signals.on_gpu("slow_rank", r.instance, r.uuid)))
     return findings
+
+
+CAUSE_WORDS = {
+    "pipeline_stage": "its whole pipeline stage is that slow: rebalance the layers between stages",
+    "data_imbalance": "it processes more tokens per step than its peers at a normal time per token: balance the "
+                      "packing or the sequence lengths across ranks",
+    "hardware": "the same tokens as its peers, more time per token: its GPU or node",
+    "unknown": "no cause explains most of it (report tokens= and the pipeline stage to tell)",
+}
+
+
+def _with_cause(finding: Finding, ranks: Sequence[Rank], t: Thresholds) -> Finding:
+    """A straggler or slow-rank finding with its cause and the share of step time recoverable without it."""
+    per_step = _compute_per_step(ranks)
+    cause, explained = straggler_cause(finding.rank, ranks, per_step, t.straggler_cause_share)
+    recoverable = recoverable_share(ranks, per_step)
+    why = f" ({explained:.0%} of its extra time)" if explained else ""
+    return replace(finding, straggler_cause=cause, recoverable_share=recoverable,
+                   detail=f"{finding.detail}; cause {cause}{why}: {CAUSE_WORDS[cause]}")
+
+
+def straggler_cause(rank: int | None, ranks: Sequence[Rank], per_step: dict[int, float],
+                    needed: float) -> tuple[str, float]:
+    """Why `rank` computes slower than the median rank, and the share of its extra time (in logs: the factors of
+    stage, tokens and time per token multiply) that explains; as the recording rules, first cause first."""
+    median = statistics.median(per_step.values()) if per_step else 0.0
+    slow = per_step.get(rank, 0.0) if rank is not None else 0.0
+    if median <= 0 or slow <= median:
+        return "unknown", 0.0
+    excess = math.log(slow / median)
+    me = next(r for r in ranks if r.rank == rank)
+    mates = [per_step[r.rank] for r in ranks if r.pipeline_stage is not None
+             and r.pipeline_stage == me.pipeline_stage and r.rank in per_step]
+    tokens = {r.rank: r.tokens / r.steps for r in ranks if r.rank in per_step and r.tokens > 0}
+    candidates = []
+    if len(mates) > 1 and min(mates) > 0:
+        candidates.append(("pipeline_stage", math.log(min(mates) / median) / excess))
+    if rank in tokens:
+        per_token = {r: per_step[r] / n for r, n in tokens.items()}
+        candidates += [("data_imbalance", math.log(tokens[rank] / statistics.median(tokens.values())) / excess),
+                       ("hardware", math.log(per_token[rank] / statistics.median(per_token.values())) / excess)]
+    return next(((cause, min(share, 1.0)) for cause, share in candidates if share >= needed), ("unknown", 0.0))
+
+
+def recoverable_share(ranks: Sequence[Rank], per_step: dict[int, float]) -> float | None:
+    """The share of the job's step time saved if its slowest rank computed like its median one (every rank steps at
+    the slowest one's pace): the what-if figure."""
+    steps = [r.step_seconds / r.steps for r in ranks if r.steps > 0]
+    if not per_step or not steps or statistics.median(steps) <= 0:
+        return None
+    gap = max(per_step.values()) - statistics.median(per_step.values())
+    return min(max(gap / statistics.median(steps), 0.0), 1.0)
 
 
 def _spikes(ranks: Sequence[Rank], signals: _Signals) -> list[Finding]:

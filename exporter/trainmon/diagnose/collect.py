@@ -21,6 +21,7 @@ IB_ERROR_COUNTERS = ("trainmon_infiniband_symbol_error_total", "trainmon_infinib
 RANK_COUNTERS = {
     "steps": "trainmon_train_steps_total",
     "step_seconds": "trainmon_train_step_duration_seconds_sum",
+    "tokens": "trainmon_train_tokens_total",
     "comm_wait": "trainmon_train_comm_wait_seconds_total",
     "data_wait": "trainmon_train_dataloader_wait_seconds_total",
     "model_flops": "trainmon_train_model_flops_total",
@@ -95,6 +96,7 @@ class Collector:
                 phases.setdefault(key, {})[s.labels.get("phase", "")] = s.value
         in_phase = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_phase{sel})")
         last_step = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_last_step_timestamp_seconds{sel})")
+        stages = self._by_rank(f"max by ({BY_RANK}) (last_over_time(trainmon_train_pipeline_stage{sel}{self._range}))")
         inflight = self._by_rank(f"max by ({BY_RANK}) (trainmon_nccl_inflight_oldest_seconds{sel})")
         spike_steps = self._spike_steps(sel)
         peaks = self._peaks({instance for instance, _ in seen})
@@ -105,6 +107,8 @@ class Collector:
             out.append(Rank(
                 rank=key[1], instance=key[0], uuid=uuid, seconds=present,
                 steps=counters["steps"].get(key, 0.0), step_seconds=counters["step_seconds"].get(key, 0.0),
+                tokens=counters["tokens"].get(key, 0.0),
+                pipeline_stage=int(stages[key]) if key in stages else None,
                 comm_wait=counters["comm_wait"].get(key, 0.0), data_wait=counters["data_wait"].get(key, 0.0),
                 phases=phases.get(key, {}), model_flops=counters["model_flops"].get(key),
                 peak_flops=peaks.get((key[0], uuid)), live=key in live, in_phase=key in in_phase,

@@ -43,6 +43,8 @@ class Rank:
     seconds: float  # wall time the rank was there in the window
     steps: float = 0.0
     step_seconds: float = 0.0
+    tokens: float = 0.0  # real tokens processed in the window (0: the hook reports none)
+    pipeline_stage: int | None = None
     comm_wait: float = 0.0
     data_wait: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
@@ -115,6 +117,8 @@ class Finding:
     ranks: tuple[int, ...] = ()  # the ranks a job-wide cause was seen on
     step_window: tuple[int, int] | None = None
     suggestion: str = ""
+    straggler_cause: str | None = None  # a slow rank's: hardware, data_imbalance, pipeline_stage, unknown
+    recoverable_share: float | None = None  # of the job's step time, without its slowest rank
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"cause": self.cause, "share": round(self.share, 4)}
@@ -134,6 +138,9 @@ class Finding:
             out["hardware_elsewhere"] = [h.as_dict() for h in self.elsewhere]
         if self.signals:
             out["signals"] = {name: round(value, 6) for name, value in self.signals.items()}
+        if self.straggler_cause is not None:
+            out["straggler_cause"] = self.straggler_cause
+            out["recoverable_share"] = _ratio(self.recoverable_share)
         return out
 
 

@@ -40,6 +40,10 @@ def render(d: Diagnosis) -> str:
         where = _where(f)
         lines.append(f"{i}. {f.cause} costs {f.share:.0%} of the job's time" + (f": {where}" if where else ""))
         lines.append(f"   {f.detail}")
+        if f.straggler_cause is not None:
+            recoverable = "unknown" if f.recoverable_share is None else f"{f.recoverable_share:.0%}"
+            lines.append(f"   straggler cause: {f.straggler_cause}; recoverable without it: {recoverable} of the "
+                         "job's step time")
         if f.suggestion:
             lines.append(f"   next: {f.suggestion}")
         for h in f.hardware:

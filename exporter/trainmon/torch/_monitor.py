@@ -62,6 +62,8 @@ class TrainingMonitor:
             (`TRAINMON_JOB_ID`, Slurm, torchelastic, a hash of `MASTER_ADDR:MASTER_PORT`).
         parallel: the parallel layout (`tp`, `pp`, `dp`, `cp`, `ep`, `micro_batch`, `global_batch`);
             read from Megatron's `parallel_state` when that is initialised and this is None.
+        pipeline_stage: this rank's pipeline stage (0 first), so a slow stage is told from a slow GPU; read
+            from Megatron's `parallel_state` when that is initialised and this is None.
         transport: where reports go; by default `TRAINMON_INGEST_UDP` or `TRAINMON_INGEST_SOCKET`.
         env: the environment to read (default `os.environ`).
         flops_per_token, flops_per_sample, flops_per_step: the model FLOPs of a step (give one;
@@ -75,7 +77,7 @@ class TrainingMonitor:
 
     Raises:
         ValueError: more than one FLOPs keyword, or a negative or non-finite one; a spike factor not above 1
-            or a window outside 1..10000.
+            or a window outside 1..10000; a pipeline stage that is not a non-negative integer.
         RuntimeError: another monitor is live in this process (its patches see every collective of the
             process, so a second would count nothing): use that one, or `close()` it first.
     """
@@ -85,6 +87,7 @@ class TrainingMonitor:
         job_id: str | None = None,
         *,
         parallel: Mapping[str, int] | None = None,
+        pipeline_stage: int | None = None,
         transport: Transport | None = None,
         env: Mapping[str, str] | None = None,
         flops_per_token: float | None = None,
@@ -97,6 +100,9 @@ class TrainingMonitor:
         spike_rules = SpikeRules(loss_spike_factor, grad_norm_spike_factor, spike_window,
                                  min(DEFAULT_MIN_HISTORY, spike_window))
         self._flops = FlopsRate(flops_per_token, flops_per_sample, flops_per_step)
+        if pipeline_stage is not None and (type(pipeline_stage) is not int or not 0 <= pipeline_stage < wire.MAX_ID):
+            raise ValueError(f"pipeline_stage must be a non-negative integer, not {pipeline_stage!r}")
+        self._pipeline_stage = pipeline_stage
         self._env = os.environ if env is None else env
         self.enabled = self._env.get("TRAINMON_DISABLE", "").lower() not in {"1", "true", "yes"}
         if self.enabled:
@@ -121,8 +127,12 @@ class TrainingMonitor:
         self._reporter: Reporter | None = None
         self._previous_excepthook = sys.excepthook
         self._previous_thread_excepthook = threading.excepthook
-        if not self.enabled:
-            return
+        if self.enabled:
+            self._start(transport)
+
+    def _start(self, transport: Transport | None) -> None:
+        """Identity, the collective wrappers, the reporter and the exception hooks; a failure disables the
+        monitor and never reaches training."""
         try:
             self.identity.nccl_env = nccl_env(self._env)
             pod = kubernetes_pod(self._env)
@@ -184,9 +194,11 @@ class TrainingMonitor:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def step(self, samples: int = 0, tokens: int = 0) -> Step:
-        """`with mon.step(samples=..., tokens=...) as s:` times one step; set `s.loss`/`s.grad_norm` inside."""
-        return Step(self, samples, tokens)
+    def step(self, samples: int = 0, tokens: int = 0, microbatches: int = 0) -> Step:
+        """`with mon.step(samples=..., tokens=..., microbatches=...) as s:` times one step; set `s.loss`/`s.grad_norm`
+        inside. `tokens` are the real tokens the rank processed (padding left out), `microbatches` the forward and
+        backward passes the step ran (gradient accumulation): what tells a rank given more work from a slow one."""
+        return Step(self, samples, tokens, microbatches)
 
     def step_begin(self) -> None:
         if not self.enabled:
@@ -206,16 +218,17 @@ class TrainingMonitor:
 
     def step_end(self, samples: int = 0, tokens: int = 0, loss: Any = None, grad_norm: Any = None, *,
                  flops_per_token: float | None = None, flops_per_sample: float | None = None,
-                 flops_per_step: float | None = None) -> None:
+                 flops_per_step: float | None = None, microbatches: int = 0) -> None:
         """Close the step; `loss` and `grad_norm` may be floats or one-element tensors (read without a sync).
 
-        A FLOPs keyword given here counts this step instead of the one given to the monitor.
+        `tokens` and `microbatches` as for `step`. A FLOPs keyword given here counts this step instead of the one
+        given to the monitor.
         """
         if not self.enabled:
             return
         try:
             self._timer.end()
-            self.state.finish_step(int(samples), int(tokens))
+            self.state.finish_step(int(samples), int(tokens), int(microbatches))
             self._count_flops(int(samples), int(tokens), flops_per_token, flops_per_sample, flops_per_step)
             # A float is observed here, in one call: `_read`'s isinstance(torch.Tensor) alone costs more (90 ns).
             if loss is not None:
@@ -359,6 +372,7 @@ class TrainingMonitor:
         ident.uuid = env.get("TRAINMON_GPU_UUID", "") or _gpu_uuid()
         ident.parallel = {k: v for k, v in (self._parallel or _megatron_parallel()).items()
                           if k in wire.PARALLEL_KEYS and isinstance(v, int) and v >= 0}
+        ident.pipeline_stage = self._pipeline_stage if self._pipeline_stage is not None else _megatron_stage()
 
     def _hook_exceptions(self) -> None:
         """An uncaught exception still runs atexit: chain the excepthooks so the goodbye says `error`."""
@@ -390,12 +404,13 @@ class TrainingMonitor:
 class Step:
     """One step, as a context manager; a step whose body raised is not counted."""
 
-    __slots__ = ("grad_norm", "loss", "monitor", "samples", "tokens")
+    __slots__ = ("grad_norm", "loss", "microbatches", "monitor", "samples", "tokens")
 
-    def __init__(self, monitor: TrainingMonitor, samples: int, tokens: int) -> None:
+    def __init__(self, monitor: TrainingMonitor, samples: int, tokens: int, microbatches: int) -> None:
         self.monitor = monitor
         self.samples = samples
         self.tokens = tokens
+        self.microbatches = microbatches
         self.loss: Any = None
         self.grad_norm: Any = None
 
@@ -406,7 +421,8 @@ class Step:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc_type is None:
-            self.monitor.step_end(self.samples, self.tokens, self.loss, self.grad_norm)
+            self.monitor.step_end(self.samples, self.tokens, self.loss, self.grad_norm,
+                                  microbatches=self.microbatches)
 
 
 class Phase:
@@ -443,10 +459,28 @@ def _gpu_uuid() -> str:
     return uuid if not uuid or uuid.startswith("GPU-") else f"GPU-{uuid}"
 
 
-def _megatron_parallel() -> dict[str, int]:
-    """The layout from Megatron's `parallel_state`, if Megatron is loaded and initialised (never imported here)."""
+def _megatron_state() -> Any:
+    """Megatron's `parallel_state` module, if Megatron is loaded and initialised (never imported here), or None."""
     ps = sys.modules.get("megatron.core.parallel_state")
     if ps is None or not getattr(ps, "model_parallel_is_initialized", lambda: False)():
+        return None
+    return ps
+
+
+def _megatron_stage() -> int | None:
+    """This rank's pipeline stage from Megatron's `parallel_state`, or None."""
+    ps = _megatron_state()
+    try:
+        stage = ps.get_pipeline_model_parallel_rank() if ps is not None else None
+    except Exception:  # initialised without a pipeline group
+        return None
+    return stage if type(stage) is int and stage >= 0 else None
+
+
+def _megatron_parallel() -> dict[str, int]:
+    """The layout from Megatron's `parallel_state`, if Megatron is loaded and initialised."""
+    ps = _megatron_state()
+    if ps is None:
         return {}
     out = {}
     for key, getter in MEGATRON_PARALLEL.items():

@@ -80,6 +80,7 @@ class Identity:
     backend: str = ""
     framework: str = "torch"
     loss_scaler: str = "none"
+    pipeline_stage: int | None = None  # given to the monitor, or Megatron's pipeline rank
     pod: str = ""  # Kubernetes pod and namespace (_identity.kubernetes_pod)
     namespace: str = ""
     nccl_env: dict[str, str] = field(default_factory=dict)
@@ -121,6 +122,7 @@ class RankState:
         self.steps = 0
         self.samples = 0
         self.tokens = 0
+        self.microbatches: int | None = None  # None until a step says how many it ran
         self.bucket_counts = [0] * (len(STEP_BUCKETS) + 1)
         self.step_seconds_sum = 0.0
         self.last_step: float | None = None
@@ -189,10 +191,12 @@ class RankState:
     def add_flops(self, flops: float) -> None:
         self.model_flops = (self.model_flops or 0.0) + flops
 
-    def finish_step(self, samples: int, tokens: int) -> None:
+    def finish_step(self, samples: int, tokens: int, microbatches: int = 0) -> None:
         self.steps += 1
         self.samples += samples
         self.tokens += tokens
+        if microbatches:
+            self.microbatches = (self.microbatches or 0) + microbatches
         self.last_step = time.time()
 
     def observe_step_seconds(self, seconds: float) -> None:

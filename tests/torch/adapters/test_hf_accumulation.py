@@ -46,5 +46,6 @@ def test_hf_callback_counts_optimizer_steps_under_accumulation(tmp_path: Path) -
     mon.close()
 
     assert optimizer_steps[0] == STEPS == trainer.state.global_step
-    assert (STEPS, STEPS * BATCH * ACCUMULATE) == (report.steps, report.samples)
+    assert (STEPS, STEPS * BATCH * ACCUMULATE, STEPS * ACCUMULATE) == (report.steps, report.samples,
+                                                                      report.microbatches)
     assert STEPS == report.step_buckets[-1]

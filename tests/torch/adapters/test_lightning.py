@@ -56,6 +56,7 @@ def test_loss_is_the_mean_of_the_optimizer_steps_micro_batches(tmp_path: Path, a
     report, losses, _ = fit(tmp_path, accumulate)
 
     assert (STEPS, STEPS * accumulate * BATCH, "lightning") == (report.steps, report.samples, report.framework)
+    assert STEPS * accumulate == report.microbatches
     assert STEPS == report.step_buckets[-1]
     assert len(losses) == STEPS * accumulate
     assert report.loss == pytest.approx(sum(losses[-accumulate:]) / accumulate, rel=1e-6)

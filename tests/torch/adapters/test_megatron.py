@@ -81,3 +81,30 @@ def test_a_bf16_chain_has_no_loss_scale() -> None:
     mon.close()
 
     assert ("none", None, 1, 0) == (report.loss_scaler, report.loss_scale, report.steps, report.skipped_steps)
+
+
+def test_the_microbatches_of_a_step_are_megatrons_calculators() -> None:
+    calculator = require_module("megatron.core.num_microbatches_calculator", quiet=True)
+    calculator.init_num_microbatches_calculator(0, None, global_batch_size=32, micro_batch_size=4,
+                                                data_parallel_size=2)
+    mon = monitor(ListTransport())
+    try:
+        step = monitored_train_step(mon, lambda: None, tokens_per_step=4096)
+        step()
+        step()
+        report = mon.report()
+    finally:
+        mon.close()
+        calculator.destroy_num_microbatches_calculator()
+
+    assert (2, 8, 8192) == (report.steps, report.microbatches, report.tokens)
+
+
+def test_microbatches_given_win_over_the_calculator() -> None:
+    mon = monitor(ListTransport())
+    step = monitored_train_step(mon, lambda: None, microbatches_per_step=3)
+    step()
+    report = mon.report()
+    mon.close()
+
+    assert 3 == report.microbatches

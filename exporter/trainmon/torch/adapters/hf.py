@@ -99,7 +99,8 @@ class TrainmonCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        self.monitor.step_end(samples=samples, tokens=samples * self._tokens_per_sample)
+        self.monitor.step_end(samples=samples, tokens=samples * self._tokens_per_sample,
+                              microbatches=args.gradient_accumulation_steps)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:

@@ -109,7 +109,7 @@ class TrainmonCallback(Callback):
         self._samples = samples
         self._tokens = tokens
         self._open_at: int | None = None  # trainer.global_step when the open step began
-        self._pending = [0, 0]  # samples, tokens of the open step
+        self._pending = [0, 0, 0]  # samples, tokens and micro-batches of the open step
         self._loss: Any = None  # sum of the open step's normalised micro-batch losses (a tensor, never read here)
         self._grad_norm: Any = None
         self._want_grad_norm = grad_norm
@@ -136,6 +136,7 @@ class TrainmonCallback(Callback):
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._pending[0] += self._samples(batch)
         self._pending[1] += self._tokens(batch) if self._tokens is not None else 0
+        self._pending[2] += 1
         loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
             loss = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
@@ -143,8 +144,8 @@ class TrainmonCallback(Callback):
         if self._open_at is None or trainer.global_step == self._open_at:
             return  # accumulating gradients: the optimizer has not stepped yet
         self.monitor.step_end(samples=self._pending[0], tokens=self._pending[1], loss=self._loss,
-                              grad_norm=self._grad_norm)
-        self._open_at, self._pending, self._loss, self._grad_norm = None, [0, 0], None, None
+                              grad_norm=self._grad_norm, microbatches=self._pending[2])
+        self._open_at, self._pending, self._loss, self._grad_norm = None, [0, 0, 0], None, None
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         if not self._want_grad_norm or not whole_gradients(trainer.strategy):
