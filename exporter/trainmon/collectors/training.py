@@ -25,6 +25,7 @@ from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, ValueFamily, counter, gauge, histogram, info
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
+from trainmon.ingest.stacks import NO_STACK, place, signature
 from trainmon.settings import Settings
 from trainmon.wire import DRIVER_RANK, PARALLEL_KEYS, STEP_BUCKETS, Inflight, Report
 
@@ -114,7 +115,8 @@ class TrainingCollector:
             found=(*(f"ingest listening on {e}" for e in self._ingest.endpoints()),
                    *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps"
                      f"{' (exited)' if s.exited_at is not None else ''}" for s in ranks)),
-            details={"ranks": [rank_details(s) for s in ranks]},
+            details={"ranks": [rank_details(s) for s in ranks],
+                     "rank_hangs": [rank_details(s) | hang_details(s) for s in ranks]},
         )
 
     def close(self) -> None:
@@ -129,7 +131,7 @@ def rank_series(r: Report) -> int:
             + 3 * len(r.collectives) + len(r.collectives_untimed) + len(r.group_sizes) + 2 * len(r.group_seqs)
             + len(r.inflight)
             + (1 if r.phase else 0) + len(r.phase_seconds) + len(r.nccl_env) + (1 if r.parallel else 0)
-            + len(r.hook_errors) + len(r.pg_timeouts))
+            + len(r.hook_errors) + len(r.pg_timeouts) + 1 + 2 * r.hang_suspected)
 
 
 def rank_families(ranks: Iterable[RankSlot], now: float, clock: float) -> list[Metric]:
@@ -163,6 +165,7 @@ def rank_families(ranks: Iterable[RankSlot], now: float, clock: float) -> list[M
     out.append(_step_histogram(reports))
     out.extend(_collective_families(reports))
     out.extend(_group_families(slots, now, clock))
+    out.extend(_hang_families(slots))
     out.extend(_label_families(reports, drivers, running=[s.report for s in slots if s.exited_at is None]))
     out.extend(_job_gauge_families(drivers))
     return out
@@ -198,6 +201,35 @@ def rank_details(state: RankSlot) -> dict[str, object]:
     return {"job_id": r.job_id, "rank": r.rank, "pid": r.pid, "world_size": r.world_size, "uuid": r.uuid,
             "steps": r.steps, "last_step": r.last_step, "phase": r.phase, "last_report": state.received_wall,
             "exited": state.exited_at is not None}
+
+
+def hang_details(slot: RankSlot) -> dict[str, object]:
+    """What `/api/v1/ranks` adds for a rank: its hang state, its latest stack, its groups (never labels)."""
+    r, stack = slot.report, slot.stack
+    return {"hang_suspected": bool(r.hang_suspected) and slot.exited_at is None,
+            "stack": list(stack) if stack else None, "stack_signature": signature(stack) if stack else None,
+            "stack_place": place(stack) if stack else None, "stack_received": slot.stack_wall,
+            "groups": {g.group: {"issued": g.issued, "completed": g.completed, "ranks": r.group_ranks.get(g.group),
+                                 "timeout_seconds": r.pg_timeouts.get(g.group)} for g in r.group_seqs}}
+
+
+def _hang_families(slots: Iterable[RankSlot]) -> list[Metric]:
+    suspected = gauge("train_hang_suspected", "1 while the rank's oldest collective or its step has not moved for "
+                      "longer than its hang threshold (the larger of the hook's floor and 5x its median step), "
+                      "outside declared phases; 0 otherwise.", RANK)
+    where = gauge("train_hang_location", "1 while the rank is suspected of a hang, `location` where its stack is: "
+                  "collective, data (loading) or other (also while its stack has not arrived).", (*RANK, "location"))
+    stacks = info("train_stack", "1 while the rank is suspected of a hang; `signature` is a short hash of its "
+                  "training thread's stack (unknown until it arrives), the stack itself on /api/v1/ranks.",
+                  (*RANK, "signature"))
+    for slot in slots:
+        r = slot.report
+        hung = slot.exited_at is None and r.hang_suspected
+        suspected.add_metric(_key(r), 1 if hung else 0)
+        if hung:
+            where.add_metric([*_key(r), place(slot.stack) if slot.stack else "other"], 1)
+            stacks.add_metric([*_key(r), signature(slot.stack) if slot.stack else NO_STACK], {})
+    return [suspected, where, stacks]
 
 
 def _step_histogram(reports: Iterable[Report]) -> Metric:
