@@ -7,6 +7,8 @@ import grp
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -342,3 +344,29 @@ def test_a_garbage_or_oversized_stack_is_counted_and_dropped(collector: Collecto
 
     assert 1 == reg.get_sample_value("trainmon_train_stack_info", {"job_id": "llama", "rank": "1",
                                                                    "signature": "unknown"})
+
+
+def test_a_rank_whose_process_died_without_a_goodbye_is_gone_at_once_not_at_its_ttl(
+        collector: Collector, tmp_path: Path) -> None:
+    """SIGKILL: the kernel proved the sender's pid, and that pid is gone: `location="gone"` long before --rank-ttl."""
+    path = tmp_path / "run" / "ingest.sock"
+    collector.collect()
+    code = ("import os, socket, sys, time; from trainmon import wire; "
+            "r = wire.Report(job_id='llama', rank=0, pid=os.getpid(), start_time=time.time(), seq=1, steps=3); "
+            "socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(wire.encode(r), sys.argv[1]); "
+            "print('sent', flush=True); time.sleep(600)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"sent"
+        alive = wait_until(lambda: (c := collector.collect()).details["ranks"] and c)
+    finally:
+        child.kill()
+        child.communicate()
+    gone = registry_of(collector.collect().families)
+    rank = {"job_id": "llama", "rank": "0"}
+
+    assert 0 == registry_of(alive.families).get_sample_value(  # type: ignore[attr-defined]
+        "trainmon_train_hang_suspected", rank)
+    assert 1 == gone.get_sample_value("trainmon_train_hang_suspected", rank)
+    assert 1 == gone.get_sample_value("trainmon_train_hang_location", {**rank, "location": "gone"})

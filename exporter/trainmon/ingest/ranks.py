@@ -125,6 +125,9 @@ class TableView:
     exits: Mapping[tuple[str, str], int]  # (job_id, "clean" | "error" | "lost") -> count
     series: int  # training series of the ranks held, live and exited
     taken_at: float  # the table's clock when it was copied
+    # Ranks not exited whose sender, proved by the kernel, is no longer alive (SIGKILL, OOM kill): gone before
+    # their TTL says so.
+    dead: frozenset[RankKey] = frozenset()
 
     @property
     def running(self) -> tuple[RankSlot, ...]:
@@ -244,6 +247,8 @@ class RankTable:
                 exits=self._exits.counts(),
                 series=self._series,
                 taken_at=now,
+                dead=frozenset(k for k, s in self._ranks.items()
+                               if s.exited_at is None and s.verified and not self._procfs.alive(s.process)),
             )
 
     def _apply(self, report: Report, sender_pid: int | None, sender_uid: int | None) -> None:
