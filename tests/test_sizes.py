@@ -14,22 +14,23 @@ GENERATED = ("_pb2.py", "_pb2_grpc.py")
 MAX_STATEMENTS = 30
 MAX_LINES = 500
 
-# function (path:qualified name) -> statements, on 2026-12-07
+# function (path:qualified name) -> statements, on 2026-12-07 (after issues 39 and 40 added the hang and work fields)
 FUNCTIONS = {
     "exporter/trainmon/cli.py:main": 36,
     "exporter/trainmon/collectors/nccl_inspector.py:NcclInspectorCollector._read_dumps": 37,
-    "exporter/trainmon/ingest/ranks.py:RankTable._apply": 44,
+    "exporter/trainmon/ingest/ranks.py:RankTable._apply": 45,
     "exporter/trainmon/nvml/device.py:Gpu.read": 32,
-    "exporter/trainmon/torch/_state.py:RankState.__init__": 36,
+    "exporter/trainmon/torch/_state.py:RankState.__init__": 37,
     "scripts/gpu_check.py:check_nvml": 41,
 }
-# module -> lines, on 2026-12-07
+# module -> lines, on 2026-12-07 (after issues 39 and 40 added the hang and work fields)
 MODULES = {
     "exporter/trainmon/collectors/gpu.py": 581,
     "exporter/trainmon/health/xid_catalog.py": 697,
-    "exporter/trainmon/torch/_collectives.py": 881,
-    "exporter/trainmon/wire.py": 566,
-    "prometheus/rulegen/alerts.py": 809,
+    "exporter/trainmon/torch/_collectives.py": 900,
+    "exporter/trainmon/wire.py": 605,
+    "prometheus/rulegen/alerts.py": 819,
+    "exporter/trainmon/torch/_monitor.py": 502,
     "scripts/gpu_check.py": 601,
 }
 

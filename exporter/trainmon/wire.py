@@ -24,7 +24,11 @@ needs no history. A `bye` carries the same fields as a report and says the proce
      "loss_scale": 65536.0, "skipped_steps": 1, "loss": 2.31, "grad_norm": 0.9, "nonfinite_losses": 0,
      "loss_max": 2.4, "grad_norm_max": 1.1, "loss_spikes": 0, "grad_norm_spikes": 0,
      "nccl_env": {"NCCL_ALGO": "Ring"}, "parallel": {"tp": 2, "dp": 4},
-     "cuda": {"alloc_retries": 0, "ooms": 0}, "job_gauges": {"rl_reward_mean": 0.62}}
+     "cuda": {"alloc_retries": 0, "ooms": 0}, "job_gauges": {"rl_reward_mean": 0.62},
+     "hang_suspected": 1, "stack": ["train.py:88:all_reduce", ...], "group_ranks": {"default_pg": "0-7"}}
+
+`stack` (the training thread's stack, innermost frame first, each `file:line:function`, sent in one
+report per hang episode) is the one field that never becomes a label: the daemon serves it as JSON.
 
 A framework's driver process that is no rank (verl's trainer) reports as rank `DRIVER_RANK`: job-level
 phase times and the `job_gauges` the framework itself computes; the daemon serves only those for it,
@@ -87,6 +91,10 @@ MAX_COUNT = 1 << 62
 MAX_SEQ = 1 << 40  # a report a millisecond for 34 years
 MAX_UNIX_TIME = 1e11  # a Unix time, not a year-5000 typo
 MAX_AMOUNT = 1e300  # seconds, FLOPs, loss scales: finite and far from overflowing a sum
+# A stuck thread's stack (`stack`, innermost frame first, each "file:line:function"): served as JSON, never as labels.
+MAX_FRAMES = 64
+MAX_FRAME_TEXT = 256
+MAX_STACK_BYTES = 4096
 
 REJECT_REASONS = ("oversized", "malformed", "version", "schema", "range", "stale", "identity", "max_ranks",
                   "series_budget")
@@ -185,6 +193,9 @@ class Report:
     cuda_ooms: int | None = None
     hook_errors: Mapping[str, int] = field(default_factory=dict)
     job_gauges: Mapping[str, float] = field(default_factory=dict)
+    hang_suspected: int = 0  # 1 while the rank's collective or step is past its hang threshold
+    stack: tuple[str, ...] | None = None  # the training thread's stack, once per hang episode
+    group_ranks: Mapping[str, str] = field(default_factory=dict)  # group -> its global ranks ("0-3", "0-56:8")
 
     @property
     def incarnation(self) -> tuple[int, float]:
@@ -297,6 +308,26 @@ class Text:
         return value
 
     def decreased(self, new: str, old: str) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Frames:
+    """A stack: at most MAX_FRAMES printable strings of at most MAX_FRAME_TEXT characters, MAX_STACK_BYTES in all."""
+
+    def decode(self, name: str, raw: object) -> tuple[str, ...]:
+        if type(raw) is not list or not all(type(frame) is str for frame in raw):
+            raise MessageRejected("schema", f"{name} is not a list of strings")
+        if len(raw) > MAX_FRAMES or not all(len(f) <= MAX_FRAME_TEXT and f.isprintable() for f in raw):
+            raise MessageRejected("range", f"{name} has too many, too long or unprintable frames")
+        if sum(len(frame.encode()) for frame in raw) > MAX_STACK_BYTES:
+            raise MessageRejected("range", f"{name} exceeds {MAX_STACK_BYTES} bytes")
+        return tuple(raw)
+
+    def encode(self, value: tuple[str, ...]) -> object:
+        return list(value)
+
+    def decreased(self, new: tuple[str, ...], old: tuple[str, ...]) -> bool:
         return False
 
 
@@ -485,6 +516,9 @@ FIELDS: tuple[Field, ...] = (
     Field("cuda.ooms", "cuda_ooms", COUNT, cumulative=True),
     Field("hook_errors", "hook_errors", Map(Text(identifier=True), COUNT, MAX_HOOK_ERROR_KINDS), cumulative=True),
     Field("job_gauges", "job_gauges", Map(Text(identifier=True), Number(lo=-MAX_AMOUNT), MAX_JOB_GAUGES)),
+    Field("hang_suspected", "hang_suspected", Int(2)),
+    Field("stack", "stack", Frames()),
+    Field("group_ranks", "group_ranks", Map(GROUP, Text(nonempty=True), MAX_GROUPS + 1)),
 )
 _PATHS = tuple((f, tuple(f.path.split("."))) for f in FIELDS)
 # What validate() runs per field, looked up once: it runs for every datagram.

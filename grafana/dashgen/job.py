@@ -227,6 +227,15 @@ def _communication(b: Board) -> Board:
                   "communicators in op-count mismatch"),
             width=8,
         ),
+        graph(
+            "Hung job: class and culprit",
+            "While every rank of the job is past its hang threshold: the hang's class (gone, data, host, collective, "
+            "unknown) and the rank that holds the job (TrainmonJobHung), and for each stuck rank how many ranks share "
+            "its stack (the outliers share it with few). trainmon diagnose --job prints the stacks.",
+            "short",
+            Query(f"job_id:trainmon_train_hang:culprit{{{rank_matchers}}}", "{{class}}: rank {{rank}} on {{instance}}"),
+            Query(f"rank:trainmon_train_stack_peers:count{{{rank_matchers}}}", "rank {{rank}} stack shared by"),
+        ),
     )
 
 

@@ -284,7 +284,7 @@
               "summary": "A training rank's GPU is idle.",
               "description": "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) of rank {{ $labels.rank }}, job {{ $labels.job_id }} on {{ $labels.instance }} has been idle for 15 minutes (activity {{ $value | humanizePercentage }}).",
               "runbook_url": $._config.runbook + "#trainmongpuidleduringtraining",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=49&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=50&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -402,7 +402,7 @@
               "summary": "A training rank is short of GPU memory.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }}: the CUDA caching allocator retried allocations or ran out of memory in the last 10 minutes.",
               "runbook_url": $._config.runbook + "#trainmongpumemorypressure",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=53&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=54&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -416,7 +416,7 @@
               "summary": "Most ranks of a training job reported a NaN or infinite loss.",
               "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_nonfinite_loss_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} reported a NaN or infinite loss in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_nonfinite_loss:rising10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=44&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=45&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -430,7 +430,7 @@
               "summary": "A few ranks of a training job reported a NaN or infinite loss.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} reported a NaN or infinite loss in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossnonfinite",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=44&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=45&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -451,7 +451,7 @@
               "summary": "Most ranks of a training job had the loss scale collapse.",
               "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_scale_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; first:{{ range $i, $s := printf `rank:trainmon_train_loss_scale:collapsed{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=44&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -466,7 +466,7 @@
               "summary": "A few ranks of a training job had the loss scale collapse.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} had the loss scale collapse (to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossscalecollapse",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=44&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -486,7 +486,7 @@
               "summary": "Most ranks of a training job counted gradient norm spikes.",
               "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_grad_norm_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_grad_norm_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmongradnormspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -500,7 +500,7 @@
               "summary": "A few ranks of a training job counted gradient norm spikes.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted gradient norm spikes (over 10x the median of its last 100 steps) in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmongradnormspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -514,7 +514,7 @@
               "summary": "Most ranks of a training job counted loss spikes.",
               "description": "{{ $value }} of {{ with printf `job_id:trainmon_train_loss_spikes_ranks:count{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query }}{{ . | first | value }}{{ end }} ranks of job {{ $labels.job_id }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; first:{{ range $i, $s := printf `rank:trainmon_train_loss_spikes:increase10m{job=\"%s\",job_id=\"%s\"}` $labels.job $labels.job_id | query | sortByLabel \"rank\" }}{{ if lt $i 3 }}{{ if $i }},{{ end }} rank {{ $s.Labels.rank }} ({{ $s.Labels.instance }}){{ end }}{{ end }}. On most ranks at once it is the run's numerics (data, learning rate, precision), not one GPU: run `trainmon diagnose`.",
               "runbook_url": $._config.runbook + "#trainmonlossspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -528,7 +528,7 @@
               "summary": "A few ranks of a training job counted loss spikes.",
               "description": "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} counted loss spikes (over 2x the mean of its last 100 steps) in the last 10 minutes; most of its peers did not. Suspect silent data corruption on its GPU: drain the node and run `trainmon diagnose` and `dcgmi diag -r 3` on it.",
               "runbook_url": $._config.runbook + "#trainmonlossspike",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=42&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=43&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -542,7 +542,7 @@
               "summary": "A training job's loss is rising.",
               "description": "Job {{ $labels.job_id }}: its mean loss of the last 30 minutes is over " + std.format('%g', $._config.loss_diverging_ratio) + "x the 30 minutes before, or one rank counted more than " + std.toString($._config.loss_spike_patience) + " loss spikes in 30 minutes.",
               "runbook_url": $._config.runbook + "#trainmonlossdiverging",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=39&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=40&var-job_id={{ $labels.job_id }}",
             },
           },
           {
@@ -633,6 +633,25 @@
               "description": "{{ $value }} rank(s) of job {{ $labels.job_id }} have waited past the hang threshold (" + std.toString($._config.collective_hang_seconds) + "s, or half the group's timeout when that is shorter) in a collective on process groups folded into `other` (each rank tracks its first 8 groups by name), so trainmon cannot compare their members: dump the NCCL flight recorder and py-spy of the waiting ranks to find the one that never joined.",
               "runbook_url": $._config.runbook + "#trainmoncollectivehang",
               "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=35&var-job_id={{ $labels.job_id }}",
+            },
+          },
+        ],
+      },
+      {
+        "name": "trainmon.hang",
+        "interval": std.get($._config.group_intervals, "trainmon.hang", "10s"),
+        "rules": [
+          {
+            "alert": "TrainmonJobHung",
+            "expr": "(\n  topk by (job, job_id) (1,\n    label_replace(\n      (\n          4000 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location=\"gone\"}))\n        - on (instance, job, job_id, rank)\n          max without (signature) (\n            trainmon_train_stack_info{" + $._config.selector + "}\n          * on (job, job_id, signature) group_left ()\n            count without (instance, rank) (trainmon_train_stack_info{" + $._config.selector + "})\n        )\n      )\n      or\n        4000 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location=\"gone\"})),\n      \"class\", \"gone\", \"\", \"\"\n    )\n    or\n    label_replace(\n      (\n          3000 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location=\"data\"}))\n        - on (instance, job, job_id, rank)\n          max without (signature) (\n            trainmon_train_stack_info{" + $._config.selector + "}\n          * on (job, job_id, signature) group_left ()\n            count without (instance, rank) (trainmon_train_stack_info{" + $._config.selector + "})\n        )\n      )\n      or\n        3000 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location=\"data\"})),\n      \"class\", \"data\", \"\", \"\"\n    )\n    or\n    label_replace(\n      (\n          2000 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location!~\"gone|data\"})\n          and on (instance, job, job_id, rank)\n            (\n                max without (group) (\n                    max without (instance, rank) (trainmon_nccl_issued_total{" + $._config.selector + ", group!=\"other\"})\n                  - on (job, job_id, group) group_right ()\n                    trainmon_nccl_issued_total{" + $._config.selector + ", group!=\"other\"}\n                ) > 0\n            ))\n        - on (instance, job, job_id, rank)\n          max without (signature) (\n            trainmon_train_stack_info{" + $._config.selector + "}\n          * on (job, job_id, signature) group_left ()\n            count without (instance, rank) (trainmon_train_stack_info{" + $._config.selector + "})\n        )\n      )\n      or\n        2000 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location!~\"gone|data\"})\n          and on (instance, job, job_id, rank)\n            (\n                max without (group) (\n                    max without (instance, rank) (trainmon_nccl_issued_total{" + $._config.selector + ", group!=\"other\"})\n                  - on (job, job_id, group) group_right ()\n                    trainmon_nccl_issued_total{" + $._config.selector + ", group!=\"other\"}\n                ) > 0\n            )),\n      \"class\", \"host\", \"\", \"\"\n    )\n    or\n    label_replace(\n      (\n          1000 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location=\"collective\"}))\n        - on (instance, job, job_id, rank)\n          max without (signature) (\n            trainmon_train_stack_info{" + $._config.selector + "}\n          * on (job, job_id, signature) group_left ()\n            count without (instance, rank) (trainmon_train_stack_info{" + $._config.selector + "})\n        )\n      )\n      or\n        1000 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location=\"collective\"})),\n      \"class\", \"collective\", \"\", \"\"\n    )\n    or\n    label_replace(\n      (\n          0 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location=\"other\"}))\n        - on (instance, job, job_id, rank)\n          max without (signature) (\n            trainmon_train_stack_info{" + $._config.selector + "}\n          * on (job, job_id, signature) group_left ()\n            count without (instance, rank) (trainmon_train_stack_info{" + $._config.selector + "})\n        )\n      )\n      or\n        0 + (max without (location) (trainmon_train_hang_location{" + $._config.selector + ", location=\"other\"})),\n      \"class\", \"unknown\", \"\", \"\"\n    )\n  )\n  and on (job, job_id)\n    min without (instance, rank) (trainmon_train_hang_suspected{" + $._config.selector + "}) == 1\n  and on (job, job_id)\n    count without (instance, rank, location) (trainmon_train_hang_location{" + $._config.selector + ", location!=\"gone\"}) > 0\n)\n* on (instance, job, job_id, rank) group_left (uuid)\n  rank:trainmon_train_rank_info:max",
+            "labels": {
+              "severity": "critical",
+            },
+            "annotations": {
+              "summary": "Every rank of a training job has stopped moving: the job is hung.",
+              "description": "Every rank of job {{ $labels.job_id }} has not moved past its hang threshold (the larger of 30 s and 5x its median step, outside checkpoints and evals). Class {{ $labels.class }}: rank {{ $labels.rank }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) holds it. Run `trainmon diagnose --job {{ $labels.job_id }}` for its stack, its parallel group and the NCCL timeout left before the watchdog ends the job.",
+              "runbook_url": $._config.runbook + "#trainmonjobhung",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=38&var-job_id={{ $labels.job_id }}",
             },
           },
         ],
@@ -776,7 +795,7 @@
               "summary": "A training job's checkpoint takes much longer than its usual one.",
               "description": "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over " + std.format('%g', $._config.checkpoint_slow_factor) + "x the median of its earlier completed checkpoints; its nodes write {{ with printf \"job_id:trainmon_fs_written_bytes:rate5m{job_id='%s'}\" $labels.job_id | query }}{{ . | first | value | humanize1024 }}B/s{{ else }}nothing measured{{ end }} to their network file systems.",
               "runbook_url": $._config.runbook + "#trainmoncheckpointwriteslow",
-              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=47&var-job_id={{ $labels.job_id }}",
+              "dashboard_url": $._config.grafana_url + "/d/trainmon-training-job?viewPanel=48&var-job_id={{ $labels.job_id }}",
             },
           },
         ],

@@ -3138,14 +3138,61 @@
           "type": "timeseries",
         },
         {
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "description": "While every rank of the job is past its hang threshold: the hang's class (gone, data, host, collective, unknown) and the rank that holds the job (TrainmonJobHung), and for each stuck rank how many ranks share its stack (the outliers share it with few). trainmon diagnose --job prints the stacks.",
+          "fieldConfig": {
+            "defaults": {
+              "custom": {
+                "fillOpacity": 10,
+              },
+              "unit": "short",
+            },
+            "overrides": [],
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 100,
+          },
+          "id": 38,
+          "repeatDirection": "h",
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "job_id:trainmon_train_hang:culprit{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}",
+              "legendFormat": "{{class}}: rank {{rank}} on {{instance}}",
+              "refId": "A",
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}",
+              },
+              "expr": "rank:trainmon_train_stack_peers:count{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}",
+              "legendFormat": "rank {{rank}} stack shared by",
+              "refId": "B",
+            },
+          ],
+          "title": "Hung job: class and culprit",
+          "transparent": false,
+          "type": "timeseries",
+        },
+        {
           "collapsed": false,
           "gridPos": {
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 100,
+            "y": 108,
           },
-          "id": 38,
+          "id": 39,
           "panels": [],
           "title": "Numerics: loss, gradients and precision",
           "type": "row",
@@ -3169,9 +3216,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 101,
+            "y": 109,
           },
-          "id": 39,
+          "id": 40,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3207,9 +3254,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 101,
+            "y": 109,
           },
-          "id": 40,
+          "id": 41,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3245,9 +3292,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 101,
+            "y": 109,
           },
-          "id": 41,
+          "id": 42,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3283,9 +3330,9 @@
             "h": 8,
             "w": 8,
             "x": 0,
-            "y": 109,
+            "y": 117,
           },
-          "id": 42,
+          "id": 43,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3330,9 +3377,9 @@
             "h": 8,
             "w": 8,
             "x": 8,
-            "y": 109,
+            "y": 117,
           },
-          "id": 43,
+          "id": 44,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3368,9 +3415,9 @@
             "h": 8,
             "w": 8,
             "x": 16,
-            "y": 109,
+            "y": 117,
           },
-          "id": 44,
+          "id": 45,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3402,9 +3449,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 117,
+            "y": 125,
           },
-          "id": 45,
+          "id": 46,
           "panels": [],
           "title": "Data path",
           "type": "row",
@@ -3445,9 +3492,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 118,
+            "y": 126,
           },
-          "id": 46,
+          "id": 47,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3509,9 +3556,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 118,
+            "y": 126,
           },
-          "id": 47,
+          "id": 48,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3543,9 +3590,9 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 126,
+            "y": 134,
           },
-          "id": 48,
+          "id": 49,
           "panels": [],
           "title": "The job's GPUs",
           "type": "row",
@@ -3571,9 +3618,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 127,
+            "y": 135,
           },
-          "id": 49,
+          "id": 50,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3611,9 +3658,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 127,
+            "y": 135,
           },
-          "id": 50,
+          "id": 51,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3649,9 +3696,9 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 135,
+            "y": 143,
           },
-          "id": 51,
+          "id": 52,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3687,9 +3734,9 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 135,
+            "y": 143,
           },
-          "id": 52,
+          "id": 53,
           "repeatDirection": "h",
           "targets": [
             {
@@ -3725,9 +3772,9 @@
             "h": 8,
             "w": 24,
             "x": 0,
-            "y": 143,
+            "y": 151,
           },
-          "id": 53,
+          "id": 54,
           "repeatDirection": "h",
           "targets": [
             {

@@ -10,6 +10,8 @@ from dataclasses import replace
 
 from .config import RulesConfig
 from .dashboards import FLEET, NODE, TRAINING_JOB, panel_url
+from .hang import INTERVAL as HANG_INTERVAL
+from .hang import hang_alerts
 from .model import Alert, Group
 from .nccl import nccl_alerts
 from .numerics import (
@@ -804,6 +806,7 @@ def alert_groups(c: RulesConfig) -> list[Group]:
         "trainmon.loss_scale": (loss_scale_alerts(c), "1m"),
         "trainmon.numerics": (numerics_alerts(c), "30s"),
         "trainmon.collectives": (collective_alerts(c), "30s"),
+        "trainmon.hang": (hang_alerts(c), HANG_INTERVAL),
         "trainmon.nccl": (nccl_alerts(c), "1m"),
         "trainmon.fabric": (fabric_alerts(c), "30s"),
         "trainmon.storage": (storage_alerts(c), "1m"),

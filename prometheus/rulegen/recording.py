@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from .config import RulesConfig
 from .efficiency import efficiency_groups
+from .hang import hang_group
 from .model import Group, Record
 from .nccl import nccl_group
 from .numerics import loss_scale_group, numerics_group
@@ -482,7 +483,8 @@ def recording_groups(c: RulesConfig) -> list[Group]:
     """In dependency order (promtool tests evaluate them in this order, `group_eval_order`)."""
     groups = [
         gpu_group(c), step_rates_group(c), wait_rates_group(c), training_group(), rank_gpu_group(c),
-        histogram_group(c), collectives_group(c), nccl_group(c), nvme_group(c), infiniband_group(c), fs_group(c),
+        histogram_group(c), collectives_group(c), hang_group(c), nccl_group(c), nvme_group(c), infiniband_group(c),
+        fs_group(c),
         ownership_group(c), *efficiency_groups(c), numerics_group(c), loss_scale_group(c), fleet_group(c),
         xid_catalog_group(),
     ]

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("bench_gpu_cycle", [], "steady cycle: 120 calls (15.0 per GPU)"),
     ("bench_hook", ["--rounds", "20"], "all_reduce (async + wait)"),
     ("bench_numerics", ["--values", "1000", "--rounds", "1"], "grad norm, a zero every 50 steps"),
+    ("bench_hang_stack", ["--calls", "20"], "200 frames deep"),
     ("bench_fs", ["--cycles", "20"], "3 Lustre mounts x 7 OSCs"),
     ("bench_ingest", [], "offered/s"),
     ("bench_owners", ["--refreshes", "5"], "8 of 100 pods hold GPUs"),

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import grp
+import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +27,7 @@ from trainmon.daemon import build_ingest, maintain_resources
 from trainmon.errors import CollectorError, NoData
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
+from trainmon.ingest.stacks import signature
 from trainmon.settings import Settings
 
 REPORT = wire.Report(
@@ -175,6 +180,11 @@ NEW_FIELDS = dataclasses.replace(
     phase_seconds={"checkpoint": 4.5}, hook_errors={"send_drops": 2}, pg_timeouts={"default_pg": 120.0},
     collectives_captured=3, collectives_untimed=(wire.UntimedCalls("all_reduce", "default_pg", 4),),
 )
+STUCK_STACK = ("/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py:2810:all_reduce",
+               "<trainmon wrapper of all_reduce>:12:all_reduce", "/job/train.py:88:train_step",
+               "/job/train.py:120:main")
+HUNG = dataclasses.replace(NEW_FIELDS, phase=None, hang_suspected=1, stack=STUCK_STACK,
+                           group_ranks={"default_pg": "0-1"})
 
 
 @pytest.mark.parametrize("step", [7200, -7200], ids=["forward", "back"])
@@ -263,7 +273,7 @@ def test_an_in_flight_collective_issued_in_the_future_reads_zero_not_negative() 
                                      {"job_id": "llama", "rank": "1", "group": "default_pg", "op": "all_reduce"})
 
 
-@pytest.mark.parametrize("report", [REPORT, NEW_FIELDS, WORK,
+@pytest.mark.parametrize("report", [REPORT, NEW_FIELDS, WORK, HUNG,
                                     wire.Report(job_id="j", rank=0, pid=1, start_time=1.0, seq=1)])
 def test_rank_series_counts_exactly_the_samples_served(report: wire.Report) -> None:
     state = RankSlot(report, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0)
@@ -293,3 +303,85 @@ def test_a_driver_report_serves_only_its_phase_seconds_and_the_job_gauges_this_d
     assert {("trainmon_train_phase_seconds_total", frozenset({*driver, ("phase", "gen")})): 40.0,
             ("trainmon_rl_reward_mean", frozenset(driver)): 0.5} == served
     assert rank_series(report) == len(served)
+
+
+
+def test_a_suspected_rank_serves_where_it_is_stuck_and_its_stack_signature_never_the_stack(
+        collector: Collector, tmp_path: Path) -> None:
+    """The stack comes once per episode: the next report, without it, still serves its signature, and
+    /api/v1/ranks' details carry the stack itself."""
+    path = tmp_path / "run" / "ingest.sock"
+    collected_after(collector, path, HUNG)
+    send(path, dataclasses.replace(HUNG, seq=2, stack=None))
+    wait_until(lambda: [s.report.seq for s in collector.ingest.table.view().ranks] == [2])
+    collection = collector.collect()
+    reg = registry_of(collection.families)
+    rank = {"job_id": "llama", "rank": "1"}
+    hangs: Any = collection.details["rank_hangs"]
+
+    assert 1 == reg.get_sample_value("trainmon_train_hang_suspected", rank)
+    assert 1 == reg.get_sample_value("trainmon_train_hang_location", {**rank, "location": "collective"})
+    assert 1 == reg.get_sample_value("trainmon_train_stack_info", {**rank, "signature": signature(STUCK_STACK)})
+    assert not [s for f in collection.families for s in f.samples if "/job/train.py" in str(s.labels)]
+    assert [list(STUCK_STACK)] == [h["stack"] for h in hangs]
+    assert {"default_pg": {"issued": 12, "completed": 11, "ranks": "0-1", "timeout_seconds": 120.0}} == \
+        hangs[0]["groups"]
+
+
+def test_a_rank_that_is_not_suspected_serves_0_and_no_stack_series() -> None:
+    slot = RankSlot(REPORT, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0,
+                    stack=STUCK_STACK)
+    reg = registry_of(rank_families([slot], now=0.0, clock=0.0))
+
+    assert 0 == reg.get_sample_value("trainmon_train_hang_suspected", {"job_id": "llama", "rank": "1"})
+    assert not [s for s in samples_of(rank_families([slot], now=0.0, clock=0.0))
+                if s[0] in ("trainmon_train_stack_info", "trainmon_train_hang_location")]
+
+
+@pytest.mark.parametrize("stack", [["x"] * 65, ["x" * 300], ["/a.py:1:f" * 25] * 20, [1, 2], "a.py:1:f", ["\x00"]],
+                         ids=["frames", "frame-length", "bytes", "not-strings", "not-a-list", "unprintable"])
+def test_a_garbage_or_oversized_stack_is_counted_and_dropped(collector: Collector, tmp_path: Path,
+                                                             stack: object) -> None:
+    path = tmp_path / "run" / "ingest.sock"
+    message = json.loads(wire.encode(HUNG))
+    message["stack"] = stack
+    collector.collect()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(json.dumps(message).encode(), str(path))
+
+    def rejected(collection: Collection) -> float:
+        reg = registry_of(collection.families)
+        return sum(reg.get_sample_value("trainmon_ingest_rejected_total", {"reason": r}) or 0
+                   for r in ("range", "schema"))
+
+    wait_until(lambda: rejected(collector.collect()) == 1)
+    reg = registry_of(collected_after(collector, path, dataclasses.replace(HUNG, seq=2, stack=None)).families)
+
+    assert 1 == reg.get_sample_value("trainmon_train_stack_info", {"job_id": "llama", "rank": "1",
+                                                                   "signature": "unknown"})
+
+
+def test_a_rank_whose_process_died_without_a_goodbye_is_gone_at_once_not_at_its_ttl(
+        collector: Collector, tmp_path: Path) -> None:
+    """SIGKILL: the kernel proved the sender's pid, and that pid is gone: `location="gone"` long before --rank-ttl."""
+    path = tmp_path / "run" / "ingest.sock"
+    collector.collect()
+    code = ("import os, socket, sys, time; from trainmon import wire; "
+            "r = wire.Report(job_id='llama', rank=0, pid=os.getpid(), start_time=time.time(), seq=1, steps=3); "
+            "socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(wire.encode(r), sys.argv[1]); "
+            "print('sent', flush=True); time.sleep(600)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"sent"
+        alive = wait_until(lambda: (c := collector.collect()).details["ranks"] and c)
+    finally:
+        child.kill()
+        child.communicate()
+    gone = registry_of(collector.collect().families)
+    rank = {"job_id": "llama", "rank": "0"}
+
+    assert 0 == registry_of(alive.families).get_sample_value(  # type: ignore[attr-defined]
+        "trainmon_train_hang_suspected", rank)
+    assert 1 == gone.get_sample_value("trainmon_train_hang_suspected", rank)
+    assert 1 == gone.get_sample_value("trainmon_train_hang_location", {**rank, "location": "gone"})

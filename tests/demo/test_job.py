@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import NodeResources
@@ -119,3 +120,29 @@ def test_the_loss_spike_incident_plays_blooms_spike_on_every_rank(tmp_path: Path
         ingest.close()
 
     assert set(seen.values()) == {(3, 1)}
+
+
+def test_past_the_hang_threshold_the_hung_rank_and_its_peers_report_their_stacks(tmp_path: Path) -> None:
+    """The `hang` incident shows as TrainmonJobHung would see it: every rank suspected, the hung rank's stack in
+    its model code, its peers' inside the all-reduce, so the class is host and the culprit rank 2."""
+    settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
+    ingest = build_ingest(settings)
+    collector = TrainingCollector(settings, NodeResources(ingest=ingest))
+    ingest.maintain()
+    job = start_simulated_job(settings, plan=Plan("hang", after=1.0), hang_threshold_s=1.0)
+
+    def hangs() -> dict[int, dict[str, Any]] | None:
+        rows: Any = collector.collect().details["rank_hangs"]
+        found = {r["rank"]: r for r in rows if r["job_id"] == f"{JOB_ID}-hang" and r["stack"]}
+        return found if len(found) == RANKS else None
+
+    try:
+        stuck: Any = wait_until(hangs, timeout=30)
+    finally:
+        job.stop()
+        ingest.close()
+
+    assert all(r["hang_suspected"] for r in stuck.values())
+    assert {HUNG_RANK: "other"} == {rank: r["stack_place"] for rank, r in stuck.items()
+                                     if r["stack_place"] != "collective"}
+    assert 2 == len({r["stack_signature"] for r in stuck.values()})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from trainmon.diagnose.analysis import Thresholds, diagnose
-from trainmon.diagnose.model import Hardware, MountSignals, Rank
+from trainmon.diagnose.analysis import Thresholds, diagnose, hang_culprit
+from trainmon.diagnose.model import Hardware, MountSignals, Rank, RankStack
 from trainmon.diagnose.report import render
 
 NODE_A, NODE_B = "a:9842", "b:9842"
@@ -332,3 +332,66 @@ def test_a_healthy_job_names_no_cause() -> None:
     result = diagnose("j", "1h", four({}, stages={0: 0, 1: 0, 2: 1, 3: 1}), [])
 
     assert ((), "straggler cause" in render(result)) == (result.findings, False)
+
+
+STACK = ("/job/data.py:9:next_batch", "/site/trainmon/torch/_monitor.py:266:_timed", "/job/train.py:40:main")
+
+
+def hung_job(where: dict[int, str], signatures: dict[int, str], issued: dict[int, float],
+             **per_rank: Mapping[str, object]) -> list[Rank]:
+    """Four ranks on two nodes, each suspected of a hang `where` it is stuck."""
+    return [rank(r, NODE_A if r < 2 else NODE_B, hung=where[r], signature=signatures.get(r, ""),
+                 issued={"default_pg": issued.get(r, 10.0)}, inflight=40.0, **per_rank.get(str(r), {}))
+            for r in range(4)]
+
+
+def test_a_hung_job_names_its_class_and_culprit_with_its_stack_group_and_timeout_left() -> None:
+    ranks = hung_job({0: "collective", 1: "collective", 2: "data", 3: "collective"}, {0: "a", 1: "a", 2: "b", 3: "a"},
+                     {2: 9.0}, **{str(r): {"timeout_left": 600.0 - 40 - r} for r in range(4)})
+    stacks = {2: RankStack(stack=STACK, group_ranks={"default_pg": "0-3"}, in_flight=())}
+
+    finding = next(f for f in diagnose("j", "1h", ranks, [], stacks=stacks).findings if f.cause == "hang")
+    out = finding.as_dict()
+
+    assert ("data", 2, NODE_B, "GPU-2") == (out["class"], out["rank"], out["instance"], out["uuid"])
+    assert list(STACK) == out["stack"]
+    assert [{"signature": "a", "ranks": [0, 1, 3]}, {"signature": "b", "ranks": [2]}] == out["stack_groups"]
+    assert [{"rank": 2, "instance": NODE_B, "uuid": "GPU-2"}] == out["outliers"]
+    assert ("default_pg", "0-3", 557.0) == (out["group"], out["group_ranks"], out["nccl_timeout_left_seconds"])
+    text = render(diagnose("j", "1h", ranks, [], stacks=stacks))
+    assert "class: data" in text and "stack of rank 2 (innermost first):\n     /job/data.py:9:next_batch" in text
+    assert "trainmonjobhung" in text
+    json.dumps(out, allow_nan=False)
+
+
+def test_each_class_and_culprit_as_the_alert_decides() -> None:
+    collective = dict.fromkeys(range(4), "collective")
+    cases = [
+        (hung_job({**collective, 1: "other"}, {0: "a", 1: "b", 2: "a", 3: "a"}, {1: 9.0}), ("host", 1)),
+        (hung_job(collective, {0: "a", 1: "b", 2: "a", 3: "a"}, {1: 9.0}), ("host", 1)),  # waits in another one
+        (hung_job(collective, {0: "a", 1: "a", 2: "a", 3: "c"}, {}), ("collective", 3)),
+        (hung_job({**collective, 0: "gone"}, {1: "a", 2: "a", 3: "a"}, {}), ("gone", 0)),
+        (hung_job(dict.fromkeys(range(4), "other"), {0: "a", 1: "a", 2: "b", 3: "a"}, {}), ("unknown", 2)),
+    ]
+
+    assert [expected for _, expected in cases] == [
+        (found[0], found[1].rank) for ranks, _ in cases if (found := hang_culprit(ranks)) is not None]
+
+
+def test_no_hang_while_one_rank_is_not_suspected_or_every_rank_is_gone() -> None:
+    collective = dict.fromkeys(range(4), "collective")
+    one_steps = [*hung_job(collective, {}, {})[:3], rank(3, NODE_B)]
+
+    assert hang_culprit(one_steps) is None
+    assert hang_culprit(hung_job(dict.fromkeys(range(4), "gone"), {}, {})) is None
+
+
+def test_the_flight_recorders_dump_is_named_where_the_job_runs_it() -> None:
+    env = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/shared/fr/rank_"}
+    ranks = hung_job({0: "collective", 1: "other", 2: "collective", 3: "collective"}, {}, {1: 9.0},
+                     **{"1": {"nccl_env": env}})
+
+    finding = next(f for f in diagnose("j", "1h", ranks, []).findings if f.cause == "hang")
+
+    assert f"/shared/fr/rank_1 on {NODE_A}" == finding.as_dict()["flight_recorder"]
+    assert "the culprit's stack was not available" in finding.detail

@@ -5,9 +5,11 @@ from __future__ import annotations
 import gzip
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
@@ -27,6 +29,7 @@ from tests.helpers.trees import (
     write_infiniband,
     write_nvme,
 )
+from trainmon import wire
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0"
 
@@ -229,3 +232,24 @@ def test_sighup_without_web_config_is_a_logged_no_op(tmp_path: Path, daemons) ->
     assert 200 == answer.status_code
     assert "no --web-config to re-read" in daemon.log()
     assert 0 == daemon.stop()
+
+
+def test_ranks_endpoint_serves_each_ranks_latest_stack_as_json(tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+    """The stack of a rank suspected of a hang, sent once, stays on /api/v1/ranks; /metrics has its signature."""
+    daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "training", "--interval", "0.2"]))
+    stack = ("/job/train.py:12:wait_for_batch", "/site/trainmon/torch/_monitor.py:266:_timed", "/job/train.py:40:main")
+    report = wire.Report(job_id="j", rank=3, pid=os.getpid(), start_time=time.time(), seq=1, steps=4,
+                         hang_suspected=1, stack=stack, group_ranks={"default_pg": "0-3"},
+                         group_seqs=(wire.GroupSeq("default_pg", 8, 8),))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(wire.encode(report), str(tmp_path / "ingest.sock"))
+
+    ranks: Any = wait_until(lambda: daemon.get("/api/v1/ranks").json()["ranks"])
+    metrics = daemon.get("/metrics").text
+
+    assert [(3, True, list(stack), "data")] == [(r["rank"], r["hang_suspected"], r["stack"], r["stack_place"])
+                                                for r in ranks]
+    assert {"issued": 8, "completed": 8, "ranks": "0-3", "timeout_seconds": None} == ranks[0]["groups"]["default_pg"]
+    assert f'trainmon_train_stack_info{{job_id="j",rank="3",signature="{ranks[0]["stack_signature"]}"}} 1.0' in metrics
+    assert "wait_for_batch" not in metrics
+    assert "stack" not in str(daemon.get("/api/v1/status").json())

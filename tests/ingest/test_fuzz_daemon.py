@@ -46,6 +46,9 @@ def values_of(kind: wire.Kind[Any]) -> st.SearchStrategy[Any]:
         shaped = st.floats(kind.lo, min(kind.hi, 1e12)) | NUMBER
     elif isinstance(kind, wire.Text):
         shaped = texts_of(kind)
+    elif isinstance(kind, wire.Frames):
+        shaped = st.lists(TEXT | st.text(min_size=wire.MAX_FRAME_TEXT - 2, max_size=wire.MAX_FRAME_TEXT + 2),
+                          max_size=wire.MAX_FRAMES + 2)
     elif isinstance(kind, wire.Buckets):
         shaped = st.lists(st.integers(0, 10) | NUMBER, min_size=14, max_size=14).map(sorted) | st.lists(NUMBER)
     elif isinstance(kind, wire.Map):

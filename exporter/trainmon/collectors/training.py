@@ -15,7 +15,7 @@ past `--max-training-series`, so the worst case is bounded whatever the hooks se
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 from prometheus_client.utils import floatToGoString
@@ -25,6 +25,7 @@ from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, ValueFamily, counter, gauge, histogram, info
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
+from trainmon.ingest.stacks import NO_STACK, place, signature
 from trainmon.settings import Settings
 from trainmon.wire import DRIVER_RANK, PARALLEL_KEYS, STEP_BUCKETS, Inflight, Report
 
@@ -115,11 +116,13 @@ class TrainingCollector:
         view = self._ingest.table.view()
         ranks = sorted(view.ranks, key=lambda s: (s.report.job_id, s.report.rank))
         return Collection(
-            families=(*rank_families(ranks, time.time(), view.taken_at), *ingest_families(view, self._ingest.rebinds)),
+            families=(*rank_families(ranks, time.time(), view.taken_at, view.dead),
+                      *ingest_families(view, self._ingest.rebinds)),
             found=(*(f"ingest listening on {e}" for e in self._ingest.endpoints()),
                    *(f"job {s.report.job_id} rank {s.report.rank}: {s.report.steps} steps"
                      f"{' (exited)' if s.exited_at is not None else ''}" for s in ranks)),
-            details={"ranks": [rank_details(s) for s in ranks]},
+            details={"ranks": [rank_details(s) for s in ranks],
+                     "rank_hangs": [rank_details(s) | hang_details(s) for s in ranks]},
         )
 
     def close(self) -> None:
@@ -134,12 +137,13 @@ def rank_series(r: Report) -> int:
             + 3 * len(r.collectives) + len(r.collectives_untimed) + len(r.group_sizes) + 2 * len(r.group_seqs)
             + len(r.inflight)
             + (1 if r.phase else 0) + len(r.phase_seconds) + len(r.nccl_env) + (1 if r.parallel else 0)
-            + len(r.hook_errors) + len(r.pg_timeouts))
+            + len(r.hook_errors) + len(r.pg_timeouts) + 1 + 2 * r.hang_suspected)
 
 
-def rank_families(ranks: Iterable[RankSlot], now: float, clock: float) -> list[Metric]:
+def rank_families(ranks: Iterable[RankSlot], now: float, clock: float,
+                  dead: Container[tuple[str, int]] = frozenset()) -> list[Metric]:
     """The per-rank families; `clock` (the rank table's monotonic clock) and `now` (Unix time, for a hook
-    that sends no ages) age the in-flight collectives (`inflight_age`).
+    that sends no ages) age the in-flight collectives (`inflight_age`); `dead` ranks' processes are gone.
 
     A framework driver's report (`DRIVER_RANK`) gives only its phase times and job gauges, so that
     the rules, which count and compare ranks, never see it as one.
@@ -168,6 +172,7 @@ def rank_families(ranks: Iterable[RankSlot], now: float, clock: float) -> list[M
     out.append(_step_histogram(reports))
     out.extend(_collective_families(reports))
     out.extend(_group_families(slots, now, clock))
+    out.extend(_hang_families(slots, dead))
     out.extend(_label_families(reports, drivers, running=[s.report for s in slots if s.exited_at is None]))
     out.extend(_job_gauge_families(drivers))
     return out
@@ -203,6 +208,41 @@ def rank_details(state: RankSlot) -> dict[str, object]:
     return {"job_id": r.job_id, "rank": r.rank, "pid": r.pid, "world_size": r.world_size, "uuid": r.uuid,
             "steps": r.steps, "last_step": r.last_step, "phase": r.phase, "last_report": state.received_wall,
             "exited": state.exited_at is not None}
+
+
+def hang_details(slot: RankSlot) -> dict[str, object]:
+    """What `/api/v1/ranks` adds for a rank: its hang state, its latest stack, its groups (never labels)."""
+    r, stack = slot.report, slot.stack
+    return {"hang_suspected": bool(r.hang_suspected) and slot.exited_at is None,
+            "stack": list(stack) if stack else None, "stack_signature": signature(stack) if stack else None,
+            "stack_place": place(stack) if stack else None, "stack_received": slot.stack_wall,
+            "groups": {g.group: {"issued": g.issued, "completed": g.completed, "ranks": r.group_ranks.get(g.group),
+                                 "timeout_seconds": r.pg_timeouts.get(g.group)} for g in r.group_seqs}}
+
+
+def _hang_families(slots: Iterable[RankSlot], dead: Container[tuple[str, int]]) -> list[Metric]:
+    """A rank whose process died without a goodbye, or said goodbye through an uncaught exception, is `gone`:
+    suspected, since the others will wait for it."""
+    suspected = gauge("train_hang_suspected", "1 while the rank's oldest collective or its step has not moved for "
+                      "longer than its hang threshold (the larger of the hook's floor and 5x its median step), "
+                      "outside declared phases, or while its process is gone; 0 otherwise.", RANK)
+    where = gauge("train_hang_location", "1 while the rank is suspected of a hang, `location` where its stack is: "
+                  "collective, data (loading), other (also while its stack has not arrived) or gone (its process "
+                  "died, or ended through an error).", (*RANK, "location"))
+    stacks = info("train_stack", "1 while the rank is suspected of a hang; `signature` is a short hash of its "
+                  "training thread's stack (unknown until it arrives), the stack itself on /api/v1/ranks.",
+                  (*RANK, "signature"))
+    for slot in slots:
+        r = slot.report
+        gone = (r.job_id, r.rank) in dead or (slot.exited_at is not None and r.exit_reason == "error")
+        hung = slot.exited_at is None and r.hang_suspected
+        suspected.add_metric(_key(r), 1 if hung or gone else 0)
+        if gone:
+            where.add_metric([*_key(r), "gone"], 1)
+        elif hung:
+            where.add_metric([*_key(r), place(slot.stack) if slot.stack else "other"], 1)
+            stacks.add_metric([*_key(r), signature(slot.stack) if slot.stack else NO_STACK], {})
+    return [suspected, where, stacks]
 
 
 def _step_histogram(reports: Iterable[Report]) -> Metric:

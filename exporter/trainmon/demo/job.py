@@ -21,6 +21,7 @@ pid, and all simulated ranks send from this process.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import random
@@ -33,6 +34,7 @@ from trainmon import wire
 from trainmon.demo.tree import Traffic
 from trainmon.settings import Settings
 from trainmon.simulation.incidents import HUNG_RANK, SLOW_LINK_FACTOR, SLOW_LINK_RANK, STRAGGLER_RANK, Plan
+from trainmon.torch._hang import DEFAULT_FLOOR_S
 from trainmon.torch._numerics import DEFAULT_MIN_HISTORY
 from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
 from trainmon.torch._state import Identity, RankState
@@ -56,6 +58,13 @@ READ_BYTES_PER_STEP = 16 << 20  # what a rank's data loader reads from NVMe per 
 # (12 x 32 layers x 4096 wide x 2048 tokens). 10240 tokens a second per H100 (989 TFLOP/s bf16) is 53% MFU.
 FLOPS_PER_TOKEN = 6 * 8.03e9 + 12 * 32 * 4096 * SEQUENCE_TOKENS
 GROUP = "default_pg"
+# The stacks the `hang` incident's ranks report once past the hook's hang threshold, innermost frame first: the
+# hung rank computes (it never reaches the all-reduce), its peers wait inside theirs.
+HUNG_STACK = ("/workspace/llama/model.py:211:apply_rotary", "/workspace/llama/model.py:388:forward",
+              "/workspace/train.py:142:train_step", "/workspace/train.py:201:main")
+WAITING_STACK = ("/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py:2810:all_reduce",
+                 "<trainmon wrapper of all_reduce>:14:all_reduce", "/workspace/train.py:151:train_step",
+                 "/workspace/train.py:201:main")
 PG_TIMEOUT_SECONDS = 600.0  # torch's default NCCL process-group timeout, as the hook reads it from the group
 GRADIENT_BYTES = 8_000_000_000
 DEMO_ENV = {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0",
@@ -70,8 +79,9 @@ def default_uuids() -> list[str]:
 class SimulatedRank:
     """One rank: its identity, its cumulative state, and a real `Reporter` that sends them."""
 
-    def __init__(self, identity: Identity, transport: Transport) -> None:
+    def __init__(self, identity: Identity, transport: Transport, hang_threshold_s: float = DEFAULT_FLOOR_S) -> None:
         self.identity = identity
+        self.hang_threshold_s = hang_threshold_s
         self.state = RankState()
         self.state.loss_scale = 65536.0
         self.state.cuda_alloc_retries = self.state.cuda_ooms = 0
@@ -79,18 +89,27 @@ class SimulatedRank:
         self.state.pg_timeouts[GROUP] = PG_TIMEOUT_SECONDS
         self.reporter = Reporter(self._encode, transport, TICK_SECONDS)
         self._seq = 0
+        self.hung_since: float | None = None  # monotonic time the rank stopped progressing (the hang incident)
+        self._stack_sent = False
 
     def _encode(self, kind: str) -> bytes:
         self._seq += 1
-        return wire.encode(self.state.report(self.identity, seq=self._seq, kind=kind))
+        report = self.state.report(self.identity, seq=self._seq, kind=kind)
+        if self.hung_since is not None and time.monotonic() - self.hung_since > self.hang_threshold_s:
+            stack = HUNG_STACK if self.identity.rank == HUNG_RANK else WAITING_STACK
+            report = dataclasses.replace(report, hang_suspected=1, stack=None if self._stack_sent else stack)
+            self._stack_sent = True  # once per episode, as the hook sends it
+        return wire.encode(report)
 
 
 class SimulatedJob:
     """Handle of a running simulated job; `stop()` says goodbye for every rank."""
 
     def __init__(self, connect: Callable[[], Transport], uuids: Sequence[str], plan: Plan | None = None,
-                 traffic: Callable[[Traffic], None] | None = None, seed: int = 0) -> None:
-        """`connect()` makes one rank's transport to the daemon."""
+                 traffic: Callable[[Traffic], None] | None = None, seed: int = 0,
+                 hang_threshold_s: float = DEFAULT_FLOOR_S) -> None:
+        """`connect()` makes one rank's transport to the daemon; past `hang_threshold_s` into the hang incident
+        the ranks report themselves suspected, with their stacks."""
         self._random = random.Random(seed)
         self._stop = threading.Event()
         self._plan = plan or Plan()
@@ -99,7 +118,8 @@ class SimulatedJob:
         self._hang_issued = False
         self._spike_step = 0  # steps into the planted loss spike
         self.job_id = JOB_ID if self._plan.incident is None else f"{JOB_ID}-{self._plan.incident}"
-        self.ranks = [SimulatedRank(self._identity(self.job_id, rank, uuids[rank % len(uuids)]), connect())
+        self.ranks = [SimulatedRank(self._identity(self.job_id, rank, uuids[rank % len(uuids)]), connect(),
+                                    hang_threshold_s)
                       for rank in range(RANKS)]
         self._thread = threading.Thread(target=self._run, name="trainmon-demo-job", daemon=True)
         self._thread.start()
@@ -178,6 +198,7 @@ class SimulatedJob:
         """Rank `HUNG_RANK` stops before its next collective; its peers issue theirs and wait in it for good."""
         self._hang_issued = True
         for sim in self.ranks:
+            sim.hung_since = time.monotonic()
             if sim.identity.rank != HUNG_RANK:
                 sim.state.issue(sim.state.sequences(GROUP), "all_reduce", time.perf_counter())
 
@@ -234,7 +255,8 @@ def collective(state: RankState, op: str, calls: int, nbytes: int, seconds: floa
 
 
 def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None, plan: Plan | None = None,
-                        traffic: Callable[[Traffic], None] | None = None) -> SimulatedJob:
+                        traffic: Callable[[Traffic], None] | None = None,
+                        hang_threshold_s: float = DEFAULT_FLOOR_S) -> SimulatedJob:
     """Start 8 simulated ranks reporting to the daemon configured by `settings`.
 
     Reports go to `settings.ingest_socket`, or to `settings.ingest_udp` when the socket is disabled.
@@ -249,4 +271,4 @@ def start_simulated_job(settings: Settings, uuids: Sequence[str] | None = None, 
         connect = partial(UdpTransport, str(settings.ingest_udp))
     else:
         raise ValueError("the demo job needs --ingest-socket or --ingest-udp")
-    return SimulatedJob(connect, uuids or default_uuids(), plan, traffic)
+    return SimulatedJob(connect, uuids or default_uuids(), plan, traffic, hang_threshold_s=hang_threshold_s)

@@ -17,8 +17,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from trainmon.diagnose.analysis import Thresholds, diagnose
-from trainmon.diagnose.collect import Collector
+from trainmon.diagnose.analysis import Thresholds, diagnose, hang_culprit
+from trainmon.diagnose.collect import Collector, daemon_stacks
 from trainmon.diagnose.jobs import list_jobs, render_jobs
 from trainmon.diagnose.prometheus import PrometheusClient, PrometheusUnreadable, deadline
 from trainmon.diagnose.report import render, strict_json
@@ -112,7 +112,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if skipped:
         print(one_line(f"trainmon diagnose: {skipped}"), file=sys.stderr)
-    result = diagnose(args.job, args.since, ranks, hardware, Thresholds(), mounts)
+    hung = hang_culprit(ranks)
+    stacks = daemon_stacks(hung[1].instance, args.job, min(args.timeout, 10.0)) if hung else {}
+    result = diagnose(args.job, args.since, ranks, hardware, Thresholds(), mounts, stacks)
     print(strict_json(result) if args.json else render(result))
     return 1 if result.findings else 0
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from trainmon.diagnose.model import Diagnosis, Finding, Hardware, MountSignals, Rank
+from trainmon.diagnose.model import Diagnosis, Finding, Hang, Hardware, MountSignals, Rank, RankStack
 
 # Which hardware signals bear on which cause (a storage slowdown shows as data wait, a fabric one as
 # communication wait: they are told apart by their own counters and signals).
@@ -27,6 +28,9 @@ GPU_SIGNALS = frozenset({"throttle", "power_cap", "clocks", "pcie_link", "xid", 
 SDC_CHECK = "dcgmi diag -r 3"
 # Found however little time they cost so far: each is a reason to act now.
 ALWAYS_REPORTED = frozenset({"stall", "hang", "slow_rank", "instability", "silent_data_corruption"})
+# The classes of a hung job, strongest evidence first, as TrainmonJobHung weighs them (prometheus/rulegen/hang.py).
+HANG_WEIGHTS = {"gone": 4000, "data": 3000, "host": 2000, "collective": 1000, "unknown": 0}
+FLIGHT_RECORDER_DEFAULT = "/tmp/nccl_trace_rank_"  # torch's TORCH_NCCL_DEBUG_INFO_TEMP_FILE default
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +48,9 @@ class Thresholds:
 
 
 def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[Hardware],
-             thresholds: Thresholds = Thresholds(), mounts: Sequence[MountSignals] = ()) -> Diagnosis:
+             thresholds: Thresholds = Thresholds(), mounts: Sequence[MountSignals] = (),
+             stacks: Mapping[int, RankStack] | None = None) -> Diagnosis:
+    """`stacks`: what the daemons serve for the ranks of a hung job (the culprit's at least), by rank."""
     total = sum(r.seconds for r in ranks)
     if total <= 0:
         return Diagnosis(job_id=job_id, since=since, findings=(), mfu=None, goodput=None, ranks=len(ranks),
@@ -53,7 +59,8 @@ def diagnose(job_id: str, since: str, ranks: Sequence[Rank], hardware: Sequence[
     stragglers = _stragglers(ranks, total, thresholds, signals)
     slow_ranks = _slow_ranks(ranks, total, thresholds, signals, {f.rank for f in stragglers})
     findings = [*(_with_cause(f, ranks, thresholds) for f in (*stragglers, *slow_ranks)), *_phases(ranks, total),
-                *_stalls(ranks, total, thresholds, signals), *_hangs(ranks, total, thresholds, signals),
+                *_stalls(ranks, total, thresholds, signals),
+                *(_job_hang(ranks, total, signals, stacks or {}) or _hangs(ranks, total, thresholds, signals)),
                 *_spikes(ranks, signals)]
     data_bound = _data_bound_nodes(ranks, total, thresholds, signals)
     # Peers waiting for a straggler, or for the ranks of a node that waits for data, is their cost, not the network's.
@@ -329,6 +336,73 @@ def _hangs(ranks: Sequence[Rank], total: float, t: Thresholds, signals: _Signals
                     instance=oldest.instance,
                     detail=f"{len(stuck)} rank(s) inside a collective for up to {oldest.inflight:.0f} s",
                     hardware=signals.on_node("hang", oldest.instance))]
+
+
+def hang_culprit(ranks: Sequence[Rank]) -> tuple[str, Rank] | None:
+    """The class of a hung job and the rank that holds it, as TrainmonJobHung decides: every rank suspected and one
+    still alive; each rank's strongest class, and within it the rank whose stack the fewest share. None otherwise."""
+    if not ranks or any(r.hung is None for r in ranks) or all(r.hung == "gone" for r in ranks):
+        return None
+    peers = Counter(r.signature for r in ranks if r.signature)
+    most: dict[str, float] = {}
+    for r in ranks:
+        for group, issued in r.issued.items():
+            most[group] = max(most.get(group, 0.0), issued)
+
+    def class_of(r: Rank) -> str:
+        if r.hung in ("gone", "data"):
+            return r.hung
+        if any(issued < most[group] for group, issued in r.issued.items()):
+            return "host"
+        return "collective" if r.hung == "collective" else "unknown"
+
+    _, _, hang_class, culprit = max((HANG_WEIGHTS[c] - peers.get(r.signature, 0), -r.rank, c, r)
+                                    for r in ranks if (c := class_of(r)))
+    return hang_class, culprit
+
+
+def _job_hang(ranks: Sequence[Rank], total: float, signals: _Signals,
+              stacks: Mapping[int, RankStack]) -> list[Finding]:
+    """Every rank stuck: the class, the culprit with its stack and group, the ranks grouped by stack."""
+    found = hang_culprit(ranks)
+    if found is None:
+        return []
+    hang_class, c = found
+    by_stack: dict[str, list[int]] = {}
+    for r in sorted(ranks, key=lambda r: r.rank):
+        by_stack.setdefault(r.signature or f"({r.hung})", []).append(r.rank)
+    groups = sorted(by_stack.items(), key=lambda item: (-len(item[1]), item[1][0]))
+    healthy = set(groups[0][1]) if len(groups) > 1 else set()
+    outliers = tuple((r.rank, r.instance, r.uuid) for r in ranks if healthy and r.rank not in healthy)
+    mine = stacks.get(c.rank, RankStack())
+    behind = sorted(g for g, n in c.issued.items() if any(o.issued.get(g, 0.0) > n for o in ranks))
+    group = next(iter(behind or sorted(mine.in_flight) or sorted(c.issued)), None)
+    timeout_left = min((r.timeout_left for r in ranks if r.timeout_left is not None), default=None)
+    dump = _flight_recorder(c)
+    stuck = sum(min(max(r.inflight, r.since_last_step or 0.0), r.seconds) for r in ranks)
+    detail = (f"every rank is stuck ({hang_class}): rank {c.rank} on {c.instance} holds the job"
+              + (f", in group {group}" + (f" (ranks {mine.group_ranks[group]})" if group in mine.group_ranks else "")
+                 if group else "")
+              + f"; {len(groups)} distinct stack(s)"
+              + (f", outlier rank(s) {', '.join(str(o[0]) for o in outliers)}" if outliers else "")
+              + (f"; NCCL's watchdog ends the job in {timeout_left:.0f} s" if timeout_left is not None else "")
+              + ("" if mine.stack else "; the culprit's stack was not available from its daemon"))
+    suggestion = f"read the flight recorder's dump {dump}" if dump else ""
+    return [Finding(cause="hang", share=stuck / total, rank=c.rank, instance=c.instance, uuid=c.uuid or None,
+                    ranks=tuple(r.rank for r in ranks), detail=detail, suggestion=suggestion,
+                    hardware=signals.on_node("hang", c.instance),
+                    hang=Hang(hang_class=hang_class, stack=mine.stack, stack_groups=tuple(
+                        (s, tuple(r)) for s, r in groups), outliers=outliers, group=group,
+                        group_ranks=mine.group_ranks.get(group) if group else None, timeout_left=timeout_left,
+                        flight_recorder=dump))]
+
+
+def _flight_recorder(r: Rank) -> str | None:
+    """Where the culprit's NCCL flight recorder dumps (written when the watchdog fires), when the job runs it."""
+    if r.nccl_env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0").strip() in ("", "0"):
+        return None
+    prefix = r.nccl_env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or FLIGHT_RECORDER_DEFAULT
+    return f"{prefix}{r.rank} on {r.instance}"
 
 
 def _mfu(ranks: Sequence[Rank]) -> tuple[float | None, str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import urllib.request
 from collections.abc import Callable
 
-from trainmon.diagnose.model import Hardware, MountSignals, Rank
+from trainmon.diagnose.model import Hardware, MountSignals, Rank, RankStack
 from trainmon.diagnose.prometheus import PrometheusClient, Sample
 
 BY_RANK = "instance, rank"
@@ -28,6 +30,8 @@ RANK_COUNTERS = {
     "grad_norm_spikes": "trainmon_train_grad_norm_spikes_total",
     "loss_spikes": "trainmon_train_loss_spikes_total",
 }
+FLIGHT_RECORDER_ENV = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+MAX_RANKS_BYTES = 16 << 20  # /api/v1/ranks of a node: at most a few thousand ranks of 4 KiB stacks
 RANK = re.compile(r"[0-9]{1,9}")  # a rank label that is not one (`abc`, `1e400`, `-1`, huge) is skipped, and said
 # Throttle reasons: a slowdown (thermal, hardware) or the power cap.
 SLOWDOWN = 'reason=~".*slowdown"'
@@ -100,6 +104,15 @@ class Collector:
         inflight = self._by_rank(f"max by ({BY_RANK}) (trainmon_nccl_inflight_oldest_seconds{sel})")
         spike_steps = self._spike_steps(sel)
         peaks = self._peaks({instance for instance, _ in seen})
+        hung = self._labels(f"max by ({BY_RANK}, location) (trainmon_train_hang_location{sel})", "location")
+        signatures = self._labels(f"max by ({BY_RANK}, signature) (trainmon_train_stack_info{sel})", "signature")
+        issued = self._by_rank_and(f'max by ({BY_RANK}, group) (trainmon_nccl_issued_total{{job_id={quote(job_id)}, '
+                                   f'group!="other"}})', "group")
+        timeout_left = self._by_rank(
+            f"min by ({BY_RANK}) (trainmon_train_pg_timeout_seconds{sel} - on (instance, job_id, rank, group) "
+            f"max by (instance, job_id, rank, group) (trainmon_nccl_inflight_oldest_seconds{sel}))")
+        env = self._by_rank_and(f'max by ({BY_RANK}, name, value) (trainmon_train_nccl_env_info{{job_id='
+                                f'{quote(job_id)}, name=~"{"|".join(FLIGHT_RECORDER_ENV)}"}})', "name", "value")
         out = []
         for key, uuid in sorted(seen.items()):
             start = started.get(key)
@@ -114,8 +127,27 @@ class Collector:
                 peak_flops=peaks.get((key[0], uuid)), live=key in live, in_phase=key in in_phase,
                 since_last_step=self._now - last_step[key] if key in last_step else None,
                 inflight=inflight.get(key, 0.0), grad_norm_spikes=counters["grad_norm_spikes"].get(key, 0.0),
-                loss_spikes=counters["loss_spikes"].get(key, 0.0), spike_steps=spike_steps.get(key)))
+                loss_spikes=counters["loss_spikes"].get(key, 0.0), spike_steps=spike_steps.get(key),
+                hung=hung.get(key), signature=signatures.get(key, ""),
+                issued={group: n for group, n in issued.get(key, {}).items() if isinstance(n, float)},
+                timeout_left=timeout_left.get(key),
+                nccl_env={name: value for name, value in env.get(key, {}).items() if isinstance(value, str)}))
         return out
+
+    def _labels(self, query: str, label: str) -> dict[tuple[str, int], str]:
+        """Each rank's value of `label` (one per rank: the last one answered wins)."""
+        return {key: s.labels.get(label, "") for s in self._client.vector(query, self._now)
+                if (key := self._rank_key(s)) is not None}
+
+    def _by_rank_and(self, query: str, label: str, value_label: str = "") -> dict[tuple[str, int], dict[str, object]]:
+        """Each rank's samples keyed by `label`: their value, or their `value_label` when given."""
+        found: dict[tuple[str, int], dict[str, object]] = {}
+        for s in self._client.vector(query, self._now):
+            key = self._rank_key(s)
+            if key is not None and math.isfinite(s.value):
+                found.setdefault(key, {})[s.labels.get(label, "")] = (
+                    s.labels.get(value_label, "") if value_label else s.value)
+        return found
 
     def _spike_steps(self, sel: str) -> dict[tuple[str, int], tuple[float, float]]:
         """Each rank's step counter at the first and the last evaluation (every 15 s, or a tenth of a short window)
@@ -186,6 +218,29 @@ class Collector:
             found += [Hardware(signal=signal, instance=s.labels.get("instance", ""), device=device(s))
                       for s in self._client.vector(query, self._now)]
         return sorted(set(found), key=lambda h: (h.instance, h.signal, h.device))
+
+
+def daemon_stacks(instance: str, job_id: str, timeout: float) -> dict[int, RankStack]:
+    """What the daemon at `instance` (as Prometheus scrapes it, host:port, plain HTTP) serves on /api/v1/ranks for
+    the job's ranks; empty when it cannot be read (another scheme, authentication, a firewall): said by the caller."""
+    try:
+        with urllib.request.urlopen(f"http://{instance}/api/v1/ranks", timeout=timeout) as answer:
+            found = json.loads(answer.read(MAX_RANKS_BYTES + 1)[:MAX_RANKS_BYTES])["ranks"]
+        return {int(r["rank"]): rank_stack(r) for r in found if r.get("job_id") == job_id}
+    except Exception:  # whatever a node answers or fails with, the diagnosis goes on without its stacks
+        return {}
+
+
+def rank_stack(entry: dict[str, object]) -> RankStack:
+    """One /api/v1/ranks entry: its stack and its groups."""
+    stack, groups = entry.get("stack"), entry.get("groups")
+    groups = groups if isinstance(groups, dict) else {}
+    return RankStack(
+        stack=tuple(str(f) for f in stack) if isinstance(stack, list) else None,
+        group_ranks={str(g): str(v["ranks"]) for g, v in groups.items() if isinstance(v, dict) and v.get("ranks")},
+        in_flight=tuple(str(g) for g, v in groups.items()
+                        if isinstance(v, dict) and isinstance(v.get("issued"), int)
+                        and isinstance(v.get("completed"), int) and v["issued"] > v["completed"]))
 
 
 def nvme_latency(on: str, window: str) -> str:

@@ -13,7 +13,7 @@ RUNBOOK = f"{DOCS_BASE}/runbook.md"
 RUNBOOK_ANCHORS = {
     "communication": "trainmoncommunicationbound", "data_loading": "trainmondataloaderbound",
     "phase": "time-in-phases", "stall": "trainmontrainingstalled", "straggler": "trainmonstragglerrank",
-    "hang": "trainmoncollectivehang", "storage": "trainmonstorageslow", "mfu": "mfu", "goodput": "goodput",
+    "hang": "trainmonjobhung", "storage": "trainmonstorageslow", "mfu": "mfu", "goodput": "goodput",
     "slow_rank": "trainmonslowrank", "instability": "trainmonlossspike",
     "silent_data_corruption": "trainmongradnormspike",
 }
@@ -57,6 +57,11 @@ class Rank:
     grad_norm_spikes: float = 0.0  # spikes the hook counted in the window (SPEC §5)
     loss_spikes: float = 0.0
     spike_steps: tuple[float, float] | None = None  # its step counter at the first and last scrape that saw one
+    hung: str | None = None  # where it is stuck while suspected of a hang (`trainmon_train_hang_location`)
+    signature: str = ""  # its stack's signature while suspected
+    issued: dict[str, float] = field(default_factory=dict)  # group -> collectives issued on it
+    timeout_left: float | None = None  # the least of its groups' timeout less its oldest collective's age there
+    nccl_env: dict[str, str] = field(default_factory=dict)  # the flight recorder's variables, where set
 
     @property
     def compute(self) -> float:
@@ -102,6 +107,39 @@ def _rose(now: float | None, before: float | None, factor: float) -> bool:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RankStack:
+    """What a rank's daemon serves on /api/v1/ranks for a hang: its latest stack and its process groups."""
+
+    stack: tuple[str, ...] | None = None
+    group_ranks: dict[str, str] = field(default_factory=dict)  # group -> its global ranks
+    in_flight: tuple[str, ...] = ()  # groups where it has issued more than it completed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hang:
+    """What a `hang` finding adds: the class, the culprit's stack and group, the ranks grouped by stack."""
+
+    hang_class: str
+    stack: tuple[str, ...] | None = None  # the culprit's, innermost frame first (None: its daemon did not say)
+    stack_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (signature, ranks), largest group first
+    outliers: tuple[tuple[int, str, str], ...] = ()  # (rank, instance, uuid) outside the largest stack group
+    group: str | None = None  # the culprit's process group where it lags or waits
+    group_ranks: str | None = None  # that group's global ranks, `0-7` or `0-56:8`
+    timeout_left: float | None = None  # seconds before NCCL's watchdog ends the job
+    flight_recorder: str | None = None  # the culprit's dump path when the flight recorder is on
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"class": self.hang_class, "stack": list(self.stack) if self.stack else None,
+                                  "stack_groups": [{"signature": s, "ranks": list(r)} for s, r in self.stack_groups],
+                                  "outliers": [{"rank": r, "instance": i, "uuid": u} for r, i, u in self.outliers]}
+        for key, value in (("group", self.group), ("group_ranks", self.group_ranks),
+                           ("nccl_timeout_left_seconds", self.timeout_left), ("flight_recorder", self.flight_recorder)):
+            if value is not None:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
     cause: str
     share: float
@@ -119,6 +157,7 @@ class Finding:
     suggestion: str = ""
     straggler_cause: str | None = None  # a slow rank's: hardware, data_imbalance, pipeline_stage, unknown
     recoverable_share: float | None = None  # of the job's step time, without its slowest rank
+    hang: Hang | None = None
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"cause": self.cause, "share": round(self.share, 4)}
@@ -141,6 +180,8 @@ class Finding:
         if self.straggler_cause is not None:
             out["straggler_cause"] = self.straggler_cause
             out["recoverable_share"] = _ratio(self.recoverable_share)
+        if self.hang is not None:
+            out.update(self.hang.as_dict())
         return out
 
 

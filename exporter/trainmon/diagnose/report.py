@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from trainmon.diagnose.model import Diagnosis, Finding, runbook_url
+from trainmon.diagnose.model import Diagnosis, Finding, Hang, runbook_url
 
 
 def strict_json(d: Diagnosis) -> str:
@@ -31,6 +31,17 @@ def _where(f: Finding) -> str:
     return " ".join(p for p in parts if p)
 
 
+def _hang_lines(culprit: int | None, hang: Hang) -> list[str]:
+    lines = [f"   class: {hang.hang_class}"]
+    lines += [f"   ranks {', '.join(map(str, ranks))}: stack {signature}" for signature, ranks in hang.stack_groups]
+    lines += [f"   outlier: rank {rank} on {instance}" + (f" GPU {uuid}" if uuid else "")
+              for rank, instance, uuid in hang.outliers]
+    if hang.stack:
+        lines.append(f"   stack of rank {culprit} (innermost first):")
+        lines.extend(f"     {frame}" for frame in hang.stack)
+    return lines
+
+
 def render(d: Diagnosis) -> str:
     lines = [f"trainmon diagnose: job {d.job_id}, last {d.since}: {d.ranks} rank(s), "
              f"{d.rank_seconds:.0f} rank-seconds"]
@@ -46,6 +57,8 @@ def render(d: Diagnosis) -> str:
                          "job's step time")
         if f.suggestion:
             lines.append(f"   next: {f.suggestion}")
+        if f.hang is not None:
+            lines.extend(_hang_lines(f.rank, f.hang))
         for h in f.hardware:
             lines.append(f"   hardware on {h.instance}: {h.signal} {h.device}")
         if f.elsewhere:

@@ -1,4 +1,4 @@
-"""FastAPI application: /, /metrics, /healthz, /readyz, /api/v1/status (SPEC §3), /api/v1/xid-catalog."""
+"""FastAPI application: /, /metrics, /healthz, /readyz, /api/v1/status (SPEC §3), /api/v1/ranks, /api/v1/xid-catalog."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
                 f"<h1>trainmon {html.escape(__version__)}</h1>{banner}"
                 "<p>GPU-cluster training monitor.</p><ul>"
                 '<li><a href="/metrics">/metrics</a></li><li><a href="/api/v1/status">/api/v1/status</a></li>'
+                '<li><a href="/api/v1/ranks">/api/v1/ranks</a></li>'
                 '<li><a href="/api/v1/xid-catalog">/api/v1/xid-catalog</a></li>'
                 '<li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li>'
                 "</ul></body></html>")
@@ -69,12 +70,25 @@ def create_app(store: SnapshotStore, *, simulated: bool = False) -> FastAPI:
         snapshot = store.latest()
         body: dict[str, object] = {"version": __version__, "simulated": simulated, "ready": snapshot is not None}
         if snapshot is not None:
-            collectors = [asdict(s) | {"ok": s.ok} for s in snapshot.statuses]
+            # the stacks are /api/v1/ranks' (up to 4 KiB a rank): not in every status
+            collectors = [asdict(s) | {"ok": s.ok, "details": {k: v for k, v in s.details.items() if k != "rank_hangs"}}
+                          for s in snapshot.statuses]
             body["taken_at"] = snapshot.taken_at
             body["collectors"] = collectors
             for s in snapshot.statuses:
                 body.update({k: v for k, v in s.details.items() if k in {"gpus", "ranks"}})
         return JSONResponse(body)
+
+    @app.get("/api/v1/ranks")
+    async def ranks() -> JSONResponse:
+        """The live and exited ranks with their hang state, latest stack and process groups."""
+        snapshot = store.latest()
+        found: list[object] = []
+        for s in snapshot.statuses if snapshot is not None else ():
+            hangs = s.details.get("rank_hangs")
+            if isinstance(hangs, list):
+                found.extend(hangs)
+        return JSONResponse({"ready": snapshot is not None, "ranks": found})
 
     catalog = xid_catalog()
 

@@ -108,6 +108,9 @@ class RankSlot:
     owner_uid: int | None = None  # the sender's uid where the kernel gave no pid (another pid namespace)
     peaks: tuple[Peak, ...] = ()  # this incarnation's maxima of the last PEAK_HOLD seconds, oldest first
     exited_at: float | None = None  # the table's clock when the rank said goodbye; None while it lives
+    # The latest stack the rank sent (once per hang episode) and when it came (Unix time): kept while the rank is.
+    stack: tuple[str, ...] | None = None
+    stack_wall: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +125,9 @@ class TableView:
     exits: Mapping[tuple[str, str], int]  # (job_id, "clean" | "error" | "lost") -> count
     series: int  # training series of the ranks held, live and exited
     taken_at: float  # the table's clock when it was copied
+    # Ranks not exited whose sender, proved by the kernel, is no longer alive (SIGKILL, OOM kill): gone before
+    # their TTL says so.
+    dead: frozenset[RankKey] = frozenset()
 
     @property
     def running(self) -> tuple[RankSlot, ...]:
@@ -241,6 +247,8 @@ class RankTable:
                 exits=self._exits.counts(),
                 series=self._series,
                 taken_at=now,
+                dead=frozenset(k for k, s in self._ranks.items()
+                               if s.exited_at is None and s.verified and not self._procfs.alive(s.process)),
             )
 
     def _apply(self, report: Report, sender_pid: int | None, sender_uid: int | None) -> None:
@@ -284,7 +292,10 @@ class RankTable:
             owner_uid = sender_uid if sender_pid == 0 else None  # no pid proof: the uid is the owner
             same = old is not None and old.report.incarnation == report.incarnation
             report, peaks = held_peaks(report, old.peaks if old is not None and same else (), now)
-            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid, peaks)
+            stack, stack_wall = ((report.stack, time.time()) if report.stack else
+                                 (old.stack, old.stack_wall) if old is not None and same else (None, None))
+            self._ranks[key] = RankSlot(report, now, time.time(), process, verified, series, owner_uid, peaks,
+                                        stack=stack, stack_wall=stack_wall)
             self._series += series - held
             if not same:
                 self._events.arrived(report.job_id, report.rank, report.pid, report.world_size)

@@ -59,7 +59,7 @@ import linecache
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -81,6 +81,7 @@ from trainmon.torch._state import (
     RankState,
 )
 from trainmon.torch._timing import DeviceSpans, capturing
+from trainmon.wire import MAX_TEXT, OTHER_GROUP
 
 if TYPE_CHECKING:  # torch.distributed imports it without re-exporting it
     from torch._C._distributed_c10d import GradBucket
@@ -286,6 +287,21 @@ def group_label(pg: Any) -> str:
     if desc == "default_pg" or not name:
         return desc or "unnamed"
     return f"{desc if desc and desc != 'undefined' else 'group'}:{name}"
+
+
+def rank_ranges(ranks: Iterable[int]) -> str | None:
+    """Global ranks in short form: `0-3,8-11` (runs), `0-56:8` (one stride); None past MAX_TEXT characters."""
+    found = sorted(set(ranks))
+    if len(found) > 2 and (step := found[1] - found[0]) > 1 and found == list(range(found[0], found[-1] + 1, step)):
+        return f"{found[0]}-{found[-1]}:{step}"
+    runs: list[list[int]] = []
+    for rank in found:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return text if 0 < len(text) <= MAX_TEXT else None
 
 
 def pg_timeout(pg: Any) -> float | None:
@@ -644,6 +660,9 @@ class CollectiveRecorder:
     def _found(self, pg: Any, label: str) -> None:
         """A group seen for the first time: its timeout (the hang alerts page at half of it, before NCCL's
         watchdog kills the job) and, where the user opted in, the backend's timing of its collectives."""
+        ranks = rank_ranges(dist.get_process_group_ranks(pg)) if label != OTHER_GROUP else None
+        if ranks is not None:
+            self.state.group_ranks[label] = ranks
         timeout = pg_timeout(pg)
         if timeout is not None:
             known = self.state.pg_timeouts.get(label)

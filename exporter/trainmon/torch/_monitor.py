@@ -6,7 +6,8 @@ switches itself off), never blocks on the daemon, and never adds a device synchr
 Threads: every CUDA call (events, `Work.is_completed`, `torch.cuda.memory_stats`) is made on the training
 thread, at step boundaries, in `wait()` and in `report()`; the reporter thread only copies the values
 and sends them (`_snapshot`), so it cannot break a CUDA graph capture, and it keeps sending through a
-hang, with the last values and in-flight ages from CPU clocks. One monitor per process: the collectives'
+hang, with the last values and in-flight ages from CPU clocks, and past the hang threshold the training
+thread's Python stack (`_hang`). One monitor per process: the collectives'
 patches are process-wide.
 """
 
@@ -34,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from trainmon import wire
 from trainmon.flops import FlopsRate
 from trainmon.torch._collectives import CollectiveRecorder
+from trainmon.torch._hang import HangWatch, floor_from
 from trainmon.torch._identity import int_env, kubernetes_pod, launch_layout, nccl_env, resolve_job_id
 from trainmon.torch._numerics import DEFAULT_MIN_HISTORY, DEFAULT_WINDOW, SpikeCounter, SpikeRules
 from trainmon.torch._scaler import HostCopies, Patches, watch_deepspeed, watch_grad_scaler, watch_megatron
@@ -74,10 +76,14 @@ class TrainingMonitor:
         grad_norm_spike_factor: a grad norm above this x their median counts in
             `trainmon_train_grad_norm_spikes_total` (10).
         spike_window: the steps both rolling statistics cover (100).
+        hang_threshold_s: the floor of the hang threshold (default `TRAINMON_HANG_THRESHOLD_S`, else 30): past
+            the larger of it and 5x the median step, a rank whose collective or step has not moved is reported
+            as `trainmon_train_hang_suspected`, with its training thread's stack once per episode.
 
     Raises:
         ValueError: more than one FLOPs keyword, or a negative or non-finite one; a spike factor not above 1
-            or a window outside 1..10000; a pipeline stage that is not a non-negative integer.
+            or a window outside 1..10000; a pipeline stage that is not a non-negative integer; a hang threshold
+            that is not a positive number.
         RuntimeError: another monitor is live in this process (its patches see every collective of the
             process, so a second would count nothing): use that one, or `close()` it first.
     """
@@ -96,6 +102,7 @@ class TrainingMonitor:
         loss_spike_factor: float = 2.0,
         grad_norm_spike_factor: float = 10.0,
         spike_window: int = DEFAULT_WINDOW,
+        hang_threshold_s: float | None = None,
     ) -> None:
         spike_rules = SpikeRules(loss_spike_factor, grad_norm_spike_factor, spike_window,
                                  min(DEFAULT_MIN_HISTORY, spike_window))
@@ -104,6 +111,7 @@ class TrainingMonitor:
             raise ValueError(f"pipeline_stage must be a non-negative integer, not {pipeline_stage!r}")
         self._pipeline_stage = pipeline_stage
         self._env = os.environ if env is None else env
+        self._hang = HangWatch(floor_from(hang_threshold_s, self._env))
         self.enabled = self._env.get("TRAINMON_DISABLE", "").lower() not in {"1", "true", "yes"}
         if self.enabled:
             _claim_process(self)
@@ -207,6 +215,7 @@ class TrainingMonitor:
             if not self._stepped:
                 self._stepped = True
                 self.state.first_step = time.time()
+                self._hang.thread = threading.get_ident()
                 self._refresh_identity()
                 self._start_reporting()
             on_gpu = torch.cuda.is_initialized()
@@ -322,10 +331,12 @@ class TrainingMonitor:
         """The reporter thread's datagram: no CUDA call here (`_snapshot`); the next step end reads the
         allocator's counters for the report after."""
         self._memory_due = True
-        report = self._snapshot(kind)
+        report = self._hang.mark(self._snapshot(kind), self.state.progress_at)
         data = wire.encode(report)
         if len(data) > wire.MAX_DATAGRAM:  # long NCCL values and group names: keep the numbers
             data = wire.encode(dataclasses.replace(report, nccl_env={}))
+        if len(data) > wire.MAX_DATAGRAM:  # and then the stack
+            data = wire.encode(dataclasses.replace(report, nccl_env={}, stack=None))
         return data
 
     def _hook_errors(self) -> dict[str, int]:

@@ -87,8 +87,9 @@ class Identity:
     parallel: dict[str, int] = field(default_factory=dict)
 
 
-# The wire fields a report takes from the sender (the rest come from `Identity` and `RankState`).
-MESSAGE_FIELDS = frozenset({"kind", "pid", "seq", "sent_at"})
+# The wire fields a report takes from the sender, and those the reporter thread marks on it (`_hang.HangWatch`);
+# the rest come from `Identity` and `RankState`.
+MESSAGE_FIELDS = frozenset({"kind", "pid", "seq", "sent_at", "hang_suspected", "stack"})
 IDENTITY_FIELDS = frozenset(f.name for f in fields(Identity)) - MESSAGE_FIELDS
 STATE_FIELDS = tuple(f.attr for f in FIELDS if f.attr not in MESSAGE_FIELDS | IDENTITY_FIELDS)
 
@@ -158,6 +159,7 @@ class RankState:
         self.inflight_age: dict[str, float] = {}
         self.pg_timeouts: dict[str, float] = {}  # group label -> timeout seconds, set as groups are found
         self.collectives_captured = 0  # set by the monitor before each report
+        self.group_ranks: dict[str, str] = {}  # group label -> its global ranks (`rank_ranges`)
 
     @property
     def phase(self) -> str | None:
@@ -171,6 +173,14 @@ class RankState:
         if self._phase is not None:
             self.add_phase_time(self._phase, now - self._phase_since)
         self._phase, self._phase_since = name, now
+
+    @property
+    def progress_at(self) -> float | None:
+        """Unix time of the rank's last progress: its last step, or entering or leaving a phase after it;
+        None before its first step."""
+        if self.last_step is None:
+            return None
+        return max(self.last_step, self._phase_since + WALL_MINUS_PERF_COUNTER)
 
     def add_phase_time(self, name: str, seconds: float) -> None:
         """Time spent in a phase, as a framework timed it (also what leaving a phase adds)."""

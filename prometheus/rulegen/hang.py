@@ -1,0 +1,142 @@
+"""A hung job in one series: what kind of hang, and which rank holds it (`TrainmonJobHung`).
+
+The hook says when each rank has not moved past its own threshold (`trainmon_train_hang_suspected`:
+the larger of 30 s and 5x its median step, outside declared phases), where its stack is stuck
+(`trainmon_train_hang_location`) and a signature of that stack (`trainmon_train_stack_info`); the
+daemon marks a rank whose process died as `gone`. These rules join the ranks of a job across nodes.
+
+Every rank that could hold the job is a candidate for one class, scored so that the strongest
+evidence wins and, within a class, the rank whose stack the fewest ranks share (the outlier, as
+ByteRobust groups stacks) is named:
+
+- `gone`: the rank's process died (or ended through an error) while the others wait;
+- `data`: the rank is stuck in data loading;
+- `host`: the rank has issued fewer collectives on some group than its peers (it never reached the
+  one they wait in: it computes, or waits in another collective, its code path diverged);
+- `collective`: the rank is inside a collective every member issued (the NCCL, network or GPU side);
+- `unknown`: anything else.
+
+The job is hung when every rank reporting for it is suspected and at least one of them still lives.
+The alert evaluates the whole expression from the scraped series, not from the recording rule, so
+no evaluation interval is added on the way: with 15 s scrapes and 10 s evaluations it fires within
+about 60 s of the onset for jobs whose steps take under 6 s (the 30 s floor), and within the
+threshold plus about 30 s for slower ones.
+"""
+
+from __future__ import annotations
+
+from .config import RulesConfig
+from .dashboards import TRAINING_JOB, panel_url
+from .model import Alert, Group, Record
+
+CULPRIT = "job_id:trainmon_train_hang:culprit"
+PEERS = "rank:trainmon_train_stack_peers:count"
+ON_RANK = "on (instance, job, job_id, rank)"
+INTERVAL = "10s"
+LIVE_ELSEWHERE = 'location!~"gone|data"'
+# Class weights: the strongest evidence wins; within a class a score falls by one per rank sharing the stack.
+CLASSES = (("gone", 4000), ("data", 3000), ("host", 2000), ("collective", 1000), ("unknown", 0))
+
+
+def stack_peers(c: RulesConfig) -> str:
+    """Per suspected rank: how many ranks of its job share its stack signature."""
+    stacks = c.m("trainmon_train_stack_info")
+    return f"""max without (signature) (
+    {stacks}
+  * on (job, job_id, signature) group_left ()
+    count without (instance, rank) ({stacks})
+)"""
+
+
+def where(c: RulesConfig, location: str) -> str:
+    return f"max without (location) ({c.m('trainmon_train_hang_location', location)})"
+
+
+def candidates(c: RulesConfig) -> str:
+    """Per rank and class: the rank's score as the job's culprit (labels instance, job, job_id, rank, class)."""
+    from .recording import NOT_OTHER  # recording.py lists this module's group among its own
+
+    issued = c.m("trainmon_nccl_issued_total", NOT_OTHER)
+    behind = f"""(
+    max without (group) (
+        max without (instance, rank) ({issued})
+      - on (job, job_id, group) group_right ()
+        {issued}
+    ) > 0
+)"""
+    selectors = {
+        "gone": where(c, 'location="gone"'),
+        "data": where(c, 'location="data"'),
+        "host": f"{where(c, LIVE_ELSEWHERE)}\n  and {ON_RANK}\n    {indent(behind, 4)}",
+        "collective": where(c, 'location="collective"'),
+        "unknown": where(c, 'location="other"'),
+    }
+    peers = indent(stack_peers(c), 4)
+    parts = []
+    for name, weight in CLASSES:
+        ranks = indent(selectors[name], 4)
+        parts.append(f"""label_replace(
+  (
+      {weight} + ({ranks})
+    - {ON_RANK}
+      {peers}
+  )
+  or
+    {weight} + ({ranks}),
+  "class", "{name}", "", ""
+)""")
+    return "\nor\n".join(parts)
+
+
+def culprit(c: RulesConfig) -> str:
+    """One series per hung job: its class and culprit rank (with its instance), when every rank is suspected."""
+    suspected = c.m("trainmon_train_hang_suspected")
+    alive = c.m("trainmon_train_hang_location", 'location!="gone"')
+    return f"""topk by (job, job_id) (1,
+  {indent(candidates(c), 2)}
+)
+and on (job, job_id)
+  min without (instance, rank) ({suspected}) == 1
+and on (job, job_id)
+  count without (instance, rank, location) ({alive}) > 0"""
+
+
+def indent(text: str, spaces: int) -> str:
+    return text.replace("\n", "\n" + " " * spaces)
+
+
+def hang_group(c: RulesConfig) -> Group:
+    return Group(name="trainmon.hang.rules", interval=INTERVAL, rules=[
+        Record(record=PEERS, expr=stack_peers(c)),
+        Record(record=CULPRIT, expr=culprit(c)),
+    ])
+
+
+def hang_alerts(c: RulesConfig) -> list[Alert]:
+    from .recording import RANK_INFO  # recording.py lists this module's group among its own
+
+    hung = indent(culprit(c), 2)
+    return [
+        Alert(
+            alert="TrainmonJobHung",
+            dashboard_url=panel_url(c, TRAINING_JOB, "Hung job: class and culprit"),
+            expr=f"""
+(
+  {hung}
+)
+* {ON_RANK} group_left (uuid)
+  {RANK_INFO}""",
+            severity="critical",
+            summary="Every rank of a training job has stopped moving: the job is hung.",
+            description=(
+                "Every rank of job {{ $labels.job_id }} has not moved past its hang threshold (the larger of "
+                "30 s and 5x its median step, outside checkpoints and evals). Class {{ $labels.class }}: rank "
+                "{{ $labels.rank }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) holds it. Run "
+                "`trainmon diagnose --job {{ $labels.job_id }}` for its stack, its parallel group and the NCCL "
+                "timeout left before the watchdog ends the job."
+            ),
+        ),
+    ]
+
+
+__all__ = ["hang_alerts", "hang_group"]
