@@ -70,7 +70,7 @@ def start_daemon(
     scheme: str = "http",
     client: Mapping[str, object] | None = None,
     wrapper: Sequence[str] = (),
-    ready_timeout: float = 30.0,
+    ready_timeout: float = 60.0,
 ) -> Daemon:
     """Start `python -m trainmon <command> --listen 127.0.0.1:<port> *args` and wait until it serves.
 
