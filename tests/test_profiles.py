@@ -116,9 +116,9 @@ def test_the_fleet_profile_drops_what_the_fleet_tier_does_not_read(expositions: 
     # the fleet tier's budget for 8 GPUs, 16 NVMe, 8 ports and 8 ranks: 400 until the third round's numerics
     # alerts, which read each rank's loss and its two spike counters (24 series here), 424 until the InfiniBand
     # link-degraded and NVMe-against-its-model alerts, which read each port's rate, port and board info and each
-    # drive's info (40 series here). Counted as a healthy node serves it: the health reasons are there only for
-    # a GPU that needs an action (this scenario's GPUs 1-7 have uncorrected ECC errors or pending remaps: 11
-    # series), none on a healthy node.
+    # drive's info (40 series here); TrainmonJobHung adds each rank's hang suspicion (8 here, 462 in all).
+    # Counted as a healthy node serves it: the health reasons are there only for a GPU that needs an action
+    # (this scenario's GPUs 1-7 have uncorrected ECC errors or pending remaps: 11 series), none on a healthy node.
     reasons = fleet.count("trainmon_gpu_health_reason_info")
     assert 0 < reasons <= 2 * GPUS
     assert len(fleet) - reasons <= 464

@@ -68,6 +68,8 @@ FLEET_FAMILIES = frozenset({
     "trainmon_train_dataloader_wait_seconds_total",
     "trainmon_train_first_step_timestamp_seconds",
     "trainmon_train_grad_norm_spikes_total",
+    "trainmon_train_hang_location",  # TrainmonJobHung: the class of a hang and its culprit
+    "trainmon_train_hang_suspected",
     "trainmon_train_last_step_timestamp_seconds",
     "trainmon_train_loss",
     "trainmon_train_loss_scale",
@@ -76,12 +78,14 @@ FLEET_FAMILIES = frozenset({
     "trainmon_train_nonfinite_loss_total",
     "trainmon_train_phase",
     "trainmon_train_phase_seconds_total",
+    "trainmon_train_pipeline_stage",  # the straggler-cause rules: a rank behind by its pipeline stage
     "trainmon_train_pg_timeout_seconds",
     "trainmon_train_process_start_timestamp_seconds",
     "trainmon_train_rank_exited",
     "trainmon_train_rank_exits_total",
     "trainmon_train_rank_info",
     "trainmon_train_samples_total",
+    "trainmon_train_stack_info",  # TrainmonJobHung groups the suspected ranks' stacks
     "trainmon_train_step_duration_seconds",
     "trainmon_train_steps_total",
     "trainmon_train_tokens_total",

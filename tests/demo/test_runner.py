@@ -173,3 +173,14 @@ def test_the_demo_marks_its_metrics_simulated(demo: Daemon) -> None:
     text = demo.get("/metrics").text
 
     assert 'trainmon_info{simulated="true"} 1.0' in text.splitlines()
+
+
+def test_the_healthy_demos_ranks_are_alive_and_not_suspected_of_a_hang(demo: Daemon) -> None:
+    """The simulated ranks report from the demo's own process, which the demo's procfs tree holds: never `gone`."""
+    def suspicions() -> list[str]:
+        return [line.rsplit(" ", 1)[1] for line in demo.metrics_text().splitlines()
+                if line.startswith("trainmon_train_hang_suspected{")]
+
+    wait_until(lambda: len(suspicions()) >= 8, timeout=30)
+    assert {"0.0"} == set(suspicions())
+    assert "trainmon_train_hang_location{" not in demo.metrics_text()

@@ -201,8 +201,11 @@ class GlooJob:
 
 
 @contextmanager
-def gloo_job(out: Path, env: dict[str, str], rank_env: list[dict[str, str]]) -> Iterator[GlooJob]:
-    """Start one process per entry of `rank_env` (its rank's extra variables); kill them at the end."""
+def gloo_job(out: Path, env: dict[str, str], rank_env: list[dict[str, str]],
+             procfs: Path | None = None) -> Iterator[GlooJob]:
+    """Start one process per entry of `rank_env` (its rank's extra variables); kill them at the end. A daemon
+    reading the synthetic tree `procfs` sees each rank's process there (a link to its /proc entry): alive while
+    it runs, gone once it dies."""
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
     processes = []
@@ -227,6 +230,9 @@ def gloo_job(out: Path, env: dict[str, str], rank_env: list[dict[str, str]]) -> 
                     stderr=subprocess.STDOUT,
                 )
             )
+    if procfs is not None:
+        for process in processes:
+            (procfs / str(process.pid)).symlink_to(f"/proc/{process.pid}")
     job = GlooJob(out=out, processes=processes)
     try:
         yield job

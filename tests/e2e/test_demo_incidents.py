@@ -11,7 +11,8 @@ that it names the hung rank (the real alert fires 5.5 to 6 minutes in). The heal
 includes a checkpoint phase, fires nothing and has no alert pending for longer than 90 s at any time
 (every `for:` it could reach is 2 minutes or more), and every dashboard panel has data, NCCL's own view's
 included (the demo simulates NCCL Inspector and RAS): in `comm-bound` the slow-link alert's expression (its
-`for:` is 10 minutes) names the slow rank and its NIC, and in `hang` RAS's missing rank pages.
+`for:` is 10 minutes) names the slow rank and its NIC, and in `hang` RAS's missing rank pages and the hung job's
+alert names its class and culprit.
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
         assert {(str(SLOW_LINK_RANK), f"mlx5_{SLOW_LINK_RANK}")} == slow_links  # rank i on GPU i, its HCA mlx5_i
         wait_until(lambda: prom.query(f'ALERTS{{alertname="TrainmonNCCLRanksMissing",job_id="{hung_job}",'
                                       f'kind="unresponsive"}}'), timeout=300, interval=2)
+        # hang triage: rank 2 never issued the collective its peers wait in
+        hung_alerts = wait_until(lambda: {(a["metric"]["class"], a["metric"]["rank"]) for a in prom.query(
+            f'ALERTS{{alertname="TrainmonJobHung",job_id="{hung_job}"}}')}, timeout=120, interval=2)
+        assert {("host", str(HUNG_RANK))} == hung_alerts
 
         healthy = alerts_of(prom, *demo["healthy"])
         assert [] == [a for a in healthy if a["alertstate"] == "firing"]

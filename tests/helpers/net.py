@@ -11,8 +11,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 15.0, interval: float = 0.05) -> object:
-    """Poll `condition` until it returns something truthy; fail with its last value otherwise."""
+def wait_until(condition: Callable[[], object], timeout: float = 15.0, interval: float = 0.05,
+               explain: Callable[[], object] | None = None) -> object:
+    """Poll `condition` until it returns something truthy; fail with its last value (and what `explain` says)
+    otherwise."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -23,4 +25,5 @@ def wait_until(condition: Callable[[], object], timeout: float = 15.0, interval:
         if last and not isinstance(last, Exception):
             return last
         time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
+    because = f"; {explain()!r}" if explain else ""
+    raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}{because}")

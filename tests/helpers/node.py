@@ -47,6 +47,7 @@ class SyntheticNode:
         self.scenario_path = self.root / "nvml.json"
         self.job_mapping = self.root / "job-mapping"
         self.write(step=0)
+        (self.proc / str(os.getpid())).mkdir()  # the ranks a RankFeeder sends are this process: alive, not gone
 
     def write(self, step: int) -> None:
         """Lay out (or advance) the tree: `step` moves every counter forward."""

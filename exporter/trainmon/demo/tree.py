@@ -90,6 +90,9 @@ class DemoTree:
         self._scratch.mkdir(parents=True)
         self._started = self._last
         self._write_identities()
+        # the simulated ranks report from this process: the daemon looks for the sender under this procfs, and
+        # a rank whose process is not there is gone
+        (self.proc / str(os.getpid())).mkdir(parents=True)
         self._write_pcie_tree()
         self._write_diskstats()
         self._write_aer()
