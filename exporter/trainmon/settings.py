@@ -275,7 +275,8 @@ def serve_options(available_collectors: Sequence[str]) -> tuple[Option, ...]:
                "seconds a job's rank-exit series stay after its last rank is gone"),
         Option("exited-rank-retention", parse_seconds,
                "seconds a rank that exited keeps its final values served, marked by trainmon_train_rank_exited "
-               "(at least two scrape intervals, so the last steps are scraped)"),
+               "(at least two scrape intervals, so the last steps are scraped); one that ended through an error "
+               "stays while its job has live ranks on the node (they likely wait for it: a hang's gone class)"),
         Option("web-config", parse_optional_path, "TLS and basic auth file (exporter-toolkit format)"),
         Option("kubelet-pod-resources-socket", parse_optional_path,
                "kubelet PodResources gRPC socket (usually /var/lib/kubelet/pod-resources/kubelet.sock); "

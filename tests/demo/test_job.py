@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers.net import wait_until
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.training import TrainingCollector
@@ -23,7 +25,7 @@ from trainmon.demo.job import (
 )
 from trainmon.nvml.peaks import peak_flops
 from trainmon.settings import Settings
-from trainmon.simulation.incidents import HUNG_RANK, Plan
+from trainmon.simulation.incidents import HANGS, HUNG_RANK, Plan
 from trainmon.simulation.node import NAME
 from trainmon.wire import Report
 
@@ -122,27 +124,34 @@ def test_the_loss_spike_incident_plays_blooms_spike_on_every_rank(tmp_path: Path
     assert set(seen.values()) == {(3, 1)}
 
 
-def test_past_the_hang_threshold_the_hung_rank_and_its_peers_report_their_stacks(tmp_path: Path) -> None:
-    """The `hang` incident shows as TrainmonJobHung would see it: every rank suspected, the hung rank's stack in
-    its model code, its peers' inside the all-reduce, so the class is host and the culprit rank 2."""
+@pytest.mark.parametrize("hang", sorted(HANGS))
+def test_past_the_hang_threshold_each_hang_shows_its_culprit_where_it_is_stuck(tmp_path: Path, hang: str) -> None:
+    """Each hang shows as TrainmonJobHung sees it: every rank suspected, the peers inside the all-reduce, rank 2 in
+    its model code (`hang`: class host, by its sequence numbers), its data loader, alone at its place in the
+    all-reduce (`hang-collective`: the stack no peer shares), or gone through an error."""
     settings = Settings(ingest_socket=str(tmp_path / "ingest.sock"))
     ingest = build_ingest(settings)
     collector = TrainingCollector(settings, NodeResources(ingest=ingest))
     ingest.maintain()
-    job = start_simulated_job(settings, plan=Plan("hang", after=1.0), hang_threshold_s=1.0)
+    job = start_simulated_job(settings, plan=Plan(hang, after=3.0), hang_threshold_s=1.0)  # every rank reported
 
-    def hangs() -> dict[int, dict[str, Any]] | None:
-        rows: Any = collector.collect().details["rank_hangs"]
-        found = {r["rank"]: r for r in rows if r["job_id"] == f"{JOB_ID}-hang" and r["stack"]}
-        return found if len(found) == RANKS else None
+    def samples(name: str) -> dict[int, dict[str, str]]:
+        families = collector.collect().families
+        return {int(s.labels["rank"]): s.labels for f in families for s in f.samples
+                if s.name == name and s.labels["job_id"] == f"{JOB_ID}-{hang}"}
+
+    def stuck() -> tuple[dict[int, str], dict[int, str]] | None:
+        places = {rank: labels["location"] for rank, labels in samples("trainmon_train_hang_location").items()}
+        stacks = {rank: labels["signature"] for rank, labels in samples("trainmon_train_stack_info").items()}
+        return (places, stacks) if len(places) == RANKS and len(stacks) == RANKS - (hang == "hang-gone") else None
 
     try:
-        stuck: Any = wait_until(hangs, timeout=30)
+        places, stacks = wait_until(stuck, timeout=30)  # type: ignore[misc]
     finally:
         job.stop()
         ingest.close()
 
-    assert all(r["hang_suspected"] for r in stuck.values())
-    assert {HUNG_RANK: "other"} == {rank: r["stack_place"] for rank, r in stuck.items()
-                                     if r["stack_place"] != "collective"}
-    assert 2 == len({r["stack_signature"] for r in stuck.values()})
+    culprit = {"hang": "other", "hang-data": "data", "hang-collective": "collective", "hang-gone": "gone"}[hang]
+    assert {rank: "collective" for rank in range(RANKS)} | {HUNG_RANK: culprit} == places
+    peers = {stacks[rank] for rank in range(RANKS) if rank != HUNG_RANK}
+    assert 1 == len(peers) and stacks.get(HUNG_RANK) not in peers

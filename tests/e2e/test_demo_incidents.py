@@ -29,14 +29,14 @@ from tests.helpers.net import free_port, wait_until
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import RULE_FILES, alert_rules
 from trainmon.demo.job import JOB_ID
-from trainmon.simulation.incidents import HUNG_RANK, INCIDENTS, SLOW_LINK_RANK
+from trainmon.simulation.incidents import HANGS, HUNG_RANK, INCIDENTS, SLOW_LINK_RANK
 
 pytestmark = pytest.mark.slow
 
 HEALTHY_SECONDS = 30  # --incident-after
 SCRAPE = "2s"
 # `for: 2m` or less; the others' `for:` (5-15 min) is left to run in the demo
-FIRES_IN_TEST = {"gpu-lost", "ib-down", "xid-reset"}
+FIRES_IN_TEST = {"gpu-lost", "ib-down", "xid-reset", "hang-data", "hang-collective", "hang-gone"}
 STALL_FACTOR = 30
 HANG_AGE = 300  # seconds, in the shipped TrainmonCollectiveHang (lagging rank)
 SHORTENED = {"stall", "hang"}  # their alerts go pending only after minutes: checked by shortened expressions
@@ -48,7 +48,8 @@ MAX_PENDING_SECONDS = 90
 LABELS = {"straggler": {"rank": "5"}, "slow-gpu": {"rank": "5"},
           "gpu-lost": {"gpu": "6"}, "ib-down": {"device": "mlx5_3"},
           "nvme-slow": {"device": "nvme3n1"}, "storage-slow": {"mount": "/lustre"},
-          "xid-reset": {"gpu": "4", "action": "reset_gpu"}}
+          "xid-reset": {"gpu": "4", "action": "reset_gpu"},
+          **{hang: {"class": HANGS[hang], "rank": str(HUNG_RANK)} for hang in HANGS if hang != "hang"}}
 
 
 def alerts_of(prom: Prometheus, instance: str, job_id: str) -> list[dict[str, str]]:
@@ -124,10 +125,11 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
         assert {(str(SLOW_LINK_RANK), f"mlx5_{SLOW_LINK_RANK}")} == slow_links  # rank i on GPU i, its HCA mlx5_i
         wait_until(lambda: prom.query(f'ALERTS{{alertname="TrainmonNCCLRanksMissing",job_id="{hung_job}",'
                                       f'kind="unresponsive"}}'), timeout=300, interval=2)
-        # hang triage: rank 2 never issued the collective its peers wait in
+        # hang triage: rank 2 never issued the collective its peers wait in (the other hangs are incidents of their
+        # own, TrainmonJobHung their alert)
         hung_alerts = wait_until(lambda: {(a["metric"]["class"], a["metric"]["rank"]) for a in prom.query(
             f'ALERTS{{alertname="TrainmonJobHung",job_id="{hung_job}"}}')}, timeout=120, interval=2)
-        assert {("host", str(HUNG_RANK))} == hung_alerts
+        assert {(HANGS["hang"], str(HUNG_RANK))} == hung_alerts
 
         healthy = alerts_of(prom, *demo["healthy"])
         assert [] == [a for a in healthy if a["alertstate"] == "firing"]

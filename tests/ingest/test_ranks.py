@@ -96,6 +96,26 @@ def test_a_goodbye_keeps_the_ranks_final_values_marked_exited_for_the_retention(
     assert [sum(s.series for s in v.ranks) for v in (held, gone)] == [held.series, gone.series]
 
 
+def test_a_rank_ended_by_an_error_stays_while_its_jobs_other_ranks_live_here() -> None:
+    """Its peers likely wait for it in a collective: it stays the hang's `gone` culprit past the retention, and
+    goes with the last of them; a clean exit goes after the retention as before."""
+    clock = Clock(1000.0)
+    table = make_table(clock=clock, exited_retention=30.0)
+    for rank in range(3):
+        send(table, rank=rank)
+    send(table, rank=0, seq=2, kind="bye", exit_reason="error")
+    send(table, rank=1, seq=2, kind="bye")
+    clock.now += 31
+    send(table, rank=2, seq=2)
+    waiting = table.view()
+    send(table, rank=2, seq=3, kind="bye")
+    clock.now += 31
+    ended = table.view()
+
+    assert {("job", 0): 10, ("job", 2): 10} == steps(waiting)
+    assert {} == steps(ended)
+
+
 def test_a_new_incarnation_takes_an_exited_ranks_place_at_once() -> None:
     table = make_table(exited_retention=30.0)
     send(table, steps=10)

@@ -58,13 +58,22 @@ READ_BYTES_PER_STEP = 16 << 20  # what a rank's data loader reads from NVMe per 
 # (12 x 32 layers x 4096 wide x 2048 tokens). 10240 tokens a second per H100 (989 TFLOP/s bf16) is 53% MFU.
 FLOPS_PER_TOKEN = 6 * 8.03e9 + 12 * 32 * 4096 * SEQUENCE_TOKENS
 GROUP = "default_pg"
-# The stacks the `hang` incident's ranks report once past the hook's hang threshold, innermost frame first: the
-# hung rank computes (it never reaches the all-reduce), its peers wait inside theirs.
-HUNG_STACK = ("/workspace/llama/model.py:211:apply_rotary", "/workspace/llama/model.py:388:forward",
-              "/workspace/train.py:142:train_step", "/workspace/train.py:201:main")
+# The stacks the hangs' ranks report once past the hook's hang threshold, innermost frame first: the peers wait
+# inside their all-reduce; the hung rank computes (`hang`: it never reaches the all-reduce), waits for a batch
+# (`hang-data`), or waits on the all-reduce it issued asynchronously (`hang-collective`).
 WAITING_STACK = ("/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py:2810:all_reduce",
                  "<trainmon wrapper of all_reduce>:14:all_reduce", "/workspace/train.py:151:train_step",
                  "/workspace/train.py:201:main")
+HUNG_STACKS = {
+    "hang": ("/workspace/llama/model.py:211:apply_rotary", "/workspace/llama/model.py:388:forward",
+             "/workspace/train.py:142:train_step", "/workspace/train.py:201:main"),
+    "hang-data": ("/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py:1328:_next_data",
+                  "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py:733:__next__",
+                  "/workspace/train.py:139:train_step", "/workspace/train.py:201:main"),
+    "hang-collective": ("/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py:337:wait",
+                        "/workspace/llama/overlap.py:58:finish_grad_sync", "/workspace/train.py:153:train_step",
+                        "/workspace/train.py:201:main"),
+}
 PG_TIMEOUT_SECONDS = 600.0  # torch's default NCCL process-group timeout, as the hook reads it from the group
 GRADIENT_BYTES = 8_000_000_000
 DEMO_ENV = {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0",
@@ -89,15 +98,16 @@ class SimulatedRank:
         self.state.pg_timeouts[GROUP] = PG_TIMEOUT_SECONDS
         self.reporter = Reporter(self._encode, transport, TICK_SECONDS)
         self._seq = 0
-        self.hung_since: float | None = None  # monotonic time the rank stopped progressing (the hang incident)
+        self.hung_since: float | None = None  # monotonic time the rank stopped progressing (a hang incident)
+        self.stack = WAITING_STACK  # where it is stuck once hung
+        self.gone = False  # its process ended through an error (`hang-gone`)
         self._stack_sent = False
 
     def _encode(self, kind: str) -> bytes:
         self._seq += 1
         report = self.state.report(self.identity, seq=self._seq, kind=kind)
         if self.hung_since is not None and time.monotonic() - self.hung_since > self.hang_threshold_s:
-            stack = HUNG_STACK if self.identity.rank == HUNG_RANK else WAITING_STACK
-            report = dataclasses.replace(report, hang_suspected=1, stack=None if self._stack_sent else stack)
+            report = dataclasses.replace(report, hang_suspected=1, stack=None if self._stack_sent else self.stack)
             self._stack_sent = True  # once per episode, as the hook sends it
         return wire.encode(report)
 
@@ -155,7 +165,8 @@ class SimulatedJob:
         self._stop.set()
         self._thread.join(timeout=5)
         for sim in self.ranks:
-            sim.reporter.stop(bye=True)
+            if not sim.gone:
+                sim.reporter.stop(bye=True)
 
     def _run(self) -> None:
         started = time.monotonic()
@@ -163,16 +174,16 @@ class SimulatedJob:
         checkpoints_taken = 0
         while not self._stop.wait(TICK_SECONDS):
             visited = visited or self._earlier_visitors()
-            hung = self._plan.active("hang")
+            hung = self._plan.hang()
             elapsed = time.monotonic() - started
             # A checkpoint whose window fell between two late ticks (a loaded machine) is still taken, for a tick.
             begun = self._plan.checkpoints_begun(elapsed)
             in_phase = (self._plan.checkpointing(elapsed) or begun > checkpoints_taken) and not hung
             checkpoints_taken = begun if in_phase else checkpoints_taken
             # no rank steps, heartbeats go on: a hung input pipeline (stall), or a rank stuck before a collective
-            stalled = self._plan.active("stall") or hung
+            stalled = self._plan.active("stall") or hung is not None
             if hung and not self._hang_issued:
-                self._hang()
+                self._hang(hung)
             collapse = self._plan.active("loss-scale")  # every step overflows in fp16
             skip = collapse or (not in_phase and self._random.random() < 0.004)  # an overflow, all ranks alike
             allreduce = [0] * len(self.ranks)
@@ -181,7 +192,8 @@ class SimulatedJob:
                 sim.state.phase = "checkpoint" if in_phase else None
                 if not in_phase and not stalled:
                     allreduce[sim.identity.rank], kernels[sim.identity.rank] = self._advance(sim, skip)
-                sim.reporter.send_now()
+                if not sim.gone:
+                    sim.reporter.send_now()
             # Every rank takes the same step of the spike, once their spike detectors have the history they judge
             # by: on a loaded machine the job steps less often than the plan's clock runs, and a spike played
             # earlier would go uncounted (no TrainmonLossSpike).
@@ -194,13 +206,22 @@ class SimulatedJob:
                                       written_bytes=int(CHECKPOINT_BPS * TICK_SECONDS) if in_phase else 0,
                                       allreduce_bytes=allreduce, allreduce_seconds=kernels))
 
-    def _hang(self) -> None:
-        """Rank `HUNG_RANK` stops before its next collective; its peers issue theirs and wait in it for good."""
+    def _hang(self, hang: str) -> None:
+        """Rank `HUNG_RANK` stops where `hang` says (before its next collective, in its data loader, inside the
+        all-reduce, or its process ends through an error); its peers issue their all-reduce and wait in it for good."""
         self._hang_issued = True
         for sim in self.ranks:
             sim.hung_since = time.monotonic()
-            if sim.identity.rank != HUNG_RANK:
+            culprit = sim.identity.rank == HUNG_RANK
+            if culprit and hang == "hang-gone":
+                sim.state.exit_reason = "error"  # an uncaught exception: the hook's goodbye says so
+                sim.gone = True
+                sim.reporter.stop(bye=True)
+                continue
+            if not culprit or hang == "hang-collective":
                 sim.state.issue(sim.state.sequences(GROUP), "all_reduce", time.perf_counter())
+            if culprit:
+                sim.stack = HUNG_STACKS[hang]
 
     def _advance(self, sim: SimulatedRank, skip: bool) -> tuple[int, float]:
         """One step of `sim`; returns the bytes its all-reduces put on its InfiniBand rail, and their kernels' GPU

@@ -230,8 +230,12 @@ class RankTable:
         with self._lock:
             for key in [k for k, s in self._ranks.items() if s.exited_at is None and now - s.received_at > self._ttl]:
                 self._expire(key, now)
+            # A rank that ended through an error stays while its job has live ranks here: they likely wait for it
+            # (the hang's `gone` class), and until the job's watchdog ends them it is the culprit.
+            waiting = {k[0] for k, s in self._ranks.items() if s.exited_at is None}
             for key in [k for k, s in self._ranks.items()
-                        if s.exited_at is not None and now - s.exited_at > self._exited_retention]:
+                        if s.exited_at is not None and now - s.exited_at > self._exited_retention
+                        and not (s.report.exit_reason == "error" and k[0] in waiting)]:
                 self._remove(key)
             self._events.flush()
             for job_id in [j for j, t in self._job_gone_at.items() if now - t > self._exit_retention]:

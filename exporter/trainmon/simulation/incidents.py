@@ -20,12 +20,19 @@ INCIDENTS: dict[str, str] = {
     "nvme-slow": "TrainmonNVMeLatencyHigh",
     "loss-scale": "TrainmonLossScaleCollapse",
     "hang": "TrainmonCollectiveHang",
+    "hang-data": "TrainmonJobHung",
+    "hang-collective": "TrainmonJobHung",
+    "hang-gone": "TrainmonJobHung",
     "storage-slow": "TrainmonStorageSlow",
     "xid-reset": "TrainmonGPUNeedsReset",
     "loss-spike": "TrainmonLossSpike",
     "slow-gpu": "TrainmonSlowRank",
 }
-HUNG_RANK = 2  # stops before a collective; its peers wait in theirs
+# The hangs, each with rank 2 as its culprit and TrainmonJobHung's class: `hang` stops it before a collective (its
+# peers wait in theirs), `hang-data` in its data loader, `hang-collective` inside the all-reduce every rank issued
+# (its stack alone differs), `hang-gone` ends its process through an error.
+HANGS = {"hang": "host", "hang-data": "data", "hang-collective": "collective", "hang-gone": "gone"}
+HUNG_RANK = 2
 STRAGGLER_RANK = 5  # healthy: computes 2% slower than its peers, under the 3% TrainmonSlowRank wants
 LOST_GPU = 6
 RESET_XID_GPU, RESET_XID = 4, 119  # GSP RPC timeout: NVIDIA's catalog says reset the GPU
@@ -58,6 +65,10 @@ class Plan:
 
     def active(self, incident: str) -> bool:
         return self.incident == incident and self.clock() - self.started >= self.after
+
+    def hang(self) -> str | None:
+        """The hang under way (one of HANGS), if any."""
+        return self.incident if self.incident in HANGS and self.active(self.incident) else None
 
     def checkpointing(self, elapsed: float) -> bool:
         """Whether the job is in its checkpoint phase `elapsed` seconds after it started."""
