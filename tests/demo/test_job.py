@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import pytest
 
@@ -146,12 +146,13 @@ def test_past_the_hang_threshold_each_hang_shows_its_culprit_where_it_is_stuck(t
         return (places, stacks) if len(places) == RANKS and len(stacks) == RANKS - (hang == "hang-gone") else None
 
     try:
-        places, stacks = wait_until(stuck, timeout=30)  # type: ignore[misc]
+        found = wait_until(stuck, timeout=30)
     finally:
         job.stop()
         ingest.close()
 
+    places, stacks = cast(tuple[dict[int, str], dict[int, str]], found)
     culprit = {"hang": "other", "hang-data": "data", "hang-collective": "collective", "hang-gone": "gone"}[hang]
-    assert {rank: "collective" for rank in range(RANKS)} | {HUNG_RANK: culprit} == places
+    assert dict.fromkeys(range(RANKS), "collective") | {HUNG_RANK: culprit} == places
     peers = {stacks[rank] for rank in range(RANKS) if rank != HUNG_RANK}
     assert 1 == len(peers) and stacks.get(HUNG_RANK) not in peers
