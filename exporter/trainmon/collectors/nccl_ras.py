@@ -31,8 +31,7 @@ from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.gpu_inventory import GpuInventory
 from trainmon.ingest.server import IngestServer
-from trainmon.parsers.nccl_ras import (ERROR_KINDS, MISSING_KINDS, NAMED_PER_KIND, AnswerError, RasSummary,
-                                      reduce_answer)
+from trainmon.parsers.nccl_ras import ERROR_KINDS, MISSING_KINDS, NAMED_PER_KIND, AnswerError, RasSummary, reduce_answer
 from trainmon.settings import Address, Settings
 
 log = logging.getLogger(__name__)
