@@ -56,6 +56,18 @@ def polled(c: NcclRasCollector) -> Collection:
     return wait_until(done)  # type: ignore[return-value]
 
 
+def answered(node: Node, name: str, chunk: int = 1 << 20) -> Collection:
+    """The collection once the stand-in has answered with the fixture `name`, `chunk` bytes a send."""
+    ras = RasStandIn(answer(name), chunk=chunk)
+    try:
+        c = ras_collector(node, ras.port)
+        collection = polled(c)
+        c.close()
+    finally:
+        ras.close()
+    return collection
+
+
 def failure(c: NcclRasCollector) -> list[CollectorError]:
     """[the collector's failure], or [] while it has none (wait_until takes an exception for "not yet")."""
     try:
@@ -86,13 +98,7 @@ def test_a_healthy_job_in_small_pieces_is_up_with_nothing_missing(node: Node) ->
 
 
 def test_an_unresponsive_rank_and_a_mismatch_are_counted_per_job(node: Node) -> None:
-    ras = RasStandIn(answer("status_unresponsive_16.json"))
-    try:
-        c = ras_collector(node, ras.port)
-        collection = polled(c)
-        c.close()
-    finally:
-        ras.close()
+    collection = answered(node, "status_unresponsive_16.json")
     reg = registry_of(collection.families)
 
     assert 1 == reg.get_sample_value("trainmon_nccl_ras_missing_ranks", {**JOB, "kind": "unresponsive"})
@@ -118,13 +124,7 @@ def test_an_answer_over_the_cap_fails_loudly_naming_the_flag(node: Node) -> None
 
 
 def test_the_oversized_answer_fits_the_default_cap(node: Node) -> None:
-    ras = RasStandIn(answer("status_oversized_512.json"), chunk=65536)
-    try:
-        c = ras_collector(node, ras.port)
-        reg = registry_of(polled(c).families)
-        c.close()
-    finally:
-        ras.close()
+    reg = registry_of(answered(node, "status_oversized_512.json", chunk=65536).families)
 
     assert 512 == reg.get_sample_value("trainmon_nccl_ras_processes", JOB)
 
@@ -221,13 +221,7 @@ def test_a_rank_the_hook_suspects_asks_verbose_status_once_per_episode(node: Nod
 
 
 def test_a_lost_nodes_dead_ranks_are_named_with_their_host(node: Node) -> None:
-    ras = RasStandIn(answer("status_dead_16.json"))
-    try:
-        c = ras_collector(node, ras.port)
-        collection = polled(c)
-        c.close()
-    finally:
-        ras.close()
+    collection = answered(node, "status_dead_16.json")
     reg = registry_of(collection.families)
 
     assert 8 == reg.get_sample_value("trainmon_nccl_ras_missing_ranks", {**JOB, "kind": "dead"})
