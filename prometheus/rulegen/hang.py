@@ -76,7 +76,9 @@ or
 
 
 def candidates(c: RulesConfig) -> str:
-    """Per rank and class: the rank's score as the job's culprit (labels instance, job, job_id, rank, class)."""
+    """Per rank and class: the rank's score as the job's culprit (labels instance, job, job_id, rank, class; a rank
+    only RAS names has host instead of instance). Equal scores (two dead ranks of a lost node, which have no stack)
+    leave the pick to topk: any one of them, not necessarily the lowest."""
     from .recording import NOT_OTHER  # recording.py lists this module's group among its own
 
     issued = c.m("trainmon_nccl_issued_total", NOT_OTHER)
