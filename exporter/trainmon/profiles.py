@@ -52,6 +52,7 @@ FLEET_FAMILIES = frozenset({
     "trainmon_nccl_group_size",
     "trainmon_nccl_inspector_bus_bandwidth_bytes_per_second",
     "trainmon_nccl_inspector_info",
+    "trainmon_nccl_ras_missing_rank_info",  # TrainmonJobHung: a dead rank whose node no longer reports
     "trainmon_nccl_ras_missing_ranks",
     "trainmon_nccl_inflight_oldest_seconds",
     "trainmon_nccl_issued_total",

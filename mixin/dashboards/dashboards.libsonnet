@@ -3167,7 +3167,7 @@
                 "uid": "${datasource}",
               },
               "expr": "job_id:trainmon_train_hang:culprit{" + $._config.selector + ", job=~\"$job\", job_id=~\"$job_id\", instance=~\"$instance\"}",
-              "legendFormat": "{{class}}: rank {{rank}} on {{instance}}",
+              "legendFormat": "{{class}}: rank {{rank}} on {{instance}}{{host}}",
               "refId": "A",
             },
             {

@@ -9,7 +9,12 @@ Every rank that could hold the job is a candidate for one class, scored so that 
 evidence wins and, within a class, the rank whose stack the fewest ranks share (the outlier, as
 ByteRobust groups stacks) is named:
 
-- `gone`: the rank's process died (or ended through an error) while the others wait;
+- `gone`: the rank's process died (or ended through an error) while the others wait; or NCCL RAS considers
+  it dead (`trainmon_nccl_ras_missing_rank_info{kind="dead"}`, from any node: every node's RAS answer is the
+  job's), which names it even when its node's daemon no longer reports (a whole node lost: its ranks' series
+  vanish and the survivors, all in a collective, would otherwise read as `collective`). Such a candidate has
+  RAS's `host` and no `instance`; where the hook itself reports the rank gone, the hook's candidate names it.
+  An unresponsive rank (~5 s without an answer) is not a candidate: it is slow, maybe stuck, not dead;
 - `data`: the rank is stuck in data loading;
 - `host`: the rank has issued fewer collectives on some group than its peers (it never reached the
   one they wait in: it computes, or waits in another collective, its code path diverged);
@@ -52,8 +57,28 @@ def where(c: RulesConfig, location: str) -> str:
     return f"max without (location) ({c.m('trainmon_train_hang_location', location)})"
 
 
+def ras_dead(c: RulesConfig, without: str = "instance, kind") -> str:
+    """Per rank NCCL RAS considers dead: the nodes reporting the same view aggregated away (labels job, job_id,
+    rank, host with the default `without`)."""
+    dead = c.m("trainmon_nccl_ras_missing_rank_info", 'kind="dead"')
+    return f"max without ({without}) ({dead})"
+
+
+def gone(c: RulesConfig) -> str:
+    """The hook's gone ranks, and RAS's dead ones that the hook does not report gone."""
+    return f"""{where(c, 'location="gone"')}
+or
+(
+    {ras_dead(c)}
+  unless on (job, job_id, rank)
+    {c.m("trainmon_train_hang_location", 'location="gone"')}
+)"""
+
+
 def candidates(c: RulesConfig) -> str:
-    """Per rank and class: the rank's score as the job's culprit (labels instance, job, job_id, rank, class)."""
+    """Per rank and class: the rank's score as the job's culprit (labels instance, job, job_id, rank, class; a rank
+    only RAS names has host instead of instance). Equal scores (two dead ranks of a lost node, which have no stack)
+    leave the pick to topk: any one of them, not necessarily the lowest."""
     from .recording import NOT_OTHER  # recording.py lists this module's group among its own
 
     issued = c.m("trainmon_nccl_issued_total", NOT_OTHER)
@@ -65,7 +90,7 @@ def candidates(c: RulesConfig) -> str:
     ) > 0
 )"""
     selectors = {
-        "gone": where(c, 'location="gone"'),
+        "gone": gone(c),
         "data": where(c, 'location="data"'),
         "host": f"{where(c, LIVE_ELSEWHERE)}\n  and {ON_RANK}\n    {indent(behind, 4)}",
         "collective": where(c, 'location="collective"'),
@@ -116,6 +141,8 @@ def hang_alerts(c: RulesConfig) -> list[Alert]:
     from .recording import RANK_INFO  # recording.py lists this module's group among its own
 
     hung = indent(culprit(c), 2)
+    # A culprit from RAS alone has no instance and no rank info: it joins a series of its own, with no uuid.
+    ranks = f"{RANK_INFO}\n  or\n    {ras_dead(c, 'instance, kind, host')}"
     return [
         Alert(
             alert="TrainmonJobHung",
@@ -125,13 +152,16 @@ def hang_alerts(c: RulesConfig) -> list[Alert]:
   {hung}
 )
 * {ON_RANK} group_left (uuid)
-  {RANK_INFO}""",
+  (
+    {ranks}
+  )""",
             severity="critical",
             summary="Every rank of a training job has stopped moving: the job is hung.",
             description=(
                 "Every rank of job {{ $labels.job_id }} has not moved past its hang threshold (the larger of "
                 "30 s and 5x its median step, outside checkpoints and evals). Class {{ $labels.class }}: rank "
-                "{{ $labels.rank }} on {{ $labels.instance }} (GPU {{ $labels.uuid }}) holds it. Run "
+                "{{ $labels.rank }} {{ if $labels.instance }}on {{ $labels.instance }} (GPU {{ $labels.uuid }})"
+                "{{ else }}on host {{ $labels.host }}, which NCCL RAS considers dead,{{ end }} holds it. Run "
                 "`trainmon diagnose --job {{ $labels.job_id }}` for its stack, its parallel group and the NCCL "
                 "timeout left before the watchdog ends the job."
             ),

@@ -56,6 +56,18 @@ def polled(c: NcclRasCollector) -> Collection:
     return wait_until(done)  # type: ignore[return-value]
 
 
+def answered(node: Node, name: str, chunk: int = 1 << 20) -> Collection:
+    """The collection once the stand-in has answered with the fixture `name`, `chunk` bytes a send."""
+    ras = RasStandIn(answer(name), chunk=chunk)
+    try:
+        c = ras_collector(node, ras.port)
+        collection = polled(c)
+        c.close()
+    finally:
+        ras.close()
+    return collection
+
+
 def failure(c: NcclRasCollector) -> list[CollectorError]:
     """[the collector's failure], or [] while it has none (wait_until takes an exception for "not yet")."""
     try:
@@ -86,13 +98,7 @@ def test_a_healthy_job_in_small_pieces_is_up_with_nothing_missing(node: Node) ->
 
 
 def test_an_unresponsive_rank_and_a_mismatch_are_counted_per_job(node: Node) -> None:
-    ras = RasStandIn(answer("status_unresponsive_16.json"))
-    try:
-        c = ras_collector(node, ras.port)
-        collection = polled(c)
-        c.close()
-    finally:
-        ras.close()
+    collection = answered(node, "status_unresponsive_16.json")
     reg = registry_of(collection.families)
 
     assert 1 == reg.get_sample_value("trainmon_nccl_ras_missing_ranks", {**JOB, "kind": "unresponsive"})
@@ -118,13 +124,7 @@ def test_an_answer_over_the_cap_fails_loudly_naming_the_flag(node: Node) -> None
 
 
 def test_the_oversized_answer_fits_the_default_cap(node: Node) -> None:
-    ras = RasStandIn(answer("status_oversized_512.json"), chunk=65536)
-    try:
-        c = ras_collector(node, ras.port)
-        reg = registry_of(polled(c).families)
-        c.close()
-    finally:
-        ras.close()
+    reg = registry_of(answered(node, "status_oversized_512.json", chunk=65536).families)
 
     assert 512 == reg.get_sample_value("trainmon_nccl_ras_processes", JOB)
 
@@ -194,3 +194,39 @@ def test_a_suspected_hang_asks_verbose_status_once_then_status_again(node: Node)
     status = [cmd for cmd in ras.commands if cmd.endswith("STATUS")]
     assert "VERBOSE STATUS" == status[0]
     assert 1 == status.count("VERBOSE STATUS")
+
+
+def test_a_rank_the_hook_suspects_asks_verbose_status_once_per_episode(node: Node) -> None:
+    """The hook's own suspicion (30 s floor, 5x the median step) is enough: no 5 minutes in flight needed."""
+    since = time.time() - 40
+    op = (wire.Inflight(group="default_pg", op="all_reduce", since=since),)
+    node.report(rank=1, seq=2, inflight=op, hang_suspected=1)
+    ras = RasStandIn(answer("status_healthy_16.json"))
+    try:
+        c = ras_collector(node, ras.port, poll_s=0.0)
+        wait_until(lambda: c.collect() and ras.commands.count("STATUS") >= 2)
+        assert ["VERBOSE STATUS", "STATUS"] == [cmd for cmd in ras.commands if cmd.endswith("STATUS")][:2]
+        node.report(rank=1, seq=3)  # the collective completed: the episode ends
+        seen = len(ras.commands)
+        wait_until(lambda: c.collect() and "STATUS" in ras.commands[seen:])
+        node.report(rank=1, seq=4, inflight=op, hang_suspected=1)  # a second episode
+        wait_until(lambda: c.collect() and ras.commands.count("VERBOSE STATUS") == 2)
+        seen = len(ras.commands)
+        wait_until(lambda: c.collect() and ras.commands[seen:].count("STATUS") >= 2)  # still suspected: STATUS
+        c.close()
+    finally:
+        ras.close()
+
+    assert 2 == ras.commands.count("VERBOSE STATUS")
+
+
+def test_a_lost_nodes_dead_ranks_are_named_with_their_host(node: Node) -> None:
+    collection = answered(node, "status_dead_16.json")
+    reg = registry_of(collection.families)
+
+    assert 8 == reg.get_sample_value("trainmon_nccl_ras_missing_ranks", {**JOB, "kind": "dead"})
+    named = {(s.labels["rank"], s.labels["kind"], s.labels["host"]) for f in collection.families for s in f.samples
+             if s.name == "trainmon_nccl_ras_missing_rank_info"}
+    assert {*((str(r), "dead", "10.0.0.2") for r in range(8, 16)), ("6", "unresponsive", "10.0.0.1")} == named
+    assert all(s.labels["job_id"] == "llama" for f in collection.families for s in f.samples
+               if s.name == "trainmon_nccl_ras_missing_rank_info")

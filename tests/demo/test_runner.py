@@ -23,7 +23,8 @@ METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 # A healthy demo cannot show these without an alert firing: ranks evicted only when lost (TrainmonRankLost),
 # a collective in flight between reports only in `--incident hang` (tests/e2e/test_demo_incidents.py).
 ONLY_IN_TROUBLE = frozenset({"trainmon_ingest_evicted_total", "trainmon_nccl_inflight_oldest_seconds",
-                             "trainmon_train_stack_info", "trainmon_train_hang_location"})
+                             "trainmon_train_stack_info", "trainmon_train_hang_location",
+                             "trainmon_nccl_ras_missing_rank_info"})
 # Only for collectives whose time CUDA could not give (async NCCL untimed): the demo's job times every one.
 ONLY_UNTIMED = frozenset({"trainmon_nccl_untimed_calls_total"})
 # From Inspector's JSON dump, one line per operation naming its process: the demo's ranks are one process, so it

@@ -9,6 +9,7 @@ from pathlib import Path
 from tests.helpers.clock import Clock
 from trainmon.collectors.nccl_ras import poll
 from trainmon.parsers.nccl_inspector import parse_textfile
+from trainmon.parsers.nccl_ras import MissingRank
 from trainmon.settings import Address
 from trainmon.simulation.incidents import HUNG_RANK, Plan
 from trainmon.simulation.nccl import INSPECTOR_WINDOW_S, InspectorFiles, SimulatedRas
@@ -81,4 +82,6 @@ def test_in_the_hang_the_hung_rank_stops_answering_ras() -> None:
 
     assert outcome.summary is not None, outcome.detail
     assert {"unresponsive": 1, "dead": 0, "absent": 0} == outcome.summary.missing
+    # Named, but unresponsive, not dead: TrainmonJobHung's class stays the hook's (`host`, rank 2), never `gone`.
+    assert (MissingRank(HUNG_RANK, "unresponsive", "127.0.0.1"),) == outcome.summary.named
     assert f'"rank": {HUNG_RANK},' in json.dumps(ras.answer()["communicators"]).split('"missing_ranks"')[1]

@@ -39,6 +39,7 @@ class Owners:
     gpu_of_pid: dict[int, int]  # NVML's compute processes -> NVML index
     oldest_inflight: float  # seconds, over every live rank's in-flight collectives; 0 when none
     pods: frozenset[str] = frozenset()  # the hook's ranks' pod names: a pod's hostname, which NCCL writes
+    hang_suspected: bool = False  # some live rank's hook says it is past its hang threshold
     # of_pid's answers this cycle: a dump's every record names its pid, and a cgroup read is a syscall or three
     resolved: dict[int, Owner | None] = field(default_factory=dict)
 
@@ -76,6 +77,7 @@ def snapshot(ingest: IngestServer | None, inventory: GpuInventory) -> Owners:
     by_pid: dict[int, Owner] = {}
     pods: set[str] = set()
     oldest = 0.0
+    suspected = False
     if ingest is not None:
         view = ingest.table.view()
         now = time.time()
@@ -90,11 +92,12 @@ def snapshot(ingest: IngestServer | None, inventory: GpuInventory) -> Owners:
             if r.uuid:
                 by_uuid.setdefault(r.uuid, owner)
             oldest = max([oldest, *(inflight_age(slot, f, now, view.taken_at) for f in r.inflight)])
+            suspected = suspected or (slot.exited_at is None and bool(r.hang_suspected))
     gpus = inventory.latest() or ()
     gpu_uuid = {g.index: g.uuid for g in gpus}
     gpu_of_pid = {pid: g.index for g in gpus for pid in g.pids or ()}
     return Owners(by_uuid=by_uuid, by_pid=by_pid, gpu_uuid=gpu_uuid, gpu_of_pid=gpu_of_pid, oldest_inflight=oldest,
-                  pods=frozenset(pods))
+                  pods=frozenset(pods), hang_suspected=suspected)
 
 
 __all__ = ["UNKNOWN_JOB", "Owner", "Owners", "snapshot"]

@@ -4,12 +4,15 @@ Every `POLL_S` (60 s) a background thread connects to `--nccl-ras-addr` (NCCL's 
 `localhost:28028`), speaks RAS's client protocol as NCCL's own `ncclras` does (`CLIENT PROTOCOL 2`,
 answered `SERVER PROTOCOL <n>`; `SET FORMAT json`, answered `OK`; then `STATUS`, whose answer ends when
 NCCL closes the connection), all within `DEADLINE_S`. `VERBOSE STATUS` is asked once per hang episode:
-when some rank the hook reports has had a collective in flight for `HANG_SUSPECT_S`, at once rather
+when some live rank the hook reports on this node is suspected of a hang (its report's `hang_suspected`),
+or, from a hook that does not send it, has had a collective in flight for `HANG_SUSPECT_S`; at once rather
 than at the next poll. An answer larger than `--nccl-ras-max-bytes` fails the collector, naming the cap,
 until a poll fits (a poller that silently drops big answers sees nothing on exactly the big jobs).
 
 The answer (parsers/nccl_ras.py) becomes a few series per job, found by the pids of the hook's ranks on
-this node: never a series per rank per communicator.
+this node: never a series per rank per communicator. The ranks missing from the job's widest communicator
+are named (`trainmon_nccl_ras_missing_rank_info`, at most 8 per kind), so that the hang rules can name a
+dead rank whose node no longer reports.
 """
 
 from __future__ import annotations
@@ -28,14 +31,14 @@ from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.gpu_inventory import GpuInventory
 from trainmon.ingest.server import IngestServer
-from trainmon.parsers.nccl_ras import ERROR_KINDS, MISSING_KINDS, AnswerError, RasSummary, reduce_answer
+from trainmon.parsers.nccl_ras import ERROR_KINDS, MISSING_KINDS, NAMED_PER_KIND, AnswerError, RasSummary, reduce_answer
 from trainmon.settings import Address, Settings
 
 log = logging.getLogger(__name__)
 
 POLL_S = 60.0
 DEADLINE_S = 8.0
-HANG_SUSPECT_S = 300.0  # the hang alert's default threshold
+HANG_SUSPECT_S = 300.0  # the collective-hang alert's default threshold: the fallback without `hang_suspected`
 CLIENT_PROTOCOL = 2
 MAX_LINE = 4096  # a handshake answer is one short line
 
@@ -211,7 +214,7 @@ class NcclRasCollector:
             self._last = outcome
 
     def _maybe_start(self, owners: Owners) -> None:
-        suspect = owners.oldest_inflight >= HANG_SUSPECT_S
+        suspect = owners.hang_suspected or owners.oldest_inflight >= HANG_SUSPECT_S
         verbose = suspect and not self._suspected
         now = self._clock()
         due = self._started_at is None or now - self._started_at >= self._poll_s
@@ -251,6 +254,11 @@ class NcclRasCollector:
                         "unresponsive, absent (neither); the most in any one communicator.", ("job_id", "kind"))
         for kind in MISSING_KINDS:
             missing.add_metric([job, kind], s.missing[kind])
+        named = info("nccl_ras_missing_rank", f"A rank missing from the job's widest communicator (its global rank), "
+                     f"by kind (dead, unresponsive), with the host RAS names; at most {NAMED_PER_KIND} per kind.",
+                     ("job_id", "rank", "kind", "host"))
+        for m in s.named:
+            named.add_metric([job, str(m.rank), m.kind, m.host], {})
         errors = gauge("nccl_ras_rank_errors", "Processes with a rank in an error state, by kind (async_error, "
                        "abort, finalize, destroy).", ("job_id", "kind"))
         for kind in ERROR_KINDS:
@@ -264,7 +272,7 @@ class NcclRasCollector:
         ranks.add_metric([job], s.ranks)
         version = info("nccl_ras", "The NCCL version RAS reports.", ("job_id", "nccl_version"))
         version.add_metric([job, s.nccl_version], {})
-        return [*out, missing, errors, comms, mismatched, ranks, version]
+        return [*out, missing, named, errors, comms, mismatched, ranks, version]
 
     def _found(self, last: Outcome) -> tuple[str, ...]:
         s = last.summary

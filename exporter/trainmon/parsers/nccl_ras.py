@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 MISSING_KINDS = ("unresponsive", "dead", "absent")
+NAMED_KINDS = ("dead", "unresponsive")  # the kinds whose ranks are named (`absent` ones are counted only)
+NAMED_PER_KIND = 8  # the most missing ranks named per kind: a lost node's GPUs; the rest are in the counts
 ERROR_KINDS = ("async_error", "abort", "finalize", "destroy")
 ERROR_FIELDS = {"async_error": "async_error", "abort_flag": "abort", "finalize_called": "finalize",
                 "destroy_flag": "destroy"}
@@ -24,6 +26,15 @@ ERROR_FIELDS = {"async_error": "async_error", "abort_flag": "abort", "finalize_c
 
 class AnswerError(ValueError):
     """The answer is not a RAS JSON status document."""
+
+
+@dataclass(frozen=True, slots=True)
+class MissingRank:
+    """A rank RAS says is missing from the job's widest communicator, whose comm ranks are the global ranks."""
+
+    rank: int
+    kind: str  # one of NAMED_KINDS
+    host: str  # as RAS names the rank's node (its address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +48,8 @@ class RasSummary:
         errors: kind -> processes with that error state set on any of their ranks.
         mismatched: communicators whose ranks disagree on the count of some collective type.
         pids: the pids of the ranks that answered, to find the job through the hook's ranks on this node.
+        named: the missing ranks of the widest communicator (the largest `size`: the world's, whose comm ranks
+            are the global ranks), dead and unresponsive, lowest first, at most `NAMED_PER_KIND` of each kind.
     """
 
     nccl_version: str
@@ -46,6 +59,7 @@ class RasSummary:
     errors: Mapping[str, int]
     mismatched: int
     pids: frozenset[int]
+    named: tuple[MissingRank, ...] = ()
 
 
 def reduce_answer(text: str) -> RasSummary:
@@ -87,16 +101,30 @@ def _summary(version: str, comms: list[dict[str, object]]) -> RasSummary:
             missing[kind] = max(missing[kind], n)
     return RasSummary(nccl_version=version, communicators=len(comms), ranks=len(processes), missing=missing,
                       errors={kind: len(p) for kind, p in errors.items()}, mismatched=mismatched,
-                      pids=frozenset(pids))
+                      pids=frozenset(pids), named=_named(comms))
+
+
+def _named(comms: list[dict[str, object]]) -> tuple[MissingRank, ...]:
+    """The widest communicator's missing ranks by kind (the first of the widest where several tie)."""
+    if not comms:
+        return ()
+    widest = max(comms, key=lambda c: int(str(c.get("size", 0))))
+    found = sorted((int(str(r["rank"])), _kind(r), str(r.get("host", ""))) for r in
+                   _objects(widest.get("missing_ranks", [])))
+    return tuple(MissingRank(rank, kind, host) for want in NAMED_KINDS
+                 for rank, kind, host in [f for f in found if f[1] == want][:NAMED_PER_KIND])
+
+
+def _kind(rank: Mapping[str, object]) -> str:
+    status = _mapping(rank.get("status", {}))
+    return "dead" if status.get("considered_dead") is True else (
+        "unresponsive" if status.get("unresponsive") is True else "absent")
 
 
 def _missing(ranks: Iterable[Mapping[str, object]]) -> dict[str, int]:
     counts = dict.fromkeys(MISSING_KINDS, 0)
     for rank in ranks:
-        status = _mapping(rank.get("status", {}))
-        kind = "dead" if status.get("considered_dead") is True else (
-            "unresponsive" if status.get("unresponsive") is True else "absent")
-        counts[kind] += 1
+        counts[_kind(rank)] += 1
     return counts
 
 
@@ -126,4 +154,5 @@ def _mapping(value: object) -> Mapping[str, object]:
     return value
 
 
-__all__ = ["ERROR_KINDS", "MISSING_KINDS", "AnswerError", "RasSummary", "reduce_answer"]
+__all__ = ["ERROR_KINDS", "MISSING_KINDS", "NAMED_KINDS", "NAMED_PER_KIND", "AnswerError", "MissingRank", "RasSummary",
+           "reduce_answer"]
