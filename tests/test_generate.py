@@ -32,7 +32,7 @@ def test_every_generated_file_is_what_the_one_command_writes() -> None:
     assert (0, "") == (result.returncode, result.stdout), result.stderr
 
 
-def test_a_hand_edited_output_is_named(tmp_path: Path) -> None:
+def test_a_hand_edited_output_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     generate = load_script()
     for name in generate.checkout_files(REPO):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -43,4 +43,4 @@ def test_a_hand_edited_output_is_named(tmp_path: Path) -> None:
     (doc := tmp_path / "docs" / "configuration.md").write_text(doc.read_text() + "a hand edit\n")
 
     assert 1 == generate.main(["--check", "--root", str(tmp_path)])
-    assert ["docs/configuration.md", "prometheus/alerts.yml"] == generate.stale(tmp_path)
+    assert ["stale: docs/configuration.md", "stale: prometheus/alerts.yml"] == capsys.readouterr().out.splitlines()

@@ -134,7 +134,10 @@ def test_the_live_view_refreshes_in_place_in_a_terminal(demo: Daemon) -> None:
         screen = wait_until(a_whole_screen_with_rates, timeout=240, interval=0.5)
     finally:
         process.send_signal(signal.SIGINT)
-        code = process.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            seen.extend(read(controller))  # top writes as it exits: an undrained terminal would block it there
+        code = process.wait(timeout=5)
         seen.extend(read(controller))
         os.close(controller)
     output = seen.decode(errors="replace")
