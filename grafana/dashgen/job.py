@@ -233,7 +233,8 @@ def _communication(b: Board) -> Board:
             "unknown) and the rank that holds the job (TrainmonJobHung), and for each stuck rank how many ranks share "
             "its stack (the outliers share it with few). trainmon diagnose --job prints the stacks.",
             "short",
-            Query(f"job_id:trainmon_train_hang:culprit{{{rank_matchers}}}", "{{class}}: rank {{rank}} on {{instance}}{{host}}"),
+            Query(f"job_id:trainmon_train_hang:culprit{{{rank_matchers}}}",
+                  "{{class}}: rank {{rank}} on {{instance}}{{host}}"),
             Query(f"rank:trainmon_train_stack_peers:count{{{rank_matchers}}}", "rank {{rank}} stack shared by"),
         ),
     )
