@@ -98,14 +98,17 @@ def test_first_cycle_has_no_gpm_values(node: Node) -> None:
 
 def test_gpm_window_under_100ms_is_skipped(node: Node) -> None:
     """A cycle 50 ms after the last takes no GPM sample and reports no ratios; the next one does."""
+    def gpm_calls() -> int:
+        return sum(node.library.calls_by_name[f] for f in ("nvmlGpmSampleGet", "nvmlGpmMetricsGet"))
+
     node.collect()
-    before = node.library.calls
+    before = gpm_calls()
     node.collect()
-    steady = node.library.calls - before
-    before = node.library.calls
+    steady = gpm_calls() - before
+    before = gpm_calls()
     quick = node.collect(advance=0.05)
 
-    assert steady - 2 * 8 == node.library.calls - before  # no nvmlGpmSampleGet, no nvmlGpmMetricsGet
+    assert (2 * 8, 0) == (steady, gpm_calls() - before)  # a sample and a metrics call per GPU, then none
     assert "trainmon_gpu_sm_utilization_ratio" not in gpu_names(quick, "0")
     assert "trainmon_gpu_sm_active_seconds_total" in gpu_names(quick, "0")
     assert "trainmon_gpu_sm_utilization_ratio" in gpu_names(node.collect(), "0")

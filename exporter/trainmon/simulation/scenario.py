@@ -37,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,7 +103,8 @@ def _address(handle: Any) -> int:
 
 
 class ScenarioLibrary:
-    """Answers pynvml's C calls from `source()`; `calls` counts them (the benchmark reads it)."""
+    """Answers pynvml's C calls from `source()`; `calls` counts them (the benchmark reads it), `calls_by_name` each
+    function's (the XID listener's thread calls too, so a test of one function counts that one)."""
 
     def __init__(self, source: ScenarioSource) -> None:
         self._source = source
@@ -115,6 +117,7 @@ class ScenarioLibrary:
         self._samples: dict[int, _GpmSample] = {}
         self._event_sets: dict[int, _EventSet] = {}
         self.calls = 0
+        self.calls_by_name: Counter[str] = Counter()
 
     def __getattr__(self, name: str) -> _Symbol:
         impl = getattr(type(self), "_" + name, None)
@@ -145,6 +148,7 @@ class ScenarioLibrary:
 
     def dispatch(self, name: str, impl: Callable[..., int], args: tuple[Any, ...]) -> Any:
         self.calls += 1
+        self.calls_by_name[name] += 1
         if name not in _WITHOUT_INIT and not self._initialised:
             return pynvml.NVML_ERROR_UNINITIALIZED
         if name not in _NOT_PER_DEVICE:
