@@ -10,6 +10,7 @@ from tests.helpers.daemon import Daemon, start_daemon
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+DAEMON_TIMEOUT_S = 180
 SLOW_TIMEOUT_S = 300  # pyproject's `timeout` (60 s) is every other test's
 # The longest tests, started first so that each begins at once on a worker of its own (`--dist loadfile`
 # hands out one file at a time in this order, so a module-scoped fixture is built once); the suite's wall
@@ -30,10 +31,15 @@ def _start_order(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`slow` tests get 300 s (a hang costs 1 minute elsewhere, not 10) and run first, longest first."""
+    """`slow` tests get 300 s (a hang costs 1 minute elsewhere, not 10) and run first, longest first; a test that
+    starts a daemon gets 180 s (one start took more than a minute beside the eighteen-demo e2e on 2 cores)."""
     for item in items:
-        if item.get_closest_marker("slow") and item.get_closest_marker("timeout") is None:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        if item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        elif "daemons" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(DAEMON_TIMEOUT_S))
     items.sort(key=_start_order)
 
 
