@@ -34,18 +34,23 @@ RANK_ROW = re.compile(rf"^\s*({JOB}\S*)\s+(\d)\s+(\d)\s+(\S+ m?s|-)\s+(\S+)\s+(\
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 HEADER = "trainmon top  http"
 
-pytestmark = pytest.mark.slow  # a demo, then a GPU lost in it
+# A demo, then a GPU lost in it; the demo's start and the loss may take minutes on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# The loss 45 s after the demo starts: the daemon must have named GPU 6 before it is lost (a GPU lost before
+# NVML's first enumeration has no UUID to serve), and a demo beside the suite's other workers took 20 s to start.
+LOST_AFTER_S = 45
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    """GPU 6 lost 15 s in, once the daemon has seen it; the first checkpoint 100 s in, after the tests."""
-    daemon = start_daemon(tmp_path_factory.mktemp("top"), ["--incident", "gpu-lost", "--incident-after", "15",
-                                                           "--checkpoint-every", "600"], command="demo")
+    """GPU 6 lost once the daemon has seen it; the first checkpoint after the tests."""
+    daemon = start_daemon(tmp_path_factory.mktemp("top"), ["--incident", "gpu-lost", "--incident-after",
+                                                           str(LOST_AFTER_S), "--checkpoint-every", "600"],
+                          command="demo")
     try:
         wait_until(lambda: 'trainmon_gpu_up{gpu="6",' in (text := daemon.get("/metrics").text)
                    and samples(text, "trainmon_gpu_up", gpu="6") == {(("gpu", "6"), ("uuid", LOST_UUID)): 0.0},
-                   timeout=120, interval=0.5)
+                   timeout=LOST_AFTER_S + 180, interval=0.5)
         yield daemon
     finally:
         daemon.stop()
