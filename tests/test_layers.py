@@ -18,8 +18,8 @@ EXPORTER = Path(__file__).resolve().parents[1] / "exporter"
 # Bottom to top. A module may import modules of its own floor and of the floors below, never above.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # leaves: pure parsing, names, codecs of others' formats, dependency internals, hardware stand-ins
-    ("trainmon", "trainmon.parsers", "trainmon.families", "trainmon.flops", "trainmon.compat", "trainmon.kubelet",
-     "trainmon.gpu_inventory", "trainmon.simulation"),
+    ("trainmon", "trainmon.catalog", "trainmon.parsers", "trainmon.families", "trainmon.flops", "trainmon.compat",
+     "trainmon.kubelet", "trainmon.gpu_inventory", "trainmon.simulation"),
     # the types every side shares: errors, the wire format, roots, snapshots, rendering, sysfs records
     ("trainmon.errors", "trainmon.wire", "trainmon.roots", "trainmon.profiles", "trainmon.snapshot",
      "trainmon.webconfig", "trainmon.exposition", "trainmon.sysfs"),
