@@ -49,6 +49,6 @@ def test_no_constant_is_written_twice() -> None:
 
 def test_a_twin_is_found_whatever_its_spelling_of_the_value_but_not_a_namesake() -> None:
     modules = {"wire.py": "MAX_PHASES = 16\nOTHER = 'other'\nT = TypeVar('T')\n",
-               "torch/_state.py": "MAX_PHASES: int = 16  # the same\nOTHER = 'else'\nT = TypeVar('T')\n"}
+               "hook/state.py": "MAX_PHASES: int = 16  # the same\nOTHER = 'else'\nT = TypeVar('T')\n"}
 
-    assert {"MAX_PHASES": ["torch/_state.py", "wire.py"]} == twins(modules)
+    assert {"MAX_PHASES": ["hook/state.py", "wire.py"]} == twins(modules)

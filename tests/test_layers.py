@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "trainmon.webconfig", "trainmon.exposition", "trainmon.sysfs"),
     ("trainmon.settings",),
     # sources and surfaces: NVML, the hook's receiver, HTTP, and the hook itself (training side)
-    ("trainmon.nvml", "trainmon.health", "trainmon.fsclients", "trainmon.ingest", "trainmon.http", "trainmon.torch"),
+    ("trainmon.nvml", "trainmon.health", "trainmon.fsclients", "trainmon.ingest", "trainmon.http", "trainmon.hook",
+     "trainmon.torch"),
     ("trainmon.collectors", "trainmon.integrations"),
     ("trainmon.scheduler",),
     ("trainmon.daemon", "trainmon.diagnose", "trainmon.top"),
@@ -132,6 +133,20 @@ def test_restricted_modules_are_imported_only_from_where_they_are_meant_to_be() 
     assert [] == wrong
 
 
+def private_to(module: str) -> str | None:
+    """The package a `_name` module belongs to alone: trainmon.torch._monitor -> trainmon.torch."""
+    parts = module.split(".")
+    private = next((i for i, part in enumerate(parts) if part.startswith("_") and not part.startswith("__")), None)
+    return None if private is None else ".".join(parts[:private])
+
+
+def test_a_private_module_is_imported_only_from_its_own_package() -> None:
+    wrong = sorted((module, target) for module, targets in GRAPH.items() for target in targets
+                   if (owner := private_to(target)) is not None and not under(module, owner))
+
+    assert [] == wrong
+
+
 def test_no_file_imports_itself_back() -> None:
     assert [] == cycles(GRAPH)
 
@@ -152,3 +167,4 @@ def test_the_layer_rules_catch_what_they_are_for() -> None:
     assert floor_of("trainmon.demo.runner") > floor_of("trainmon.daemon") > floor_of("trainmon.collectors.fs")
     assert [["a", "b"]] == cycles({"a": {"b"}, "b": {"c", "a"}, "c": set()})
     assert not any(under("trainmon.nvml.session", prefix) for prefix in IMPORTED_ONLY_BY["trainmon.demo"])
+    assert ("trainmon.torch", None) == (private_to("trainmon.torch._monitor"), private_to("trainmon.hook.state"))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from trainmon import wire
-from trainmon.torch._identity import launch_layout
+from trainmon.hook.identity import launch_layout
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BATCH, BATCHES = 4, 3

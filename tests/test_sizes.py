@@ -20,7 +20,7 @@ FUNCTIONS = {
     "exporter/trainmon/collectors/nccl_inspector.py:NcclInspectorCollector._read_dumps": 37,
     "exporter/trainmon/ingest/ranks.py:RankTable._apply": 45,
     "exporter/trainmon/nvml/device.py:Gpu.read": 32,
-    "exporter/trainmon/torch/_state.py:RankState.__init__": 37,
+    "exporter/trainmon/hook/state.py:RankState.__init__": 37,
     "scripts/gpu_check.py:check_nvml": 41,
 }
 # module -> lines, on 2026-12-07 (after issues 39 and 40 added the hang and work fields)

@@ -1,4 +1,4 @@
-"""What one capture of a stuck training thread's stack costs the reporter thread (`trainmon.torch._hang`).
+"""What one capture of a stuck training thread's stack costs the reporter thread (`trainmon.hook.hang`).
 
     python -m tests.bench.bench_hang_stack [--calls 2000]
 
@@ -14,7 +14,7 @@ import statistics
 import threading
 import time
 
-from trainmon.torch._hang import thread_stack
+from trainmon.hook.hang import thread_stack
 
 
 def _nest(depth: int, ready: threading.Event, release: threading.Event) -> None:

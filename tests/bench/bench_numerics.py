@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable
 
-from trainmon.torch._numerics import SpikeCounter, SpikeRules
+from trainmon.hook.numerics import SpikeCounter, SpikeRules
 
 Series = Callable[[random.Random, int], list[float]]
 

@@ -319,7 +319,7 @@ def test_pod_resources_overlay_mounts_the_kubelet_directory_and_only_adds_root(
 
 
 def test_example_training_pod_passes_its_pod_to_the_hook() -> None:
-    """The downward API sets POD_NAME and POD_NAMESPACE, which the hook reads (trainmon.torch._identity)."""
+    """The downward API sets POD_NAME and POD_NAMESPACE, which the hook reads (trainmon.hook.identity)."""
     [container] = yaml.safe_load(EXAMPLE_POD.read_text())["spec"]["containers"]
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
 

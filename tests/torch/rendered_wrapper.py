@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from trainmon.torch import _collectives
 from trainmon.torch._collectives import CollectiveRecorder, Pending
-from trainmon.torch._state import OpenCollective
+from trainmon.hook.state import OpenCollective
 from trainmon.torch._timing import DeviceSpans
 
 recorder: CollectiveRecorder

@@ -27,9 +27,9 @@ from tests.torch.jobs import run_job
 from tests.torch.render_wrapper import RENDERED, all_reduce
 from tests.torch.test_monitor import ListTransport
 from trainmon import wire
+from trainmon.hook.state import Identity, RankState
 from trainmon.torch import TrainingMonitor
 from trainmon.torch._collectives import CollectiveRecorder, _signature, op_of, wrapper_source
-from trainmon.torch._state import Identity, RankState
 
 RULE_TESTS_DIR = PROMETHEUS / "tests"
 

@@ -32,12 +32,12 @@ from functools import partial
 
 from trainmon import wire
 from trainmon.demo.tree import Traffic
+from trainmon.hook.hang import DEFAULT_FLOOR_S
+from trainmon.hook.numerics import DEFAULT_MIN_HISTORY
+from trainmon.hook.sender import Reporter, Transport, UdpTransport, UnixTransport
+from trainmon.hook.state import Identity, RankState
 from trainmon.settings import Settings
 from trainmon.simulation.incidents import HUNG_RANK, SLOW_LINK_FACTOR, SLOW_LINK_RANK, STRAGGLER_RANK, Plan
-from trainmon.torch._hang import DEFAULT_FLOOR_S
-from trainmon.torch._numerics import DEFAULT_MIN_HISTORY
-from trainmon.torch._sender import Reporter, Transport, UdpTransport, UnixTransport
-from trainmon.torch._state import Identity, RankState
 
 JOB_ID = "demo-llama-8b"  # with an incident, `demo-llama-8b-<incident>`: two demos never mix in Prometheus
 SMOKE_TEST_SUFFIX = "-smoke-test"

@@ -27,8 +27,7 @@ from typing import Any
 import torch
 
 from trainmon import wire
-from trainmon.torch._monitor import Phase, TrainingMonitor
-from trainmon.torch._scaler import Patches
+from trainmon.torch import Patches, Phase, TrainingMonitor
 
 FRAMEWORK = "verl"
 PHASE_PREFIX = "timing_s/"

@@ -7,8 +7,9 @@
         with mon.step(samples=len(batch)):
             ...
 
-PyTorch is the optional extra `trainmon[torch]`; it is imported when `TrainingMonitor` is first
-used, so the standard-library parts (`_sender`, `_state`, `_identity`) serve processes without it.
+PyTorch is the optional extra `trainmon[torch]`; it is imported when `TrainingMonitor` (or `Phase`,
+`Patches`, for integrations such as verl's) is first used. The standard-library core it builds on is
+`trainmon.hook`.
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trainmon.torch._monitor import TrainingMonitor
+    from trainmon.torch._monitor import Phase, TrainingMonitor
+    from trainmon.torch._scaler import Patches
 
-__all__ = ["TrainingMonitor"]
+__all__ = ["Patches", "Phase", "TrainingMonitor"]
 
 
 def __getattr__(name: str) -> object:
-    if name == "TrainingMonitor":
-        from trainmon.torch._monitor import TrainingMonitor
+    if name in ("Phase", "TrainingMonitor"):
+        from trainmon.torch import _monitor
 
-        return TrainingMonitor
+        return getattr(_monitor, name)
+    if name == "Patches":
+        from trainmon.torch._scaler import Patches
+
+        return Patches
     raise AttributeError(f"module 'trainmon.torch' has no attribute {name!r}")

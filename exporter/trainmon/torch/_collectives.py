@@ -69,7 +69,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from trainmon.torch._state import (
+from trainmon.hook.state import (
     BLOCKED,
     ISSUED_AT,
     MAX_UNSETTLED,

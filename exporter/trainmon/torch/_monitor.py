@@ -34,13 +34,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from trainmon import wire
 from trainmon.flops import FlopsRate
+from trainmon.hook.hang import HangWatch, floor_from
+from trainmon.hook.identity import int_env, kubernetes_pod, launch_layout, nccl_env, resolve_job_id
+from trainmon.hook.numerics import DEFAULT_MIN_HISTORY, DEFAULT_WINDOW, SpikeCounter, SpikeRules
+from trainmon.hook.sender import Reporter, Transport, interval_from_env, transport_from_env
+from trainmon.hook.state import Identity, RankState
 from trainmon.torch._collectives import CollectiveRecorder
-from trainmon.torch._hang import HangWatch, floor_from
-from trainmon.torch._identity import int_env, kubernetes_pod, launch_layout, nccl_env, resolve_job_id
-from trainmon.torch._numerics import DEFAULT_MIN_HISTORY, DEFAULT_WINDOW, SpikeCounter, SpikeRules
 from trainmon.torch._scaler import HostCopies, Patches, watch_deepspeed, watch_grad_scaler, watch_megatron
-from trainmon.torch._sender import Reporter, Transport, interval_from_env, transport_from_env
-from trainmon.torch._state import Identity, RankState
 from trainmon.torch._timing import DeviceSpans, StepTimer
 
 log = logging.getLogger(__name__)

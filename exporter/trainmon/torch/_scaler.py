@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from trainmon.torch._state import RankState
+from trainmon.hook.state import RankState
 from trainmon.torch._timing import capturing
 
 ValuesSink = Callable[[list[float]], None]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.clock import Clock
-from trainmon.torch._sender import Reporter, UnixTransport
+from trainmon.hook.sender import Reporter, UnixTransport
 
 
 def send_at(reporter: Reporter, clock: Clock, *times: float) -> None:
@@ -31,7 +31,7 @@ def test_no_daemon_for_a_minute_warns_once_naming_the_variable(tmp_path: Path,
     clock = Clock()
     reporter = Reporter(lambda kind: b"{}", UnixTransport(str(tmp_path / "nobody.sock")), 1.0, clock=clock)
 
-    with caplog.at_level(logging.WARNING, logger="trainmon.torch._sender"):
+    with caplog.at_level(logging.WARNING, logger="trainmon.hook.sender"):
         send_at(reporter, clock, 0.0, 30.0, 59.0)
         before = warnings(caplog)
         send_at(reporter, clock, 60.0, 90.0, 600.0)
@@ -47,7 +47,7 @@ def test_a_daemon_that_answers_starts_the_minute_again(tmp_path: Path, caplog: p
     clock = Clock()
     reporter = Reporter(lambda kind: b"{}", UnixTransport(str(path)), 1.0, clock=clock)
 
-    with caplog.at_level(logging.WARNING, logger="trainmon.torch._sender"):
+    with caplog.at_level(logging.WARNING, logger="trainmon.hook.sender"):
         send_at(reporter, clock, 0.0, 50.0)
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as daemon:
             daemon.bind(str(path))
@@ -64,7 +64,7 @@ NOBODY = 65534
 SEND_AS_NOBODY = """
 import logging, os, sys
 from tests.helpers.clock import Clock
-from trainmon.torch._sender import Reporter, UnixTransport
+from trainmon.hook.sender import Reporter, UnixTransport
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 clock = Clock()
 reporter = Reporter(lambda kind: b"{}", UnixTransport(sys.argv[1]), 1.0, clock=clock)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.torch._identity import PodRef, kubernetes_pod, nccl_env, resolve_job_id
+from trainmon.hook.identity import PodRef, kubernetes_pod, nccl_env, resolve_job_id
 
 MASTER = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 
@@ -84,7 +84,7 @@ def test_hook_imports_no_daemon_dependencies() -> None:
 
 
 def test_wire_and_sender_import_without_torch() -> None:
-    code = "import sys, trainmon.wire, trainmon.torch._sender, trainmon.torch._state; print('torch' in sys.modules)"
+    code = "import sys, trainmon.wire, trainmon.hook.sender, trainmon.hook.state; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
 
     assert "False" == out.strip()

@@ -15,8 +15,8 @@ from typing import SupportsIndex, overload
 
 import pytest
 
-from trainmon.torch._numerics import SpikeCounter, SpikeRules
-from trainmon.torch._state import Identity, RankState
+from trainmon.hook.numerics import SpikeCounter, SpikeRules
+from trainmon.hook.state import Identity, RankState
 
 IDENTITY = Identity(job_id="j", rank=0, pid=1, start_time=0.0)
 # bigscience tr11-176B-ml chronicles: the grad norm over the five steps of the first spike, and the loss

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, fields
 from time import perf_counter
 from typing import Any
 
-from trainmon.torch._numerics import SpikeCounter, SpikeRules
+from trainmon.hook.numerics import SpikeCounter, SpikeRules
 from trainmon.wire import (
     FIELDS,
     MAX_GROUPS,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from trainmon.torch._state import MAX_UNSETTLED, Identity, RankState
+from trainmon.hook.state import MAX_UNSETTLED, Identity, RankState
 from trainmon.wire import Report
 
 IDENTITY = Identity(job_id="j", rank=0, pid=1, start_time=0.0)
