@@ -42,9 +42,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainmon.hook.state import OpenCollective
 from trainmon.torch import _collectives
 from trainmon.torch._collectives import CollectiveRecorder, Pending
-from trainmon.hook.state import OpenCollective
 from trainmon.torch._timing import DeviceSpans
 
 recorder: CollectiveRecorder
