@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainmon.torch._collectives import _signature, wrapper_source
+from trainmon.torch._discovery import _signature
+from trainmon.torch._wrapper import wrapper_source
 
 RENDERED = Path(__file__).with_name("rendered_wrapper.py")
 

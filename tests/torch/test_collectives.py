@@ -29,7 +29,9 @@ from tests.torch.test_monitor import ListTransport
 from trainmon import wire
 from trainmon.hook.state import Identity, RankState
 from trainmon.torch import TrainingMonitor
-from trainmon.torch._collectives import CollectiveRecorder, _signature, op_of, wrapper_source
+from trainmon.torch._collectives import CollectiveRecorder
+from trainmon.torch._discovery import _signature, op_of
+from trainmon.torch._wrapper import wrapper_source
 
 RULE_TESTS_DIR = PROMETHEUS / "tests"
 

@@ -16,7 +16,7 @@ import pytest
 from tests.torch.collective_job import CALLED
 from tests.torch.jobs import run_job
 from trainmon import wire
-from trainmon.torch._collectives import collective_functions
+from trainmon.torch._discovery import collective_functions
 
 pytestmark = pytest.mark.slow  # several real processes: torch.distributed ranks
 

@@ -18,7 +18,7 @@ from tests.torch.test_monitor import ListTransport
 from trainmon import wire
 from trainmon.hook.hang import DEFAULT_FLOOR_S, HangWatch, floor_from, median_step_seconds, thread_stack, threshold
 from trainmon.torch import TrainingMonitor
-from trainmon.torch._collectives import rank_ranges
+from trainmon.torch._groups import rank_ranges
 from trainmon.wire import STEP_BUCKETS, Report
 
 

@@ -1,14 +1,14 @@
 """Collectives: per-group sequence numbers, in-flight age and time, around `torch.distributed`.
 
 Which functions: every public `torch.distributed` function of the installed torch that takes a
-`group` and is named after a collective (`collective_functions`), except those that only forward
+`group` and is named after a collective (`_discovery.collective_functions`), except those that only forward
 to another one (`all_gather_into_tensor` -> `all_gather_single`, `send` -> `isend`, the object
 collectives -> `all_gather`/`broadcast`/...): those are counted once, by the function they call.
 That covers the `*_single` and `*_coalesced` forms FSDP2 and others use. Names a framework bound
 at import time (`dist_reduce_scatter_func = torch.distributed.reduce_scatter_tensor`) are found by
 scanning `sys.modules` for the original function objects.
 
-Per call the wrapper (made from `WRAPPER_TEMPLATE` with each function's own parameters) issues
+Per call the wrapper (made from `_wrapper.WRAPPER_TEMPLATE` with each function's own parameters) issues
 the collective into `RankState.open` (in flight from here), with the group as torch got it
 (`settle` finds its numbers in the reporter thread), and completes that entry:
 
@@ -52,14 +52,12 @@ of an empty set while no thread suppresses.
 from __future__ import annotations
 
 import contextlib
-import dis
 import functools
 import inspect
 import linecache
 import sys
 import threading
-import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -80,8 +78,16 @@ from trainmon.hook.state import (
     OpenCollective,
     RankState,
 )
+from trainmon.torch._discovery import (
+    CollectiveSignature,
+    ExceptionLog,
+    collective_functions,
+    past_exception_logger,
+)
+from trainmon.torch._groups import group_label, pg_timeout, rank_ranges
 from trainmon.torch._timing import DeviceSpans, capturing
-from trainmon.wire import MAX_TEXT, OTHER_GROUP
+from trainmon.torch._wrapper import wrapper_source
+from trainmon.wire import OTHER_GROUP
 
 if TYPE_CHECKING:  # torch.distributed imports it without re-exporting it
     from torch._C._distributed_c10d import GradBucket
@@ -96,176 +102,6 @@ class Captured(Exception):
 # What torch returns from an async call inside a coalescing manager: a placeholder that never completes.
 ILLEGAL_WORK: type | None = getattr(distributed_c10d, "_IllegalWork", None)
 MAX_CACHED_GROUPS = 256
-# The argument whose tensors count as a collective's bytes: the first of these in its signature.
-PAYLOAD_NAMES = ("tensor", "input", "input_tensor", "input_tensor_list", "input_list", "tensors")
-OP_PREFIXES = (("all_reduce", "all_reduce"), ("reduce_scatter", "reduce_scatter"), ("all_gather", "all_gather"),
-               ("all_to_all", "all_to_all"), ("broadcast", "broadcast"), ("isend", "send_recv"),
-               ("irecv", "send_recv"), ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "other"),
-               ("gather", "other"), ("scatter", "other"))
-
-
-@dataclass(frozen=True, slots=True)
-class CollectiveSignature:
-    """Where a collective function takes its payload and its group, and the SPEC `op` it counts as."""
-
-    op: str
-    payload_name: str | None
-    payload_index: int
-    group_index: int
-
-
-def op_of(name: str) -> str | None:
-    """The SPEC `op` a `torch.distributed` function name stands for, or None for a non-collective."""
-    if "barrier" in name.split("_"):
-        return "barrier"
-    return next((op for prefix, op in OP_PREFIXES if name == prefix or name.startswith(prefix + "_")), None)
-
-
-def collective_functions(module: Any = distributed_c10d) -> dict[str, tuple[Callable[..., Any], CollectiveSignature]]:
-    """The collectives of `module` (torch's `distributed_c10d`) that do the work themselves, by name."""
-    found: dict[str, Callable[..., Any]] = {}
-    for name in getattr(module, "__all__", ()):
-        fn = vars(module).get(name)
-        if type(fn) is types.FunctionType and op_of(name) is not None and "group" in inspect.signature(fn).parameters:
-            found[name] = getattr(fn, "__trainmon_original__", fn)
-    out = {}
-    for name, fn in found.items():
-        globals_used = {i.argval for i in dis.get_instructions(inspect.unwrap(fn)) if i.opname == "LOAD_GLOBAL"}
-        if not globals_used & (found.keys() - {name}):  # a forwarder is counted by the one it calls
-            out[name] = (fn, _signature(fn, op_of(name) or "other"))
-    return out
-
-
-def _signature(fn: Callable[..., Any], op: str) -> CollectiveSignature:
-    params = list(inspect.signature(fn).parameters)
-    payload = next((p for p in params if p in PAYLOAD_NAMES), None)
-    return CollectiveSignature(op, payload, params.index(payload) if payload else 10**6, params.index("group"))
-
-
-EXCEPTION_LOGGER_CODE: types.CodeType | None
-try:  # private to torch, so looked for, not assumed
-    from torch.distributed.c10d_logger import _exception_logger
-    EXCEPTION_LOGGER_CODE = _exception_logger(lambda: None).__code__  # the code of every function it wraps
-except (ImportError, AttributeError, TypeError):
-    EXCEPTION_LOGGER_CODE = None
-
-ExceptionLog = Callable[[Exception, tuple[Any, ...], dict[str, Any]], None]
-
-
-def past_exception_logger(fn: Callable[..., Any]) -> tuple[Callable[..., Any], ExceptionLog | None]:
-    """The function under torch's `_exception_logger` frame and a log of exceptions as that frame
-    logs them; `fn` and None where that frame is not its outer one."""
-    inner = getattr(fn, "__wrapped__", None)
-    if inner is None or EXCEPTION_LOGGER_CODE is None or getattr(fn, "__code__", None) is not EXCEPTION_LOGGER_CODE:
-        return fn, None
-    return inner, functools.partial(_log_as_torch, fn.__name__)
-
-
-def _log_as_torch(name: str, error: Exception, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Run torch's `_exception_logger` itself around a function of the same name that raises `error`
-    again, so the log has what it would have had; `error` keeps its own traceback."""
-    def failed(*_args: Any, **_kwargs: Any) -> Any:
-        raise error
-
-    failed.__name__ = name
-    traceback = error.__traceback__
-    try:
-        _exception_logger(failed)(*args, **kwargs)
-    except Exception as raised:
-        if raised is not error:  # logging failed: raised as under torch's frame
-            raise
-    error.with_traceback(traceback)
-
-
-# Each collective's wrapper is made from this template with the function's own parameters (as
-# dataclasses and attrs make `__init__`): no `*args/**kwargs` packing, and the payload and group are
-# plain names: a third less time per blocking collective than one generic wrapper. The hot path
-# is `RankState.issue` and `complete` inlined, no lock, and the group as torch got it (`settle` finds
-# its numbers, and drops a group this rank is not a member of).
-WRAPPER_TEMPLATE = """
-def {name}({parameters}):
-    if suppressing and get_ident() in suppressing:
-        calls = coalescing.get(get_ident())
-        if calls is not None:  # inside a coalescing manager: launched at its exit
-            calls.append(({op!r}, {payload}))
-        return fn({arguments})
-    try:
-        payload = {payload}
-        nbytes = payload.nbytes if type(payload) is tensor_type else nbytes_of(payload)
-        event = cuda_start({async_call}) if spans is not None and is_cuda(payload) else None
-        if len(opened) >= MAX_UNSETTLED:  # nobody has read for a while (no reporter yet)
-            settle()
-        t0 = perf_counter()
-        entry = [{group}, {op!r}, nbytes, t0, None, 0.0]
-        opened.append(entry)
-    except Captured:  # replayed without Python: counted as captured, once
-        return fn({arguments})
-    except Exception:
-        recorder.errors += 1
-        return fn({arguments})
-    try:
-        result = call({arguments})
-    except BaseException as error:
-        failed(entry, error, {by_name})
-        raise
-    if result is None and event is None:  # CPU, blocking: done when it returns; `blocked` is stored first
-        entry[BLOCKED] = entry[SECONDS] = perf_counter() - t0
-    elif isinstance(result, work_types):  # async: done when seen done
-        pending[id(result)] = (result, entry, event)
-        if work_type.wait is not patched_wait:
-            intercept(True)
-        if len(pending) > MAX_PENDING_WORKS:  # never waited on: forget the oldest
-            forget(next(iter(pending)))
-    else:
-        finished(result, entry, event)
-    return result
-"""
-
-
-def _template_names() -> frozenset[str]:
-    """Every name the template's function uses: a parameter called so would shadow it."""
-    fields = dict(parameters="", arguments="", by_name="{}", payload="None", group="None", op="", async_call="False")
-    code = compile(WRAPPER_TEMPLATE.format(name="wrapper", **fields), "<template>", "exec")
-    (function,) = (c for c in code.co_consts if isinstance(c, types.CodeType))
-    return frozenset(function.co_names + function.co_varnames)
-
-
-TEMPLATE_NAMES = _template_names()
-
-
-def wrapper_source(fn: Callable[..., Any], signature: CollectiveSignature) -> tuple[str, dict[str, Any]]:
-    """The wrapper's source for `fn` and the defaults it names; `*args, **kwargs` where `fn` takes
-    anything but plain parameters, or one whose name the template uses."""
-    parameters = inspect.signature(fn).parameters.values()
-    plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
-    plain = plain and not {p.name for p in parameters} & TEMPLATE_NAMES
-    async_call = _async_call(fn, {p.name for p in parameters}, plain)
-    if plain:
-        names = [p.name for p in parameters]
-        defaults = {f"default_{p.name}": p.default for p in parameters if p.default is not inspect.Parameter.empty}
-        fields = dict(
-            parameters=", ".join(f"{n}=default_{n}" if f"default_{n}" in defaults else n for n in names),
-            arguments=", ".join(names), by_name="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}",
-            payload=signature.payload_name or "None", group="group")
-    else:
-        defaults = {}
-        fields = dict(
-            parameters="*args, **kwargs", arguments="*args, **kwargs", by_name="kwargs, args",
-            payload=f"args[{signature.payload_index}] if len(args) > {signature.payload_index} "
-                    f"else kwargs.get({signature.payload_name or ''!r})",
-            group=f"args[{signature.group_index}] if len(args) > {signature.group_index} else kwargs.get('group')")
-    return WRAPPER_TEMPLATE.format(name=fn.__name__, op=signature.op, async_call=async_call, **fields), defaults
-
-
-def _async_call(fn: Callable[..., Any], parameters: set[str], plain: bool) -> str:
-    """The wrapper's expression for "this call returns a work to wait on": its `async_op` argument, True for
-    `isend`/`irecv`, False otherwise. A CUDA call that says so records no start event (its `wait()` gets a
-    pair); one passed positionally to a `*args` wrapper records one it does not need."""
-    if "async_op" in parameters:
-        return "async_op" if plain else "kwargs.get('async_op', False)"
-    return str(fn.__name__ in ("isend", "irecv"))
-
-
 def _nbytes(payload: object) -> int:
     if isinstance(payload, torch.Tensor):
         return payload.nbytes
@@ -278,41 +114,6 @@ def _is_cuda(payload: object) -> bool:
     if isinstance(payload, (list, tuple)):
         payload = payload[0] if payload else None
     return isinstance(payload, torch.Tensor) and payload.is_cuda
-
-
-def group_label(pg: Any) -> str:
-    """A label every member of the group computes alike: the default group's description, else
-    description and name (torch gives each new group the same name on all its members)."""
-    desc, name = str(getattr(pg, "group_desc", "") or ""), str(getattr(pg, "group_name", "") or "")
-    if desc == "default_pg" or not name:
-        return desc or "unnamed"
-    return f"{desc if desc and desc != 'undefined' else 'group'}:{name}"
-
-
-def rank_ranges(ranks: Iterable[int]) -> str | None:
-    """Global ranks in short form: `0-3,8-11` (runs), `0-56:8` (one stride); None past MAX_TEXT characters."""
-    found = sorted(set(ranks))
-    if len(found) > 2 and (step := found[1] - found[0]) > 1 and found == list(range(found[0], found[-1] + 1, step)):
-        return f"{found[0]}-{found[-1]}:{step}"
-    runs: list[list[int]] = []
-    for rank in found:
-        if runs and rank == runs[-1][1] + 1:
-            runs[-1][1] = rank
-        else:
-            runs.append([rank, rank])
-    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-    return text if 0 < len(text) <= MAX_TEXT else None
-
-
-def pg_timeout(pg: Any) -> float | None:
-    """The group's timeout in seconds, the shortest of its backends' (each device type's), or None."""
-    found = []
-    for device in getattr(pg, "_device_types", ()):
-        try:
-            found.append(float(pg._get_backend(device).options._timeout.total_seconds()))
-        except Exception:  # a backend without options (a custom one): its timeout is unknown
-            continue
-    return min(found, default=None)
 
 
 class WorkEnd:
