@@ -27,7 +27,6 @@ FUNCTIONS = {
 MODULES = {
     "exporter/trainmon/collectors/gpu.py": 581,
     "exporter/trainmon/health/xid_catalog.py": 697,
-    "exporter/trainmon/torch/_collectives.py": 701,
     "exporter/trainmon/wire.py": 605,
     "prometheus/rulegen/alerts.py": 819,
     "exporter/trainmon/torch/_monitor.py": 502,

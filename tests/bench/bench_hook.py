@@ -121,7 +121,7 @@ def paired(off: list[float], on: list[float]) -> list[float]:
 
 def measure(mon: TrainingMonitor, rounds: int, calls: int) -> tuple[dict[str, Samples], list[float]]:
     ops = operations(mon)
-    intercept = mon._collectives._intercept_waits
+    intercept = mon._collectives.completions.intercept
     results = {name: Samples() for name in ops}
     reference: list[float] = []
     for i in range(rounds):

@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from trainmon.torch import _collectives
+from trainmon.torch import _coalescing, _collectives
 
 
 class Stream:
@@ -123,5 +123,6 @@ def standin_cuda(monkeypatch: pytest.MonkeyPatch) -> StandInCuda:
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: cuda.capturing)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: cuda.current or cuda.default)
     monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: cuda.default)
-    monkeypatch.setattr(_collectives, "_is_cuda", lambda payload: True)
+    for module in (_collectives, _coalescing):  # each looks the payload's device up by its own name
+        monkeypatch.setattr(module, "is_cuda", lambda payload: True)
     return cuda

@@ -45,10 +45,11 @@ import torch.distributed as dist
 
 from trainmon.hook.state import OpenCollective
 from trainmon.torch import _collectives
-from trainmon.torch._collectives import CollectiveRecorder, Pending
+from trainmon.torch._collectives import Pending
 from trainmon.torch._timing import DeviceSpans
+from trainmon.torch._works import Tally
 
-recorder: CollectiveRecorder
+tally: Tally
 fn: Callable[..., Any]
 call: Callable[..., Any]
 opened: deque[OpenCollective]

@@ -18,10 +18,11 @@ import torch.distributed as dist
 
 from trainmon.hook.state import OpenCollective
 from trainmon.torch import _collectives
-from trainmon.torch._collectives import CollectiveRecorder, Pending
+from trainmon.torch._collectives import Pending
 from trainmon.torch._timing import DeviceSpans
+from trainmon.torch._works import Tally
 
-recorder: CollectiveRecorder
+tally: Tally
 fn: Callable[..., Any]
 call: Callable[..., Any]
 opened: deque[OpenCollective]
@@ -71,7 +72,7 @@ def all_reduce(tensor, op=default_op, group=default_group, async_op=default_asyn
     except Captured:  # replayed without Python: counted as captured, once
         return fn(tensor, op, group, async_op)
     except Exception:
-        recorder.errors += 1
+        tally.errors += 1
         return fn(tensor, op, group, async_op)
     try:
         result = call(tensor, op, group, async_op)
@@ -109,7 +110,7 @@ def broadcast(*args, **kwargs):
     except Captured:  # replayed without Python: counted as captured, once
         return fn(*args, **kwargs)
     except Exception:
-        recorder.errors += 1
+        tally.errors += 1
         return fn(*args, **kwargs)
     try:
         result = call(*args, **kwargs)

@@ -33,7 +33,7 @@ def {name}({parameters}):
     except Captured:  # replayed without Python: counted as captured, once
         return fn({arguments})
     except Exception:
-        recorder.errors += 1
+        tally.errors += 1
         return fn({arguments})
     try:
         result = call({arguments})
