@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainmon.catalog import Family, aer, daemon, gpu, infiniband, nvme, pod_resources, training
+
 from .config import RulesConfig
 from .dashboards import FLEET, NODE, TRAINING_JOB, panel_url
 from .hang import INTERVAL as HANG_INTERVAL
@@ -33,11 +35,11 @@ THERMAL = 'reason=~".*thermal.*"'
 
 
 def not_in_phase(c: RulesConfig, on: str = ON_RANK) -> str:
-    return f"unless {on} {c.m('trainmon_train_phase')} == 1"
+    return f"unless {on} {c.m(training.TRAIN_PHASE)} == 1"
 
 
 def exporter_alerts(c: RulesConfig) -> list[Alert]:
-    success = c.m("trainmon_collector_success")
+    success = c.m(daemon.COLLECTOR_SUCCESS)
     return [
         Alert(
             alert="TrainmonExporterDown",
@@ -74,7 +76,7 @@ and on (instance, job, collector)
   (
     max_over_time({success}[1d]) == 1
   or
-    {c.m("trainmon_collector_success", 'collector="gpu"')}
+    {c.m(daemon.COLLECTOR_SUCCESS, 'collector="gpu"')}
   )""",
             for_="15m",
             severity="warning",
@@ -89,17 +91,17 @@ and on (instance, job, collector)
             dashboard_url=panel_url(c, NODE, "Kubernetes owner of each GPU"),
             # Hooked ranks in pods name their pod; such a node's daemon has no pod_resources collector.
             expr=f"""
-  group by (job, instance) ({c.m("trainmon_train_rank_info", 'pod!=""')})
+  group by (job, instance) ({c.m(training.TRAIN_RANK_INFO, 'pod!=""')})
 unless on (job, instance)
-  {c.m("trainmon_collector_success", 'collector="pod_resources"')}""",
+  {c.m(daemon.COLLECTOR_SUCCESS, 'collector="pod_resources"')}""",
             for_="1h",
             # Worth a ticket, not a page: training runs; only the GPUs' owners are unknown.
             severity="info",
             summary="A Kubernetes node runs trainmon without the kubelet socket.",
             description=(
                 "Pods on {{ $labels.instance }} train on GPUs, but its trainmon daemon has no "
-                "--kubelet-pod-resources-socket: trainmon_gpu_allocation_info is missing, so GPUs without a hook "
-                "have no owner. Deploy the pod-resources overlay."
+                f"--kubelet-pod-resources-socket: {pod_resources.GPU_ALLOCATION_INFO} is missing, so GPUs without "
+                "a hook have no owner. Deploy the pod-resources overlay."
             ),
         ),
     ]
@@ -110,7 +112,7 @@ def gpu_alerts(c: RulesConfig) -> list[Alert]:
     lost = Alert(
         alert="TrainmonGPULost",
         dashboard_url=panel_url(c, FLEET, "GPUs lost"),
-        expr=f"{c.m('trainmon_gpu_up')} == 0",
+        expr=f"{c.m(gpu.GPU_UP)} == 0",
         for_="2m",
         severity="critical",
         summary="A GPU is lost.",
@@ -123,15 +125,15 @@ def gpu_alerts(c: RulesConfig) -> list[Alert]:
             lost,
             # GPUs on the PCI bus that NVML does not list as up (also: every GPU gone, NVML down).
             expr=f"""
-  {c.m("trainmon_gpus_expected")}
+  {c.m(gpu.GPUS_EXPECTED)}
 >
   (
     instance:trainmon_gpu_up:sum
   or
-    0 * {c.m("trainmon_gpus_expected")}
+    0 * {c.m(gpu.GPUS_EXPECTED)}
   )
 unless on (instance, job)
-  {c.m("trainmon_gpu_up")} == 0""",
+  {c.m(gpu.GPU_UP)} == 0""",
             description=("{{ $labels.instance }} has {{ $value }} NVIDIA GPUs on the PCI bus but fewer answer NVML."),
             labels=(("cause", "missing_from_nvml"),),
         ),
@@ -139,9 +141,9 @@ unless on (instance, job)
             lost,
             # A GPU that fell off the PCI bus entirely, or a node back from reboot with fewer GPUs.
             expr=f"""
-  {c.m("trainmon_gpus_expected")}
+  {c.m(gpu.GPUS_EXPECTED)}
 <
-  max_over_time({c.m("trainmon_gpus_expected")}[6h])""",
+  max_over_time({c.m(gpu.GPUS_EXPECTED)}[6h])""",
             description=(
                 "{{ $labels.instance }} now sees {{ $value }} GPUs on the PCI bus, fewer than in the last 6 hours."
             ),
@@ -150,7 +152,7 @@ unless on (instance, job)
         Alert(
             alert="TrainmonGPUXidCritical",
             dashboard_url=panel_url(c, NODE, "XID errors"),
-            expr=(f"time() - {c.m('trainmon_gpu_xid_last_timestamp_seconds', xid_matcher)} < {c.xid_firing_seconds}"),
+            expr=(f"time() - {c.m(gpu.GPU_XID_LAST_TIMESTAMP_SECONDS, xid_matcher)} < {c.xid_firing_seconds}"),
             severity="critical",
             summary="A GPU reported an XID that needs an operator.",
             description=(
@@ -162,7 +164,7 @@ unless on (instance, job)
             alert="TrainmonGPUEccUncorrectable",
             dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
             # A level check: a count already present at the first scrape must alert too.
-            expr=c.m("trainmon_gpu_ecc_errors_total", 'error="uncorrected"') + " > 0",
+            expr=c.m(gpu.GPU_ECC_ERRORS_TOTAL, 'error="uncorrected"') + " > 0",
             severity="critical",
             summary="A GPU has uncorrectable ECC errors.",
             description=(
@@ -173,7 +175,7 @@ unless on (instance, job)
         Alert(
             alert="TrainmonGPURowRemapFailure",
             dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
-            expr=f"{c.m('trainmon_gpu_row_remap_failure')} == 1",
+            expr=f"{c.m(gpu.GPU_ROW_REMAP_FAILURE)} == 1",
             severity="critical",
             summary="A GPU failed to remap a memory row.",
             description=(
@@ -184,7 +186,7 @@ unless on (instance, job)
         Alert(
             alert="TrainmonGPURowRemapPending",
             dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
-            expr=f"{c.m('trainmon_gpu_row_remap_pending')} == 1",
+            expr=f"{c.m(gpu.GPU_ROW_REMAP_PENDING)} == 1",
             for_="15m",
             # Worth a ticket, not a page: the GPU works on; the remap applies at the next reset.
             severity="info",
@@ -197,7 +199,7 @@ unless on (instance, job)
         Alert(
             alert="TrainmonGPUThermalThrottle",
             dashboard_url=panel_url(c, NODE, "Time throttled"),
-            expr=(f"rate({c.m('trainmon_gpu_throttle_seconds_total', THERMAL)}[5m]) > {c.thermal_throttle_ratio}"),
+            expr=(f"rate({c.m(gpu.GPU_THROTTLE_SECONDS_TOTAL, THERMAL)}[5m]) > {c.thermal_throttle_ratio}"),
             for_="10m",
             severity="warning",
             summary="A GPU is thermally throttled.",
@@ -211,9 +213,9 @@ unless on (instance, job)
             dashboard_url=panel_url(c, NODE, "PCIe link width"),
             # Width, not generation: idle GPUs lower their PCIe generation to save power.
             expr=f"""
-  {c.m("trainmon_gpu_pcie_link_width", 'kind="current"')}
+  {c.m(gpu.GPU_PCIE_LINK_WIDTH, 'kind="current"')}
 < ignoring (kind)
-  {c.m("trainmon_gpu_pcie_link_width", 'kind="max"')}""",
+  {c.m(gpu.GPU_PCIE_LINK_WIDTH, 'kind="max"')}""",
             for_="30m",
             severity="warning",
             summary="A GPU's PCIe link runs narrower than it can.",
@@ -226,7 +228,7 @@ unless on (instance, job)
 
 
 def training_alerts(c: RulesConfig) -> list[Alert]:
-    last_step = c.m("trainmon_train_last_step_timestamp_seconds")
+    last_step = c.m(training.TRAIN_LAST_STEP_TIMESTAMP_SECONDS)
     sm = "rank:trainmon_gpu_sm_utilization_ratio:join"
     baseline = f"avg_over_time(job_id:trainmon_train_steps:avg_rate5m[{c.baseline_window}] offset {c.baseline_offset})"
     return [
@@ -278,7 +280,7 @@ unless {ON_JOB}
             expr=f"""
   time() - {last_step} > {c.stall_seconds}
 {not_in_phase(c)}
-unless {ON_RANK} {c.m("trainmon_train_rank_exited")} == 1""",
+unless {ON_RANK} {c.m(training.TRAIN_RANK_EXITED)} == 1""",
             for_="5m",
             severity="critical",
             summary="A training rank stopped finishing steps.",
@@ -290,7 +292,7 @@ unless {ON_RANK} {c.m("trainmon_train_rank_exited")} == 1""",
         Alert(
             alert="TrainmonRankLost",
             dashboard_url=panel_url(c, TRAINING_JOB, "Absent ranks"),
-            expr=rising(c.m("trainmon_train_rank_exits_total", 'reason="lost"'), "15m"),
+            expr=rising(c.m(training.TRAIN_RANK_EXITS_TOTAL, 'reason="lost"'), "15m"),
             severity="warning",
             summary="Training ranks went silent without saying goodbye.",
             description=(
@@ -386,9 +388,9 @@ def rank_counter_alerts(c: RulesConfig) -> list[Alert]:
             alert="TrainmonGPUMemoryPressure",
             dashboard_url=panel_url(c, TRAINING_JOB, "Allocator retries and OOMs"),
             expr=f"""
-  {rising(c.m("trainmon_train_cuda_ooms_total"), "10m")}
+  {rising(c.m(training.TRAIN_CUDA_OOMS_TOTAL), "10m")}
 or
-  increase({c.m("trainmon_train_cuda_alloc_retries_total")}[10m]) > 0""",
+  increase({c.m(training.TRAIN_CUDA_ALLOC_RETRIES_TOTAL)}[10m]) > 0""",
             severity="warning",
             summary="A training rank is short of GPU memory.",
             description=(
@@ -415,12 +417,11 @@ def collective_alerts(c: RulesConfig) -> list[Alert]:
     """
     limit = c.collective_hang_seconds
     hung = past_hang_threshold("job_id_group:trainmon_nccl_inflight_oldest_seconds:max", limit, "")
-    waiting = past_hang_threshold(c.m("trainmon_nccl_inflight_oldest_seconds", NOT_OTHER), limit,
-                                  " on (job, job_id, group) group_left ()")
-    untracked = past_hang_threshold(c.m("trainmon_nccl_inflight_oldest_seconds", 'group="other"'), limit,
-                                    " on (job, job_id, group) group_left ()")
+    oldest = training.NCCL_INFLIGHT_OLDEST_SECONDS
+    waiting = past_hang_threshold(c.m(oldest, NOT_OTHER), limit, " on (job, job_id, group) group_left ()")
+    untracked = past_hang_threshold(c.m(oldest, 'group="other"'), limit, " on (job, job_id, group) group_left ()")
     threshold = f"{limit}s, or half the group's timeout when that is shorter"
-    phase = c.m("trainmon_train_phase")
+    phase = c.m(training.TRAIN_PHASE)
     missing = "job_id_group:trainmon_nccl_group_size:max - job_id_group:trainmon_nccl_members:count > 0"
     summary = "A collective has been in flight for too long: the job is hung."
     return [
@@ -461,8 +462,7 @@ unless on (job, job_id)
             description=(
                 "{{ $value }} member(s) of group {{ $labels.group }} of job {{ $labels.job_id }} report nothing "
                 f"on it while the others have waited in a collective past the hang threshold ({threshold}): a "
-                "rank is gone "
-                "(crashed or killed, or its node or trainmon daemon is down). Check TrainmonRankLost and "
+                "rank is gone (crashed or killed, or its node or trainmon daemon is down). Check TrainmonRankLost and "
                 "TrainmonExporterDown for the job's nodes; the NCCL flight recorder names the missing rank."
             ),
         ),
@@ -521,7 +521,7 @@ def past_hang_threshold(ages: str, limit: int, matching: str) -> str:
 
 
 def fabric_alerts(c: RulesConfig) -> list[Alert]:
-    state = c.m("trainmon_infiniband_state_id")
+    state = c.m(infiniband.INFINIBAND_STATE_ID)
     return [
         Alert(
             alert="TrainmonInfinibandLinkDown",
@@ -543,11 +543,11 @@ and on (instance, job, device, port)
             alert="TrainmonInfinibandErrors",
             dashboard_url=panel_url(c, NODE, "InfiniBand errors"),
             expr=f"""
-  increase({c.m("trainmon_infiniband_link_downed_total")}[10m]) > 0
+  increase({c.m(infiniband.INFINIBAND_LINK_DOWNED_TOTAL)}[10m]) > 0
 or
-  increase({c.m("trainmon_infiniband_symbol_error_total")}[10m]) > {c.infiniband_errors}
+  increase({c.m(infiniband.INFINIBAND_SYMBOL_ERROR_TOTAL)}[10m]) > {c.infiniband_errors}
 or
-  increase({c.m("trainmon_infiniband_port_errors_received_total")}[10m]) > {c.infiniband_errors}""",
+  increase({c.m(infiniband.INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL)}[10m]) > {c.infiniband_errors}""",
             severity="warning",
             summary="An InfiniBand port is flapping or counting errors.",
             description=(
@@ -579,7 +579,7 @@ def nvme_alert(c: RulesConfig) -> Alert:
         max without (model) (
             {latency}
           * on (job, instance, device) group_left (model)
-            {c.m('trainmon_nvme_info')}
+            {c.m(nvme.NVME_INFO)}
           > on (job, instance, model) group_left
             {factor} * instance_model:trainmon_nvme_request_seconds:min
         )
@@ -706,7 +706,7 @@ or
 RANK = "{{ with $labels.job_id }} Job {{ . }} rank {{ $labels.rank }} runs on it.{{ end }}"
 
 
-def on_this_gpu(c: RulesConfig, metric: str, text: str) -> str:
+def on_this_gpu(c: RulesConfig, metric: Family, text: str) -> str:
     """Template: `text` for each series of `metric` on the alert's GPU, queried when the alert is sent."""
     query = c.m(metric, 'instance="%s"', 'uuid="%s"')
     return f"{{{{ range printf `{query}` $labels.instance $labels.uuid | query }}}}{text}{{{{ end }}}}"
@@ -714,8 +714,8 @@ def on_this_gpu(c: RulesConfig, metric: str, text: str) -> str:
 
 def gpu_context(c: RulesConfig) -> str:
     """The verdict's reasons, and the rank and the pod on the GPU."""
-    return (on_this_gpu(c, "trainmon_gpu_health_reason_info", " {{ .Labels.reason }}.") + RANK
-            + on_this_gpu(c, "trainmon_gpu_allocation_info", " Pod {{ .Labels.namespace }}/{{ .Labels.pod }}."))
+    return (on_this_gpu(c, gpu.GPU_HEALTH_REASON_INFO, " {{ .Labels.reason }}.") + RANK
+            + on_this_gpu(c, pod_resources.GPU_ALLOCATION_INFO, " Pod {{ .Labels.namespace }}/{{ .Labels.pod }}."))
 
 
 def health_alerts(c: RulesConfig) -> list[Alert]:
@@ -724,7 +724,7 @@ def health_alerts(c: RulesConfig) -> list[Alert]:
     restart_app is the job owner's business (XID 13, 31, …): no alert.
     """
     def needing(action: str) -> str:
-        return c.m("trainmon_gpu_health_action", f'action="{action}"') + " == 1"
+        return c.m(gpu.GPU_HEALTH_ACTION, f'action="{action}"') + " == 1"
 
     return [
         Alert(
@@ -747,7 +747,7 @@ def health_alerts(c: RulesConfig) -> list[Alert]:
             summary="A node needs a reboot.",
             dashboard_url=panel_url(c, NODE, "Health verdict per GPU"),
             description="{{ $value }} GPU(s) on {{ $labels.instance }} need the node rebooted (see their "
-                        "trainmon_gpu_health_reason_info).",
+                        f"{gpu.GPU_HEALTH_REASON_INFO}).",
         ),
         Alert(
             alert="TrainmonGPUNeedsService",
@@ -765,7 +765,7 @@ def health_alerts(c: RulesConfig) -> list[Alert]:
 
 def interconnect_alerts(c: RulesConfig) -> list[Alert]:
     """Per-link NVLink errors and fatal PCIe errors; correctable PCIe errors alert nobody."""
-    nvlink = c.m("trainmon_gpu_nvlink_errors_total")
+    nvlink = c.m(gpu.GPU_NVLINK_ERRORS_TOTAL)
     return [
         Alert(
             alert="TrainmonNVLinkErrors",
@@ -784,7 +784,7 @@ or
         ),
         Alert(
             alert="TrainmonPCIeFatal",
-            expr=rising(c.m("trainmon_pcie_aer_errors_total", 'severity="fatal"'), "15m"),
+            expr=rising(c.m(aer.PCIE_AER_ERRORS_TOTAL, 'severity="fatal"'), "15m"),
             severity="critical",
             summary="A PCIe device reported a fatal error.",
             dashboard_url=panel_url(c, NODE, "PCIe AER errors"),

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from trainmon import DOCS_BASE
+from trainmon.catalog import Family
 
 RUNBOOK = f"{DOCS_BASE}/runbook.md"
 
@@ -102,8 +103,8 @@ class RulesConfig:
     # NVLink errors (CRC, replay, recovery) per link in 10 minutes; a few CRC errors a day are normal.
     nvlink_errors: int = 10
 
-    def m(self, metric: str, *matchers: str) -> str:
-        """`metric{<selector>, *matchers}`."""
+    def m(self, metric: Family | str, *matchers: str) -> str:
+        """`metric{<selector>, *matchers}` of a family or one of its series (`Family.sum`)."""
         return f"{metric}{{{', '.join((self.selector, *matchers))}}}"
 
     def critical_xid_pattern(self) -> str:

@@ -7,6 +7,8 @@ rank that is gone still has a 5-minute rate for a while: only live ranks count).
 
 from __future__ import annotations
 
+from trainmon.catalog import gpu, training
+
 from .config import RulesConfig
 from .model import Group, Record
 from .numerics import slow_rank_records
@@ -30,12 +32,12 @@ TIME_SHARE = "job_id_category:trainmon_train_time:ratio"
 
 
 def _mfu(c: RulesConfig) -> list[Record]:
-    peak = c.m("trainmon_gpu_peak_flops", f'dtype="{c.mfu_dtype}"')
+    peak = c.m(gpu.GPU_PEAK_FLOPS, f'dtype="{c.mfu_dtype}"')
     flops = "rank:trainmon_train_model_flops:rate5m"
     joined = "rank:trainmon_gpu_peak_flops:join"
     with_peak = f"sum without ({RANK_LABELS}) ({flops} and {ON_RANK} {joined})"
     return [
-        Record(record=flops, expr=f"rate({c.m('trainmon_train_model_flops_total')}[5m])"),
+        Record(record=flops, expr=f"rate({c.m(training.TRAIN_MODEL_FLOPS_TOTAL)}[5m])"),
         Record(record=joined, expr=f"""
   max without (dtype) ({peak})
 * on (instance, uuid) group_right (gpu)
@@ -55,7 +57,7 @@ def _energy(c: RulesConfig) -> list[Record]:
     return [
         Record(record="job_id:trainmon_train_joules_per_token:ratio", expr=f"""
   sum without (instance, rank, gpu, uuid) (
-      rate({c.m('trainmon_gpu_energy_joules_total')}[5m])
+      rate({c.m(gpu.GPU_ENERGY_JOULES_TOTAL)}[5m])
     * on (instance, uuid) group_right (gpu)
       rank:trainmon_train_rank_info:max
   )
@@ -65,11 +67,11 @@ def _energy(c: RulesConfig) -> list[Record]:
 
 
 def _rank_states(c: RulesConfig) -> list[Record]:
-    start = c.m("trainmon_train_process_start_timestamp_seconds")
-    first = c.m("trainmon_train_first_step_timestamp_seconds")
+    start = c.m(training.TRAIN_PROCESS_START_TIMESTAMP_SECONDS)
+    first = c.m(training.TRAIN_FIRST_STEP_TIMESTAMP_SECONDS)
     return [
         Record(record="rank:trainmon_train_phase_seconds:rate5m",
-               expr=f"rate({c.m('trainmon_train_phase_seconds_total')}[5m])"),
+               expr=f"rate({c.m(training.TRAIN_PHASE_SECONDS_TOTAL)}[5m])"),
         # The part of the last 5 minutes between process start and first step (now, before it).
         Record(record="rank:trainmon_train_startup_seconds:rate5m", expr=f"""
 clamp(
@@ -81,13 +83,13 @@ clamp(
         Record(record="rank:trainmon_train_stalled:bool", expr=f"""
 (rank:trainmon_train_steps:rate5m == bool 0)
 and {ON_RANK} {first}
-unless {ON_RANK} {c.m('trainmon_train_phase')} == 1"""),
+unless {ON_RANK} {c.m(training.TRAIN_PHASE)} == 1"""),
     ]
 
 
 def _time_split(c: RulesConfig) -> list[Record]:
     ranks = "job_id:trainmon_train_ranks:count"
-    exits = c.m("trainmon_train_rank_exits_total", 'reason="clean"')
+    exits = c.m(training.TRAIN_RANK_EXITS_TOTAL, 'reason="clean"')
     clean_exits = f"sum without (instance, reason) (max_over_time({exits}[1h]))"
     records = [
         # The ranks the job had at its largest in the last hour: a restart under the same job id

@@ -30,6 +30,8 @@ threshold plus about 30 s for slower ones.
 
 from __future__ import annotations
 
+from trainmon.catalog import nccl_ras, training
+
 from .config import RulesConfig
 from .dashboards import TRAINING_JOB, panel_url
 from .model import Alert, Group, Record
@@ -45,7 +47,7 @@ CLASSES = (("gone", 4000), ("data", 3000), ("host", 2000), ("collective", 1000),
 
 def stack_peers(c: RulesConfig) -> str:
     """Per suspected rank: how many ranks of its job share its stack signature."""
-    stacks = c.m("trainmon_train_stack_info")
+    stacks = c.m(training.TRAIN_STACK_INFO)
     return f"""max without (signature) (
     {stacks}
   * on (job, job_id, signature) group_left ()
@@ -54,13 +56,13 @@ def stack_peers(c: RulesConfig) -> str:
 
 
 def where(c: RulesConfig, location: str) -> str:
-    return f"max without (location) ({c.m('trainmon_train_hang_location', location)})"
+    return f"max without (location) ({c.m(training.TRAIN_HANG_LOCATION, location)})"
 
 
 def ras_dead(c: RulesConfig, without: str = "instance, kind") -> str:
     """Per rank NCCL RAS considers dead: the nodes reporting the same view aggregated away (labels job, job_id,
     rank, host with the default `without`)."""
-    dead = c.m("trainmon_nccl_ras_missing_rank_info", 'kind="dead"')
+    dead = c.m(nccl_ras.NCCL_RAS_MISSING_RANK_INFO, 'kind="dead"')
     return f"max without ({without}) ({dead})"
 
 
@@ -71,7 +73,7 @@ or
 (
     {ras_dead(c)}
   unless on (job, job_id, rank)
-    {c.m("trainmon_train_hang_location", 'location="gone"')}
+    {c.m(training.TRAIN_HANG_LOCATION, 'location="gone"')}
 )"""
 
 
@@ -81,7 +83,7 @@ def candidates(c: RulesConfig) -> str:
     leave the pick to topk: any one of them, not necessarily the lowest."""
     from .recording import NOT_OTHER  # recording.py lists this module's group among its own
 
-    issued = c.m("trainmon_nccl_issued_total", NOT_OTHER)
+    issued = c.m(training.NCCL_ISSUED_TOTAL, NOT_OTHER)
     behind = f"""(
     max without (group) (
         max without (instance, rank) ({issued})
@@ -115,8 +117,8 @@ def candidates(c: RulesConfig) -> str:
 
 def culprit(c: RulesConfig) -> str:
     """One series per hung job: its class and culprit rank (with its instance), when every rank is suspected."""
-    suspected = c.m("trainmon_train_hang_suspected")
-    alive = c.m("trainmon_train_hang_location", 'location!="gone"')
+    suspected = c.m(training.TRAIN_HANG_SUSPECTED)
+    alive = c.m(training.TRAIN_HANG_LOCATION, 'location!="gone"')
     return f"""topk by (job, job_id) (1,
   {indent(candidates(c), 2)}
 )

@@ -9,6 +9,8 @@ change over time (and with them the bandwidth of every member) from looking slow
 
 from __future__ import annotations
 
+from trainmon.catalog import infiniband, nccl_inspector, nccl_ras
+
 from .config import RulesConfig
 from .dashboards import TRAINING_JOB, panel_url
 from .model import Alert, Group, Record
@@ -26,12 +28,12 @@ RAS_PANEL = "NCCL ranks missing (RAS)"
 
 
 def nccl_group(c: RulesConfig) -> Group:
-    summary = "trainmon_nccl_inspector_bus_bandwidth_bytes_per_second"
+    summary = nccl_inspector.NCCL_INSPECTOR_BUS_BANDWIDTH_BYTES_PER_SECOND
     return Group(name="trainmon.nccl.rules", rules=[
         Record(record=BANDWIDTH, expr=f"""
-  rate({c.m(f"{summary}_sum")}[10m])
+  rate({c.m(summary.sum)}[10m])
 /
-  rate({c.m(f"{summary}_count")}[10m]) > 0"""),
+  rate({c.m(summary.count)}[10m]) > 0"""),
         Record(record=MEDIAN, expr=f"quantile without (instance, rank) (0.5, {BANDWIDTH})"),
         Record(record=MEMBERS, expr=f"count without (instance, rank) ({BANDWIDTH})"),
         Record(record=RATIO, expr=f"{BANDWIDTH}\n/ {ON_COMM} group_left\n  {MEDIAN}"),
@@ -39,14 +41,14 @@ def nccl_group(c: RulesConfig) -> Group:
 
 
 def nccl_alerts(c: RulesConfig) -> list[Alert]:
-    missing = c.m("trainmon_nccl_ras_missing_ranks", 'kind=~"unresponsive|dead"')
+    missing = c.m(nccl_ras.NCCL_RAS_MISSING_RANKS, 'kind=~"unresponsive|dead"')
     slow = f"""(
       {RATIO} < {SLOW_FRACTION}
     and {ON_COMM}
       {MEMBERS} >= {MIN_MEMBERS}
   )
   * on (instance, job, job_id, rank) group_left (uuid)
-    max without (source, version) ({c.m("trainmon_nccl_inspector_info")})"""
+    max without (source, version) ({c.m(nccl_inspector.NCCL_INSPECTOR_INFO)})"""
     return [
         Alert(
             alert="TrainmonNCCLSlowLink",
@@ -57,7 +59,7 @@ def nccl_alerts(c: RulesConfig) -> list[Alert]:
   {slow}
 )
 * on (instance, job, uuid) group_left (device, port, path)
-  {c.m("trainmon_gpu_nic_affinity_info")}
+  {c.m(infiniband.GPU_NIC_AFFINITY_INFO)}
 or on (instance, job, job_id, rank, comm_name, collective, size_class)
 (
   {slow}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainmon.catalog import training
+
 from .config import RulesConfig
 from .dashboards import TRAINING_JOB, panel_url
 from .model import Alert, Group, Record
@@ -38,9 +40,9 @@ STRAGGLER_CAUSE_SENTENCE = (
     '| query }} Likely cause: {{ . | first | label "straggler_cause" }}.{{ end }}')
 # (alert, the hook's counter, what spiked, the hook's rule)
 SPIKE_ALERTS = (
-    ("TrainmonGradNormSpike", "trainmon_train_grad_norm_spikes_total", "gradient norm",
+    ("TrainmonGradNormSpike", training.TRAIN_GRAD_NORM_SPIKES_TOTAL, "gradient norm",
      "over 10x the median of its last 100 steps"),
-    ("TrainmonLossSpike", "trainmon_train_loss_spikes_total", "loss", "over 2x the mean of its last 100 steps"),
+    ("TrainmonLossSpike", training.TRAIN_LOSS_SPIKES_TOTAL, "loss", "over 2x the mean of its last 100 steps"),
 )
 
 
@@ -68,14 +70,14 @@ class RankEvent:
 
 def spike_events(c: RulesConfig) -> list[RankEvent]:
     return [RankEvent(
-        alert=alert, record=f"rank:{counter.removesuffix('_total')}:increase10m",
+        alert=alert, record=f"rank:{counter.name.removesuffix('_total')}:increase10m",
         condition=f"increase({c.m(counter)}[10m]) > 0", reporting=c.m(counter),
         what=f"counted {what} spikes", when=f"({rule}) in the last 10 minutes", panel="Loss and grad-norm spikes",
     ) for alert, counter, what, rule in SPIKE_ALERTS]
 
 
 def nonfinite_event(c: RulesConfig) -> RankEvent:
-    nonfinite = c.m("trainmon_train_nonfinite_loss_total")
+    nonfinite = c.m(training.TRAIN_NONFINITE_LOSS_TOTAL)
     return RankEvent(
         alert="TrainmonLossNonFinite", record="rank:trainmon_train_nonfinite_loss:rising10m",
         condition=rising(nonfinite, "10m"), reporting=nonfinite,
@@ -85,8 +87,8 @@ def nonfinite_event(c: RulesConfig) -> RankEvent:
 
 def loss_scale_event(c: RulesConfig) -> RankEvent:
     """The gauge exists only where a loss scaler does (bf16 runs have none)."""
-    scale = c.m("trainmon_train_loss_scale")
-    no_scaler = c.m("trainmon_train_rank_info", 'loss_scaler="none"')
+    scale = c.m(training.TRAIN_LOSS_SCALE)
+    no_scaler = c.m(training.TRAIN_RANK_INFO, 'loss_scaler="none"')
     return RankEvent(
         alert="TrainmonLossScaleCollapse", record="rank:trainmon_train_loss_scale:collapsed",
         condition=f"""
@@ -166,19 +168,19 @@ def rank_event_alerts(c: RulesConfig, e: RankEvent) -> list[Alert]:
 
 
 def _in_phase(c: RulesConfig, on: str) -> str:
-    return f"unless {on} {c.m('trainmon_train_phase')} == 1"
+    return f"unless {on} {c.m(training.TRAIN_PHASE)} == 1"
 
 
 def numerics_group(c: RulesConfig) -> Group:
     """The job's loss (finite values of ranks outside a phase) and its spikes; throughput per training second."""
-    loss = c.m("trainmon_train_loss")
+    loss = c.m(training.TRAIN_LOSS)
     return Group(name="trainmon.numerics.rules", rules=[
         Record(record=LOSS, expr=f"avg without ({RANK_LABELS}) (({loss} > -Inf < +Inf) {_in_phase(c, ON_RANK)})"),
         Record(record=LOSS_30M, expr=f"avg_over_time({LOSS}[30m])"),
         # The most loss spikes any one rank counted in 30 minutes (a spike of a data-parallel job shows
         # on every rank: summing them would count one spike world-size times).
         Record(record=LOSS_SPIKES,
-               expr=f"max without ({RANK_LABELS}) (increase({c.m('trainmon_train_loss_spikes_total')}[30m]))"),
+               expr=f"max without ({RANK_LABELS}) (increase({c.m(training.TRAIN_LOSS_SPIKES_TOTAL)}[30m]))"),
         Record(record=THROUGHPUT, expr=f"""
   sum without ({RANK_LABELS}) (rank:trainmon_train_step_duration_seconds_count:rate5m)
 /
@@ -215,7 +217,7 @@ def slow_rank_records(c: RulesConfig) -> list[Record]:
 
 
 def numerics_alerts(c: RulesConfig) -> list[Alert]:
-    first_step = c.m("trainmon_train_first_step_timestamp_seconds")
+    first_step = c.m(training.TRAIN_FIRST_STEP_TIMESTAMP_SECONDS)
     return [
         *(a for e in spike_events(c) for a in rank_event_alerts(c, e)),
         Alert(

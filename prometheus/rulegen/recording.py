@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainmon.catalog import Family, daemon, fs, gpu, hpc_jobs, infiniband, nvme, pod_resources, training
+
 from .config import RulesConfig
 from .efficiency import efficiency_groups
 from .hang import hang_group
@@ -19,19 +21,19 @@ from .xid_catalog import xid_catalog_group
 # Labels of trainmon_train_rank_info that describe a rank rather than identify it.
 RANK_ATTRIBUTES = "local_rank, world_size, backend, framework, loss_scaler, pid, pod, namespace"
 # GPU series joined to the rank that uses the GPU (through trainmon_train_rank_info{uuid}).
-JOINED_GPU_SERIES = (
-    "trainmon_gpu_sm_utilization_ratio",
-    "trainmon_gpu_utilization_ratio",
-    "trainmon_gpu_fb_used_bytes",
-    "trainmon_gpu_power_watts",
+JOINED_GPU_SERIES: tuple[Family | str, ...] = (
+    gpu.GPU_SM_UTILIZATION_RATIO,
+    gpu.GPU_UTILIZATION_RATIO,
+    gpu.GPU_FB_USED_BYTES,
+    gpu.GPU_POWER_WATTS,
     "instance_gpu:trainmon_gpu_power_per_limit:ratio",
 )
-# Per-rank shares of step time: (short name, per-rank seconds-per-second rule).
+# Per-rank seconds-per-second rules whose shares of step time are recorded.
 STEP_SHARES = (
-    ("trainmon_train_comm_wait", "rank:trainmon_train_comm_wait_seconds:rate5m"),
-    ("trainmon_train_dataloader_wait", "rank:trainmon_train_dataloader_wait_seconds:rate5m"),
-    ("trainmon_nccl_time", "rank:trainmon_nccl_time_seconds:rate5m"),
-    ("trainmon_train_compute", "rank:trainmon_train_compute_seconds:rate5m"),
+    "rank:trainmon_train_comm_wait_seconds:rate5m",
+    "rank:trainmon_train_dataloader_wait_seconds:rate5m",
+    "rank:trainmon_nccl_time_seconds:rate5m",
+    "rank:trainmon_train_compute_seconds:rate5m",
 )
 # The `other` group folds each rank's unrelated groups together: its members are not one group.
 NOT_OTHER = 'group!="other"'
@@ -49,10 +51,15 @@ CHECKPOINT_WINDOW = "job_id:trainmon_train_checkpoint_seconds:increase10m"
 CHECKPOINT_DONE = "job_id:trainmon_train_checkpoint_seconds:completed10m"
 
 
-def joined_name(series: str) -> str:
-    """`rank:<gpu series>:join` for a raw or an `instance_gpu:` recorded series."""
-    metric = series.split(":")[1] if ":" in series else series
+def joined_name(series: Family | str) -> str:
+    """`rank:<gpu series>:join` for a raw family or an `instance_gpu:` recorded series."""
+    metric = series.name if isinstance(series, Family) else series.split(":")[1]
     return f"rank:{metric}:join"
+
+
+def share_name(per_rank: str) -> str:
+    """The metric a step-time share is named after: `rank:<metric>_seconds:rate5m` -> `<metric>`."""
+    return per_rank.split(":")[1].removesuffix("_seconds")
 
 
 def gpu_group(c: RulesConfig) -> Group:
@@ -61,34 +68,33 @@ def gpu_group(c: RulesConfig) -> Group:
         rules=[
             Record(
                 record="instance_gpu:trainmon_gpu_power_per_limit:ratio",
-                expr=f"{c.m('trainmon_gpu_power_watts')} / {c.m('trainmon_gpu_power_limit_watts')}",
+                expr=f"{c.m(gpu.GPU_POWER_WATTS)} / {c.m(gpu.GPU_POWER_LIMIT_WATTS)}",
             ),
             Record(
                 record="instance:trainmon_gpu_up:sum",
-                expr=f"sum without (gpu, uuid) ({c.m('trainmon_gpu_up')})",
+                expr=f"sum without (gpu, uuid) ({c.m(gpu.GPU_UP)})",
             ),
         ],
     )
 
 
-def _rank_rates(c: RulesConfig, counters: dict[str, str]) -> list[Record]:
-    """`rank:<name>:rate5m` of each raw counter, by name."""
-    return [Record(record=f"rank:{name}:rate5m", expr=f"rate({c.m(metric)}[5m])") for name, metric in counters.items()]
+def _rank_rates(c: RulesConfig, *counters: Family | str) -> list[Record]:
+    """`rank:<counter without _total>:rate5m` of each raw counter (a histogram's `_sum` and `_count` are ones)."""
+    return [Record(record=f"rank:{str(counter).removesuffix('_total')}:rate5m", expr=f"rate({c.m(counter)}[5m])")
+            for counter in counters]
 
 
 def step_rates_group(c: RulesConfig) -> Group:
     """Per-rank rates of the step counters, and each job's throughput. The raw per-rank reads are the
     costliest rules (8,000 ranks at 1,000 nodes, each over a 5m range), so they are split over two groups
     that evaluate side by side; `trainmon.training.rules` then combines their recorded series."""
-    rules = _rank_rates(c, {
-        "trainmon_train_steps": "trainmon_train_steps_total",
-        "trainmon_train_step_duration_seconds_sum": "trainmon_train_step_duration_seconds_sum",
-        "trainmon_train_step_duration_seconds_count": "trainmon_train_step_duration_seconds_count",
-    })
+    step_duration = training.TRAIN_STEP_DURATION_SECONDS
+    rules = _rank_rates(c, training.TRAIN_STEPS_TOTAL, step_duration.sum, step_duration.count)
     # Throughput is only read per job: no per-rank series of it.
     rules += [
-        Record(record=f"job_id:{name}:rate5m", expr=f"sum without (instance, rank) (rate({c.m(name + '_total')}[5m]))")
-        for name in ("trainmon_train_samples", "trainmon_train_tokens")
+        Record(record=f"job_id:{counter.name.removesuffix('_total')}:rate5m",
+               expr=f"sum without (instance, rank) (rate({c.m(counter)}[5m]))")
+        for counter in (training.TRAIN_SAMPLES_TOTAL, training.TRAIN_TOKENS_TOTAL)
     ]
     return Group(name="trainmon.step_rates.rules", rules=rules)
 
@@ -100,11 +106,8 @@ def wait_rates_group(c: RulesConfig) -> Group:
     that wait in a barrier while rank 0 writes a checkpoint inside `mon.phase("checkpoint")` are neither. The hook
     counts that wait as communication, so a rank's phase seconds are taken off it (an upper bound of the wait
     inside them); the slow-rank rules, which compare ranks within 3%, keep the whole wait."""
-    rules = _rank_rates(c, {
-        "trainmon_train_comm_wait_seconds": "trainmon_train_comm_wait_seconds_total",
-        "trainmon_train_dataloader_wait_seconds": "trainmon_train_dataloader_wait_seconds_total",
-    })
-    phases = f"sum without (phase) (rate({c.m('trainmon_train_phase_seconds_total')}[5m]))"
+    rules = _rank_rates(c, training.TRAIN_COMM_WAIT_SECONDS_TOTAL, training.TRAIN_DATALOADER_WAIT_SECONDS_TOTAL)
+    phases = f"sum without (phase) (rate({c.m(training.TRAIN_PHASE_SECONDS_TOTAL)}[5m]))"
     rules.append(Record(
         record=COMM_OUTSIDE_PHASES,
         expr=f"\n  clamp_min(rank:trainmon_train_comm_wait_seconds:rate5m - {phases}, 0)\nor\n"
@@ -112,7 +115,7 @@ def wait_rates_group(c: RulesConfig) -> Group:
     ))
     rules.append(Record(
         record="rank:trainmon_nccl_time_seconds:rate5m",
-        expr=f"sum without (op, group) (rate({c.m('trainmon_nccl_time_seconds_total')}[5m]))",
+        expr=f"sum without (op, group) (rate({c.m(training.NCCL_TIME_SECONDS_TOTAL)}[5m]))",
     ))
     return Group(name="trainmon.wait_rates.rules", rules=rules)
 
@@ -137,8 +140,8 @@ clamp_min(
         ),
     ]
     rules += [
-        Record(record=f"rank:{name}_per_step_time:ratio", expr=f"{per_rank} / {STEP_SECONDS}")
-        for name, per_rank in STEP_SHARES
+        Record(record=f"rank:{share_name(per_rank)}_per_step_time:ratio", expr=f"{per_rank} / {STEP_SECONDS}")
+        for per_rank in STEP_SHARES
     ]
     rules += [
         # Ranks of a synchronous job step together: the job's step rate is the ranks' average.
@@ -158,13 +161,13 @@ clamp_min(
     ]
     rules += [
         Record(
-            record=f"job_id:{name}_per_step_time:ratio",
+            record=f"job_id:{share_name(per_rank)}_per_step_time:ratio",
             expr=f"""
   sum without (instance, rank) ({per_rank})
 /
   {JOB_STEP_SECONDS}""",
         )
-        for name, per_rank in (*STEP_SHARES, ("trainmon_train_comm_wait_outside_phases", COMM_OUTSIDE_PHASES))
+        for per_rank in (*STEP_SHARES, COMM_OUTSIDE_PHASES)
     ]
     return Group(name="trainmon.training.rules", rules=rules)
 
@@ -176,7 +179,7 @@ def rank_gpu_group(c: RulesConfig) -> Group:
         # One series per live rank: instance, job, job_id, rank, uuid.
         Record(
             record=RANK_INFO,
-            expr=f"max without ({RANK_ATTRIBUTES}) ({c.m('trainmon_train_rank_info')})",
+            expr=f"max without ({RANK_ATTRIBUTES}) ({c.m(training.TRAIN_RANK_INFO)})",
         ),
         Record(record="job_id:trainmon_train_ranks:count", expr=f"count without (instance, rank, uuid) ({RANK_INFO})"),
     ]
@@ -184,7 +187,7 @@ def rank_gpu_group(c: RulesConfig) -> Group:
         Record(
             record=joined_name(series),
             expr=f"""
-  {series if ":" in series else c.m(series)}
+  {c.m(series) if isinstance(series, Family) else series}
 * on (instance, uuid) group_right (gpu)
   {RANK_INFO}""",
         )
@@ -204,7 +207,7 @@ def histogram_group(c: RulesConfig) -> Group:
         rules=[
             Record(
                 record="job_id_le:trainmon_train_step_duration_seconds_bucket:rate5m",
-                expr=f"sum by (job, job_id, le) (rate({c.m('trainmon_train_step_duration_seconds_bucket')}[5m]))",
+                expr=f"sum by (job, job_id, le) (rate({c.m(training.TRAIN_STEP_DURATION_SECONDS.bucket)}[5m]))",
             ),
         ],
     )
@@ -215,8 +218,8 @@ def collectives_group(c: RulesConfig) -> Group:
     long the group's oldest collective has been in flight, and how many members report on it. The
     `other` group folds unrelated groups of each rank together, so it is left out (the hang alert
     has its own form for it)."""
-    issued = c.m("trainmon_nccl_issued_total", NOT_OTHER)
-    waiting = c.m("trainmon_nccl_inflight_oldest_seconds", NOT_OTHER)
+    issued = c.m(training.NCCL_ISSUED_TOTAL, NOT_OTHER)
+    waiting = c.m(training.NCCL_INFLIGHT_OLDEST_SECONDS, NOT_OTHER)
     return Group(
         name="trainmon.collectives.rules",
         rules=[
@@ -240,7 +243,7 @@ def collectives_group(c: RulesConfig) -> Group:
             # What the members say the group's size is: more than report on it means one is gone.
             Record(
                 record="job_id_group:trainmon_nccl_group_size:max",
-                expr=f"max without (instance, rank) ({c.m('trainmon_nccl_group_size', NOT_OTHER)})",
+                expr=f"max without (instance, rank) ({c.m(training.NCCL_GROUP_SIZE, NOT_OTHER)})",
             ),
             Record(
                 record="job_id_group:trainmon_nccl_inflight_oldest_seconds:max",
@@ -250,7 +253,7 @@ def collectives_group(c: RulesConfig) -> Group:
             # the job there, so the hang alerts fire at half of it when that is before their threshold.
             Record(
                 record="job_id_group:trainmon_train_pg_timeout_seconds:min",
-                expr=f"min without (instance, rank) ({c.m('trainmon_train_pg_timeout_seconds')})",
+                expr=f"min without (instance, rank) ({c.m(training.TRAIN_PG_TIMEOUT_SECONDS)})",
             ),
         ],
     )
@@ -258,12 +261,12 @@ def collectives_group(c: RulesConfig) -> Group:
 
 def nvme_group(c: RulesConfig) -> Group:
     requests = (
-        f"rate({c.m('trainmon_nvme_reads_completed_total')}[5m])"
-        f" + rate({c.m('trainmon_nvme_writes_completed_total')}[5m])"
+        f"rate({c.m(nvme.NVME_READS_COMPLETED_TOTAL)}[5m])"
+        f" + rate({c.m(nvme.NVME_WRITES_COMPLETED_TOTAL)}[5m])"
     )
     busy = (
-        f"rate({c.m('trainmon_nvme_read_time_seconds_total')}[5m])"
-        f" + rate({c.m('trainmon_nvme_write_time_seconds_total')}[5m])"
+        f"rate({c.m(nvme.NVME_READ_TIME_SECONDS_TOTAL)}[5m])"
+        f" + rate({c.m(nvme.NVME_WRITE_TIME_SECONDS_TOTAL)}[5m])"
     )
     return Group(
         name="trainmon.nvme.rules",
@@ -280,7 +283,7 @@ def nvme_group(c: RulesConfig) -> Group:
 min by (job, instance, model) (
     ({NVME_LATENCY} and {NVME_REQUESTS} > 1)
   * on (job, instance, device) group_left (model)
-    {c.m('trainmon_nvme_info')}
+    {c.m(nvme.NVME_INFO)}
 )"""),
         ],
     )
@@ -288,7 +291,7 @@ min by (job, instance, model) (
 
 def infiniband_group(c: RulesConfig) -> Group:
     """Each active port's rate with its role (link layer, board), and its best rate of the last day."""
-    rate = c.m("trainmon_infiniband_rate_bytes_per_second")
+    rate = c.m(infiniband.INFINIBAND_RATE_BYTES_PER_SECOND)
     return Group(
         name="trainmon.infiniband.rules",
         rules=[
@@ -296,12 +299,12 @@ def infiniband_group(c: RulesConfig) -> Group:
   (
       {rate}
     and on (job, instance, device, port)
-      {c.m("trainmon_infiniband_state_id")} == 4
+      {c.m(infiniband.INFINIBAND_STATE_ID)} == 4
   )
 * on (job, instance, device, port) group_left (link_layer)
-  max by (job, instance, device, port, link_layer) ({c.m("trainmon_infiniband_port_info")})
+  max by (job, instance, device, port, link_layer) ({c.m(infiniband.INFINIBAND_PORT_INFO)})
 * on (job, instance, device) group_left (board_id)
-  max by (job, instance, device, board_id) ({c.m("trainmon_infiniband_info")})"""),
+  max by (job, instance, device, board_id) ({c.m(infiniband.INFINIBAND_INFO)})"""),
             Record(record="instance_port:trainmon_infiniband_rate_bytes_per_second:max1d",
                    expr=f"max_over_time({rate}[1d])"),
         ],
@@ -312,20 +315,19 @@ def fs_group(c: RulesConfig) -> Group:
     """Storage tier 3 per mount, per node and per job (a job's nodes are those its ranks run on), and the
     job-side signals TrainmonStorageSlow and TrainmonCheckpointWriteSlow compare them with."""
 
-    def rate(metric: str, window: str = "5m", *matchers: str) -> str:
+    def rate(metric: Family, window: str = "5m", *matchers: str) -> str:
         return f"rate({c.m(metric, *matchers)}[{window}])"
 
-    rpc_seconds = "trainmon_fs_rpc_seconds_total"
+    rpc_seconds = fs.FS_RPC_SECONDS_TOTAL
     rules = [
-        Record(record="instance_mount:trainmon_fs_read_bytes:rate5m", expr=rate("trainmon_fs_read_bytes_total")),
-        Record(record="instance_mount:trainmon_fs_written_bytes:rate5m",
-               expr=rate("trainmon_fs_written_bytes_total")),
+        Record(record="instance_mount:trainmon_fs_read_bytes:rate5m", expr=rate(fs.FS_READ_BYTES_TOTAL)),
+        Record(record="instance_mount:trainmon_fs_written_bytes:rate5m", expr=rate(fs.FS_WRITTEN_BYTES_TOTAL)),
         Record(record="instance_mount:trainmon_fs_metadata_operations:rate5m",
-               expr=f"sum without (op) ({rate('trainmon_fs_operations_total', '5m', METADATA_OPS)})"),
-        Record(record="instance_mount:trainmon_fs_rpcs:rate5m", expr=rate("trainmon_fs_rpcs_total")),
+               expr=f"sum without (op) ({rate(fs.FS_OPERATIONS_TOTAL, '5m', METADATA_OPS)})"),
+        Record(record="instance_mount:trainmon_fs_rpcs:rate5m", expr=rate(fs.FS_RPCS_TOTAL)),
         Record(record="instance_mount:trainmon_fs_rpc_seconds:mean5m",
                expr=f"{rate(rpc_seconds)} / instance_mount:trainmon_fs_rpcs:rate5m"),
-        Record(record="instance_mount:trainmon_fs_rpc_timeouts:rate5m", expr=rate("trainmon_fs_rpc_timeouts_total")),
+        Record(record="instance_mount:trainmon_fs_rpc_timeouts:rate5m", expr=rate(fs.FS_RPC_TIMEOUTS_TOTAL)),
         # Each mount's own baseline: its best 5 minutes of the last hour. Against an average over the hour a
         # slowdown would soon be its own baseline, and a mount seen for minutes only would have none.
         *(Record(record=f"instance_mount:trainmon_fs_{name}_min1h",
@@ -367,7 +369,7 @@ sum by (job, job_id) (
         Record(
             record=CHECKPOINT_WINDOW,
             expr=f"avg without (instance, rank, phase) "
-                 f"(increase({c.m('trainmon_train_phase_seconds_total', CHECKPOINT_PHASE)}[10m]))",
+                 f"(increase({c.m(training.TRAIN_PHASE_SECONDS_TOTAL, CHECKPOINT_PHASE)}[10m]))",
         ),
         # The same once no rank is inside the checkpoint any more: a completed checkpoint's whole length, for the
         # 10 minutes after it. A running one is never its own baseline.
@@ -376,7 +378,7 @@ sum by (job, job_id) (
             expr=f"""
   {CHECKPOINT_WINDOW} > 0
 unless on (job, job_id)
-  {c.m('trainmon_train_phase', CHECKPOINT_PHASE)} == 1""",
+  {c.m(training.TRAIN_PHASE, CHECKPOINT_PHASE)} == 1""",
         ),
         # The job's completed checkpoints of the last day (each one's first minute of the above), and their median.
         Record(
@@ -394,14 +396,14 @@ unless on (job, job_id)
 # GPU owners (SPEC §4 "GPU ownership"): (level, owner labels, info series). The owner series are
 # `_info` series joined here, never labels copied onto every GPU series.
 OWNERS = (
-    ("namespace", "namespace", "trainmon_gpu_allocation_info"),
-    ("job_id", "job_id", "trainmon_gpu_job_info"),
+    ("namespace", "namespace", pod_resources.GPU_ALLOCATION_INFO),
+    ("job_id", "job_id", hpc_jobs.GPU_JOB_INFO),
 )
 
 
 def idle_gpu_expr(c: RulesConfig) -> str:
     """One series per idle GPU, judged as TrainmonGPUIdleDuringTraining does: SM activity, else power."""
-    sm = c.m("trainmon_gpu_sm_utilization_ratio")
+    sm = c.m(gpu.GPU_SM_UTILIZATION_RATIO)
     return f"""
 group by (job, instance, gpu, uuid) (
     {sm} < {c.idle_sm_ratio}
@@ -448,33 +450,33 @@ NEEDS_OPERATOR = 'action=~"reset_gpu|reboot|drain"'
 def fleet_group(c: RulesConfig) -> Group:
     """Per-node aggregates the Fleet dashboard reads, so it never touches per-GPU or per-port series:
     at 1,000 nodes a panel then reads one series per node, not 8 to 40."""
-    sm = c.m("trainmon_gpu_sm_utilization_ratio")
+    sm = c.m(gpu.GPU_SM_UTILIZATION_RATIO)
     return Group(
         name="trainmon.fleet.rules",
         rules=[
             Record(record="instance:trainmon_gpus_expected:sum",
-                   expr=f"sum by (job, instance) ({c.m('trainmon_gpus_expected')})"),
+                   expr=f"sum by (job, instance) ({c.m(gpu.GPUS_EXPECTED)})"),
             Record(record="instance:trainmon_gpu_sm_utilization_ratio:avg", expr=f"avg without (gpu, uuid) ({sm})"),
             Record(record="instance:trainmon_gpu_idle:count",
                    expr=f"sum without (gpu, uuid) ({sm} < bool {c.idle_sm_ratio})"),
             Record(record="instance:trainmon_gpu_busy:count",
                    expr=f"sum without (gpu, uuid) ({sm} >= bool {c.idle_sm_ratio})"),
             Record(record="instance:trainmon_gpu_power_watts:sum",
-                   expr=f"sum without (gpu, uuid) ({c.m('trainmon_gpu_power_watts')})"),
+                   expr=f"sum without (gpu, uuid) ({c.m(gpu.GPU_POWER_WATTS)})"),
             Record(record="instance:trainmon_gpu_xid_errors:increase5m",
-                   expr=f"sum by (job, instance) (increase({c.m('trainmon_gpu_xid_errors_total')}[5m]))"),
+                   expr=f"sum by (job, instance) (increase({c.m(gpu.GPU_XID_ERRORS_TOTAL)}[5m]))"),
             Record(record="instance:trainmon_gpu_ecc_uncorrected_errors:sum",
-                   expr=f"sum by (job, instance) ({c.m('trainmon_gpu_ecc_errors_total', UNCORRECTED)})"),
+                   expr=f"sum by (job, instance) ({c.m(gpu.GPU_ECC_ERRORS_TOTAL, UNCORRECTED)})"),
             Record(record="instance:trainmon_infiniband_errors:rate5m",
-                   expr=f"sum by (job, instance) (rate({c.m('trainmon_infiniband_symbol_error_total')}[5m]))\n+ "
-                        f"sum by (job, instance) (rate({c.m('trainmon_infiniband_port_errors_received_total')}[5m]))"),
+                   expr=f"sum by (job, instance) (rate({c.m(infiniband.INFINIBAND_SYMBOL_ERROR_TOTAL)}[5m]))\n+ "
+                        f"sum by (job, instance) (rate({c.m(infiniband.INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL)}[5m]))"),
             # GPUs whose verdict needs an operator, per node and action.
             Record(record="instance_action:trainmon_gpu_health_action:count",
-                   expr=f"count by (job, instance, action) ({c.m('trainmon_gpu_health_action', NEEDS_OPERATOR)} == 1)"),
+                   expr=f"count by (job, instance, action) ({c.m(gpu.GPU_HEALTH_ACTION, NEEDS_OPERATOR)} == 1)"),
             Record(record="instance:trainmon_collector_failures:count",
-                   expr=f"sum by (job, instance) (1 - {c.m('trainmon_collector_success')})"),
+                   expr=f"sum by (job, instance) (1 - {c.m(daemon.COLLECTOR_SUCCESS)})"),
             Record(record="instance:trainmon_ingest_ranks:sum",
-                   expr=f"sum by (job, instance) ({c.m('trainmon_ingest_ranks')})"),
+                   expr=f"sum by (job, instance) ({c.m(training.INGEST_RANKS)})"),
         ],
     )
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from trainmon.catalog import undeclared
+
 from .alerts import alert_groups
 from .config import RulesConfig
 from .model import Group
@@ -28,9 +30,16 @@ _Dumper.add_representer(str, _str)
 
 
 def to_yaml(groups: list[Group]) -> str:
+    """The rule file of `groups`.
+
+    Raises:
+        ValueError: a rule spells a `trainmon_*` metric name that no family of trainmon.catalog declares.
+    """
     body = yaml.dump(
         {"groups": [g.as_dict() for g in groups]}, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True
     )
+    if names := undeclared([body]):
+        raise ValueError(f"rules read metrics no family declares (trainmon.catalog): {', '.join(names)}")
     return HEADER + body
 
 

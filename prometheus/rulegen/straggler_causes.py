@@ -16,6 +16,8 @@ excess, traceml's rule), in this order:
 
 from __future__ import annotations
 
+from trainmon.catalog import training
+
 from .config import RulesConfig
 from .model import Record
 from .numerics import MEDIAN, ON_JOB, ON_RANK, PER_STEP, RANK_LABELS, STRAGGLER_CAUSE, ZSCORE
@@ -52,12 +54,12 @@ def straggler_cause_records(c: RulesConfig) -> list[Record]:
     staged = f"{PER_STEP} * {ON_RANK} group_left (stage) {STAGE}"
     stage_of_rank = f"{STAGE} * {ON_STAGE} group_left {STAGE_COMPUTE}"
     return [
-        Record(record=TOKENS, expr=f"(rate({c.m('trainmon_train_tokens_total')}[5m]) > 0) / {STEPS}"),
+        Record(record=TOKENS, expr=f"(rate({c.m(training.TRAIN_TOKENS_TOTAL)}[5m]) > 0) / {STEPS}"),
         Record(record=TOKENS_MEDIAN, expr=f"quantile without ({RANK_LABELS}) (0.5, {TOKENS})"),
         Record(record=PER_TOKEN, expr=f"{PER_STEP} / {TOKENS}"),
         Record(record=PER_TOKEN_MEDIAN, expr=f"quantile without ({RANK_LABELS}) (0.5, {PER_TOKEN})"),
         # The stage number as a label (count_values keeps every other label with `without ()`).
-        Record(record=STAGE, expr=f'count_values without () ("stage", {c.m("trainmon_train_pipeline_stage")})'),
+        Record(record=STAGE, expr=f'count_values without () ("stage", {c.m(training.TRAIN_PIPELINE_STAGE)})'),
         Record(record=STAGE_COMPUTE, expr=f"""
   min without ({RANK_LABELS}) ({staged})
 and {ON_STAGE}

@@ -7,12 +7,13 @@ it as before. The daemon serves the table as JSON at `/api/v1/xid-catalog`.
 
 from __future__ import annotations
 
+from trainmon.catalog.recorded import XID_CATALOG_INFO
 from trainmon.health.catalog import action_of
 from trainmon.health.xid_catalog import CATALOG
 
 from .model import Group, Record
 
-SERIES = "trainmon_xid_catalog_info"
+SERIES = XID_CATALOG_INFO.name
 GROUP = "trainmon.xid_catalog.rules"
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from grafana.dashgen.build import DASHBOARDS
 from prometheus.rulegen.config import RulesConfig
-from prometheus.rulegen.render import rule_files
+from prometheus.rulegen.model import Group, Record
+from prometheus.rulegen.render import rule_files, to_yaml
 from prometheus.rulegen.xid_catalog import GROUP as XID_CATALOG_GROUP
 from prometheus.rulegen.xid_catalog import SERIES as XID_CATALOG
 
@@ -28,6 +29,7 @@ from tests.prometheus.rulefiles import (
     rules,
     without_xid_catalog,
 )
+from trainmon.catalog import undeclared
 
 SPEC_ALERTS = {
     "TrainmonExporterDown", "TrainmonCollectorFailing", "TrainmonGPULost", "TrainmonGPUXidCritical",
@@ -67,6 +69,18 @@ def test_the_selector_is_a_parameter() -> None:
     assert 'job="trainmon"' not in generated
     assert not re.findall(r"\btrainmon_[a-z_]+\{(?!job=\"gpu-nodes\")", generated)
     assert not re.findall(r"\bup\{(?!job=\"gpu-nodes\")", generated)
+
+
+def test_a_rule_reading_an_undeclared_metric_fails_the_generation() -> None:
+    typo = Record(record="instance:trainmon_gpu_up:sum", expr="sum without (gpu, uuid) (trainmon_gpu_upp)")
+
+    with pytest.raises(ValueError, match=r"no family declares .*: trainmon_gpu_upp$"):
+        to_yaml([Group(name="trainmon.gpu.rules", rules=[typo])])
+
+
+def test_the_shipped_rules_read_only_declared_metrics() -> None:
+    """Every `trainmon_*` name in the committed rule files is a family of trainmon.catalog, or a recorded rule's."""
+    assert [] == undeclared(path.read_text() for path in RULE_FILES)
 
 
 def test_every_spec_alert_exists() -> None:
