@@ -50,5 +50,5 @@ def info(family: Family) -> InfoMetricFamily:
 def _labels(family: Family, kind: Kind) -> list[str]:
     """The family's labels, once its kind is the one the constructor makes."""
     if family.kind is not kind:
-        raise ValueError(f"{family.name} is a {family.kind.value}, not a {kind.value}")
+        raise ValueError(f"{family.name} is declared {family.kind.value}, not {kind.value}")
     return list(family.labels)

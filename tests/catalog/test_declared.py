@@ -11,7 +11,7 @@ from trainmon.families import counter, gauge, histogram, info, summary
 
 
 def served() -> list[Metric]:
-    """One family of each kind, as the collectors build them, with a sample each."""
+    """A gauge and an info, as the scheduler builds them, with a sample each."""
     success, build = gauge(daemon.COLLECTOR_SUCCESS), info(daemon.BUILD_INFO)
     success.add_metric(["gpu"], 1)
     build.add_metric(["1.0"], {})
@@ -75,7 +75,7 @@ def test_a_family_served_twice_fails() -> None:
 
 def test_a_constructor_refuses_a_family_of_another_kind() -> None:
     """What `assert_declared` checks of a type, the constructors already refuse to build."""
-    with pytest.raises(ValueError, match="trainmon_build_info is a info, not a gauge"):
+    with pytest.raises(ValueError, match="trainmon_build_info is declared info, not gauge"):
         gauge(daemon.BUILD_INFO)
-    with pytest.raises(ValueError, match="is a gauge, not a counter"):
+    with pytest.raises(ValueError, match="is declared gauge, not counter"):
         counter(daemon.COLLECTOR_SUCCESS)
