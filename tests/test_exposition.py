@@ -5,6 +5,7 @@ import gzip
 import pytest
 from prometheus_client.metrics_core import Metric
 
+from trainmon.catalog import Family, Kind
 from trainmon.exposition import gzip_accepted, render
 from trainmon.families import gauge
 from trainmon.snapshot import Snapshot
@@ -21,7 +22,7 @@ class CountingFamilies(tuple[Metric, ...]):
 
 
 def snapshot() -> Snapshot:
-    family = gauge("example", "An example.", ["gpu"])
+    family = gauge(Family("trainmon_example", Kind.GAUGE, "An example.", ("gpu",)))
     family.add_metric(["0"], 1.5)
     return Snapshot(families=CountingFamilies([family]), statuses=(), taken_at=0.0)
 
@@ -120,7 +121,7 @@ def test_openmetrics_without_name_escaping_keeps_label_value_escapes() -> None:
 
     from trainmon.compat import without_name_escaping
 
-    family = gauge("train_loss", "Loss.", ["job_id", "rank"])
+    family = gauge(Family("trainmon_train_loss", Kind.GAUGE, "Loss.", ("job_id", "rank")))
     for job in ['a"b', "back\\slash", "new\nline", "ünïcode ✓", "{}=,"]:
         family.add_metric([job, "0"], 1.0)
     snap = Snapshot(families=(family,), statuses=(), taken_at=0.0)

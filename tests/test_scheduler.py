@@ -8,8 +8,10 @@ from typing import Protocol
 
 import pytest
 
+from tests.helpers.catalog import assert_declared
 from tests.helpers.metrics import registry_of
 from trainmon import __version__
+from trainmon.catalog import Family, Kind, daemon
 from trainmon.collectors.base import Collection
 from trainmon.errors import CollectorError, NoData
 from trainmon.families import gauge
@@ -27,7 +29,7 @@ class Constant:
 
     def collect(self) -> Collection:
         self.calls += 1
-        family = gauge(f"test_{self.name}", "test")
+        family = gauge(Family(f"trainmon_test_{self.name}", Kind.GAUGE, "test"))
         family.add_metric([], self.value)
         return Collection(families=(family,), found=(f"{self.name} found",))
 
@@ -105,7 +107,7 @@ def test_a_raising_collector_fails_alone(scheduler: Build) -> None:
 
 class FailingWithWhatItKnows(Constant):
     def collect(self) -> Collection:
-        known = gauge("test_known", "what the collector can still vouch for")
+        known = gauge(Family("trainmon_test_known", Kind.GAUGE, "what the collector can still vouch for"))
         known.add_metric([], 0.0)
         raise CollectorError("driver gone", families=(known,))
 
@@ -192,6 +194,17 @@ def test_self_metrics_and_last_success(scheduler: Build) -> None:
     assert registry.get_sample_value("process_resident_memory_bytes") is not None
     assert registry.get_sample_value("trainmon_info", {"simulated": "true"}) is None  # the demo's marker only
     assert store.latest() is snapshot
+
+
+def test_the_self_metrics_and_the_demos_marker_are_declared_in_the_catalogue() -> None:
+    sched = Scheduler([Constant("good")], SnapshotStore(), interval=1.0, timeout=0.3, simulated=True)
+    try:
+        snapshot = sched.run_cycle()
+    finally:
+        sched.stop()
+    own = [f for f in snapshot.families if not f.name.startswith(("process_", "trainmon_test_"))]
+
+    assert {family.name for family in daemon.FAMILIES} == assert_declared(own, "daemon")
 
 
 def test_background_thread_publishes_and_stops_promptly(scheduler: Build) -> None:

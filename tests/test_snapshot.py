@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from trainmon.catalog import Family, Kind
 from trainmon.families import Metric, gauge
 from trainmon.snapshot import CollectorStatus, RenderCache, Snapshot, SnapshotStore
 
@@ -11,7 +12,7 @@ KEY = ("text/plain", "gzip")
 
 
 def family(name: str, value: float) -> Metric:
-    metric = gauge(name, "test")
+    metric = gauge(Family(f"trainmon_{name}", Kind.GAUGE, "test"))
     metric.add_metric([], value)
     return metric
 

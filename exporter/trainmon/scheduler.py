@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import ProcessCollector
-from prometheus_client.core import InfoMetricFamily
 
 from trainmon import __version__
+from trainmon.catalog import daemon as catalog
 from trainmon.collectors.base import Collection, Collector
 from trainmon.errors import CollectorError, NoData, error_line
-from trainmon.families import NAMESPACE, Metric, gauge, info
+from trainmon.families import Metric, gauge, info
 from trainmon.snapshot import CollectorState, CollectorStatus, Snapshot, SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -191,13 +191,10 @@ class Scheduler:
             log.info("collector recovered collector=%s", status.name)
 
     def _self_metrics(self, statuses: Sequence[CollectorStatus]) -> list[Metric]:
-        build = info("build", "trainmon build information.", ["version"])
+        build = info(catalog.BUILD_INFO)
         build.add_metric([__version__], {})
-        success = gauge("collector_success", "1 if the collector's last run succeeded (or found no hardware).",
-                        ["collector"])
-        duration = gauge("collector_duration_seconds", "Duration of the collector's last run.", ["collector"])
-        last = gauge("collector_last_success_timestamp_seconds", "Unix time of the collector's last success.",
-                     ["collector"])
+        success, duration = gauge(catalog.COLLECTOR_SUCCESS), gauge(catalog.COLLECTOR_DURATION_SECONDS)
+        last = gauge(catalog.COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS)
         for status in statuses:
             success.add_metric([status.name], 1 if status.ok else 0)
             duration.add_metric([status.name], status.duration_s)
@@ -205,8 +202,7 @@ class Scheduler:
                 last.add_metric([status.name], status.last_success)
         if not self._simulated:
             return [build, success, duration, last]
-        marker = InfoMetricFamily(NAMESPACE, "Served by trainmon demo: every GPU and training series is simulated.",
-                                  labels=["simulated"])
+        marker = info(catalog.DEMO_INFO)
         marker.add_metric(["true"], {})
         return [build, marker, success, duration, last]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from tests.helpers.catalog import assert_declared
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples, registry_of
 from tests.helpers.trees import (
@@ -21,6 +22,7 @@ from tests.helpers.trees import (
     write_diskstats,
     write_nvme,
 )
+from trainmon.catalog.aer import PCIE_AER_ERRORS_TOTAL
 from trainmon.collectors.aer import AerCollector
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError, NoData
@@ -83,6 +85,7 @@ def test_the_series_and_skipped_lines_are_those_the_gpu_collector_served(tmp_pat
 
     assert SERVED_BY_THE_GPU_COLLECTOR == generate_latest(registry_of(collection.families)).decode()
     assert SKIPPED_BY_THE_GPU_COLLECTOR == collection.skipped
+    assert {PCIE_AER_ERRORS_TOTAL.name} == assert_declared(collection.families, "aer")
 
 
 def test_check_names_each_device_with_its_errors_or_why_it_has_none(tmp_path: Path) -> None:

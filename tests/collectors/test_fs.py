@@ -9,12 +9,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.helpers.catalog import assert_declared
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.fs_trees import PID, add_nfs_mounts, build_fs_tree, nfs4_block, nfs_mount_line
 from tests.helpers.metrics import parse_samples, registry_of
 from tests.helpers.node_exporter import node_exporter
 from tests.helpers.tools import require_tool
 from tests.helpers.trees import replace_with_fifo
+from trainmon.catalog import fs as fs_catalog
 from trainmon.collectors import fs
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.fs import MAX_MOUNTS, FsCollector
@@ -56,6 +58,7 @@ def test_lustre_values_per_mount_from_either_layout(layout: str, tmp_path: Path)
     assert () == result.skipped
     assert [f"{LUSTRE}: lustre 172.20.20.5@o2ib:172.20.20.6@o2ib:/lustrefs, llite lustrefs-ffff881000000000, "
             "7 OSCs"] == list(result.found)
+    assert {family.name for family in fs_catalog.FAMILIES} == assert_declared(result.families, "fs")
 
 
 def test_three_lustre_mounts_each_get_their_own_oscs(tmp_path: Path) -> None:
@@ -78,6 +81,8 @@ def test_nfs_values_from_the_sample_mountstats(tmp_path: Path) -> None:
     assert value(result, "rpcs_in_flight", mount=NFS) is None  # NFS does not count it: absent, not 0
     assert set(NFS_OPERATIONS.values()) == {s.labels["op"] for f in result.families for s in f.samples
                                             if s.name == "trainmon_fs_operations_total"}
+    assert {family.name for family in fs_catalog.FAMILIES} - {fs_catalog.FS_RPCS_IN_FLIGHT.name} == assert_declared(
+        result.families, "fs")
 
 
 def test_local_file_systems_get_nothing_and_a_node_without_network_mounts_has_no_data(tmp_path: Path) -> None:

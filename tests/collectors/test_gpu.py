@@ -18,11 +18,13 @@ from prometheus_client import CollectorRegistry
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.catalog import assert_declared
 from tests.helpers.clock import Clock
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
+from trainmon.catalog import BY_SOURCE
 from trainmon.collectors.base import Collection, NodeResources
-from trainmon.collectors.gpu import FAMILIES, GpuCollector
+from trainmon.collectors.gpu import GpuCollector
 from trainmon.errors import CollectorError, NoData
 from trainmon.nvml import fields, gpm
 from trainmon.nvml.metrics import GpuMetric
@@ -71,10 +73,12 @@ def gpu_names(collection: Collection, gpu: str) -> set[str]:
 def test_every_metric_matches_the_scenario_in_base_units(node: Node) -> None:
     """8 GPUs with distinct values: each SPEC GPU series equals its scenario value, converted."""
     node.collect()
-    got = samples(node.collect())
+    collection = node.collect()
+    got = samples(collection)
     want = scenarios.expected(node.scenario)
 
     assert want == pytest.approx({key: got.get(key) for key in want})
+    assert {metric.family.name for metric in GpuMetric} <= assert_declared(collection.families, "gpu")
     for i in range(8):
         uuid = node.scenario["gpus"][i]["uuid"]
         assert pytest.approx((50 + i) / 100 * INTERVAL) == got[
@@ -483,9 +487,10 @@ def test_reinitialisation_backs_off_to_a_cap_of_five_minutes(tmp_path: Path,
     assert {300} == set(gaps[6:])
 
 
-def test_every_gpu_metric_key_has_one_family_and_the_nvml_tables_use_only_those_keys() -> None:
-    """The reading's keys and the collector's families are one enum: nothing read goes unserved."""
-    assert list(FAMILIES) == list(GpuMetric)
+def test_every_gpu_metric_key_is_a_catalogued_family_and_the_nvml_tables_use_only_those_keys() -> None:
+    """The reading's keys are the catalogue's families: nothing read goes unserved or undeclared."""
+    assert {metric.family for metric in GpuMetric} <= set(BY_SOURCE["gpu"])
+    assert all(m.family.labels[:2] == ("gpu", "uuid") and len(m.family.labels) <= 3 for m in GpuMetric)
     assert {f.metric for f in fields.FIELDS} | set(gpm.GPM_METRICS.values()) <= set(GpuMetric)
     assert all(isinstance(f.metric, GpuMetric) for f in fields.FIELDS)
 

@@ -12,12 +12,14 @@ import pytest
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.catalog import assert_declared
 from tests.helpers.clock import Clock
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.metrics import parse_samples, samples_of
 from tests.helpers.net import wait_until
 from tests.helpers.slurm import run_script
 from tests.helpers.trees import write
+from trainmon.catalog.hpc_jobs import GPU_JOB_INFO
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.hpc_jobs import MAX_JOBS_PER_GPU, MAX_MAPPING_BYTES, HpcJobsCollector, read_mapping
 from trainmon.gpu_inventory import GpuInventory, InventoryGpu
@@ -57,6 +59,7 @@ def test_prolog_mapping_and_cgroup_fallback(tmp_path: Path) -> None:
     assert {job(0, "4242"), job(1, "4242"), job(2, "5000"), job(3, "5000"), job(4, "6000")} == set(
         samples_of(got.families))
     assert ("gpu 6: pid 4006: exited before its cgroup was read",) == got.skipped
+    assert {GPU_JOB_INFO.name} == assert_declared(got.families, "hpc_jobs")
     assert {"0": "mapping", "3": "mapping", "4": "cgroup"}.items() <= dict(got.details["job_sources"]).items()  # type: ignore[call-overload]
 
 

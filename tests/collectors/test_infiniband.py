@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.catalog import assert_declared
 from tests.helpers.metrics import registry_of
 from tests.helpers.trees import (
     DEFAULT_HW_COUNTERS,
@@ -15,6 +16,7 @@ from tests.helpers.trees import (
     write_infiniband,
     write_pci_device,
 )
+from trainmon.catalog import infiniband
 from trainmon.collectors.base import NodeResources
 from trainmon.collectors.infiniband import HW_COUNTERS, PORT_COUNTERS, InfinibandCollector
 from trainmon.errors import CollectorError, NoData
@@ -177,4 +179,7 @@ def test_each_gpu_is_joined_to_the_port_nccl_would_send_its_traffic_by(tmp_path:
         "gpu": "0", "uuid": "GPU-a", "device": "mlx5_2", "port": "1", "path": "PIX", "candidates": "1",
         "nccl_ib_hca": ""})
     assert "gpu 0 -> mlx5_2/1 (PIX, 1 as close)" in collection.found
+    unwritten = {family.name for counter, family in HW_COUNTERS.items() if counter.value not in DEFAULT_HW_COUNTERS}
+    assert {family.name for family in infiniband.FAMILIES} - unwritten == assert_declared(collection.families,
+                                                                                         "infiniband")
 

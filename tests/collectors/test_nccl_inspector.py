@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.catalog import assert_declared
 from tests.helpers.metrics import registry_of
 from tests.helpers.nccl_node import UUID1, Node
+from trainmon.catalog import nccl_inspector as catalog
 from trainmon.collectors import nccl_inspector
 from trainmon.collectors.nccl_inspector import NcclInspectorCollector
 from trainmon.errors import NoData
@@ -87,7 +89,11 @@ def test_json_operations_become_counters_and_cpu_timed_ones_are_dropped(node: No
     dump_path(tmp_path).write_text(json_dump(os.getpid()))
     c = collector(node)
 
-    reg = registry_of(c.collect().families)
+    collection = c.collect()
+    reg = registry_of(collection.families)
+    skipped = catalog.NCCL_INSPECTOR_RECORDS_SKIPPED_TOTAL.name  # nothing to skip in this dump
+    assert {family.name for family in catalog.FAMILIES} - {skipped} == assert_declared(collection.families,
+                                                                                      "nccl_inspector")
     assert 4 == reg.get_sample_value("trainmon_nccl_inspector_operations_total", DP_BIG)
     assert (2701 + 2702 + 2703 + 2704) / 1e6 == pytest.approx(
         reg.get_sample_value("trainmon_nccl_inspector_seconds_total", DP_BIG))

@@ -10,11 +10,13 @@ from typing import cast
 
 import pytest
 
+from tests.helpers.catalog import assert_declared
 from tests.helpers.metrics import registry_of
 from tests.helpers.nccl_node import Node
 from tests.helpers.net import free_port, wait_until
 from tests.helpers.ras import RasStandIn
 from trainmon import wire
+from trainmon.catalog import nccl_ras
 from trainmon.collectors.base import Collection
 from trainmon.collectors.nccl_ras import NcclRasCollector
 from trainmon.errors import CollectorError, NoData
@@ -106,6 +108,7 @@ def test_an_unresponsive_rank_and_a_mismatch_are_counted_per_job(node: Node) -> 
     assert 2 == reg.get_sample_value("trainmon_nccl_ras_communicators_mismatched", JOB)
     served = sum(len(f.samples) for f in collection.families)
     assert served < 20  # a few numbers per job, never a series per rank per communicator
+    assert {family.name for family in nccl_ras.FAMILIES} == assert_declared(collection.families, "nccl_ras")
 
 
 def test_an_answer_over_the_cap_fails_loudly_naming_the_flag(node: Node) -> None:

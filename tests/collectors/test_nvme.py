@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.catalog import assert_declared
 from tests.helpers.daemon import start_daemon
 from tests.helpers.metrics import registry_of
 from tests.helpers.trees import (
@@ -22,6 +23,7 @@ from tests.helpers.trees import (
     write_nvme,
     write_nvme_subsystem,
 )
+from trainmon.catalog import nvme
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.nvme import NvmeCollector
 from trainmon.errors import CollectorError, NoData
@@ -59,6 +61,12 @@ def test_values_are_in_base_units(tmp_path: Path) -> None:
     assert pytest.approx(values[9] / 1000) == get("io_time_seconds_total")
     assert values[8] == get("io_in_progress")
     assert values[15] == get("flush_requests_total")
+
+
+def test_every_family_is_declared_in_the_catalogue_and_the_tree_fills_each(tmp_path: Path) -> None:
+    families = NvmeCollector(make_tree(tmp_path), NodeResources()).collect().families
+
+    assert {family.name for family in nvme.FAMILIES} == assert_declared(families, "nvme")
 
 
 def test_only_whole_namespaces_become_series(tmp_path: Path) -> None:

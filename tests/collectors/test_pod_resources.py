@@ -16,11 +16,13 @@ import pytest
 
 from tests.fake_nvml import scenario as scenarios
 from tests.fake_nvml.fixtures import fake_nvml_dir  # noqa: F401  (fixture)
+from tests.helpers.catalog import assert_declared
 from tests.helpers.clock import Clock
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.kubelet import GPU, Claim, FakeKubelet, Pod, garbage_server, kubelet_server
 from tests.helpers.metrics import parse_samples, samples_of
 from tests.helpers.net import wait_until
+from trainmon.catalog.pod_resources import GPU_ALLOCATION_INFO
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.pod_resources import (
     MAX_ROWS_PER_GPU,
@@ -162,6 +164,7 @@ def test_dra_mig_and_device_plugin_on_one_node_from_the_kubelet(socket_path: Pat
             allocation(4, "team-d", "mixed", "main"),
             allocation(5, "team-d", "mixed", "main", claim="extra")} == set(samples_of(got.families))
     assert any("MIG 14-0-2" in line for line in got.found)
+    assert {GPU_ALLOCATION_INFO.name} == assert_declared(got.families, "pod_resources")
     assert ["'team-d/mixed/side': DRA claim 'nic' device 'nics'/'eth0' of driver 'dra.net': "
             "not a device name trainmon can map"] == list(got.skipped)
 

@@ -16,13 +16,21 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.catalog import assert_declared
 from tests.helpers.daemon import start_daemon
 from tests.helpers.metrics import registry_of, samples_of
 from tests.helpers.net import wait_until
 from tests.torch.jobs import metrics_when, per_rank
 from trainmon import wire
+from trainmon.catalog import training
 from trainmon.collectors.base import Collection, NodeResources
-from trainmon.collectors.training import TrainingCollector, ingest_families, rank_families, rank_series
+from trainmon.collectors.training import (
+    JOB_GAUGES,
+    TrainingCollector,
+    ingest_families,
+    rank_families,
+    rank_series,
+)
 from trainmon.daemon import build_ingest, maintain_resources
 from trainmon.errors import CollectorError, NoData
 from trainmon.ingest.ranks import RankSlot, TableView
@@ -76,7 +84,8 @@ def collected_after(collector: Collector, path: Path, report: wire.Report) -> Co
 
 def test_a_report_becomes_per_rank_series(collector: Collector, tmp_path: Path) -> None:
     path = tmp_path / "run" / "ingest.sock"
-    reg = registry_of(collected_after(collector, path, REPORT).families)
+    collection = collected_after(collector, path, REPORT)
+    reg = registry_of(collection.families)
     rank = {"job_id": "llama", "rank": "1"}
 
     assert 5 == reg.get_sample_value("trainmon_train_steps_total", rank)
@@ -87,6 +96,7 @@ def test_a_report_becomes_per_rank_series(collector: Collector, tmp_path: Path) 
     assert 1 == reg.get_sample_value("trainmon_train_phase", {**rank, "phase": "eval"})
     assert 1 == reg.get_sample_value("trainmon_ingest_ranks")
     assert 0o600 == path.stat().st_mode & 0o777
+    assert_declared(collection.families, "training")
 
 
 def test_loss_scale_is_absent_without_a_scaler(collector: Collector, tmp_path: Path) -> None:
@@ -326,6 +336,24 @@ def test_a_suspected_rank_serves_where_it_is_stuck_and_its_stack_signature_never
     assert [list(STUCK_STACK)] == [h["stack"] for h in hangs]
     assert {"default_pg": {"issued": 12, "completed": 11, "ranks": "0-1", "timeout_seconds": 120.0}} == \
         hangs[0]["groups"]
+
+
+def test_every_family_is_declared_in_the_catalogue_and_the_reports_fill_each() -> None:
+    """A rank with every wire field, a hung one that exited, a driver with every job gauge, and every ingest count."""
+    driver = wire.Report(job_id="rl", rank=wire.DRIVER_RANK, pid=1, start_time=1.0, seq=1,
+                         job_gauges=dict.fromkeys(JOB_GAUGES, 0.5))
+    ranks = [RankSlot(r, received_at=0.0, received_wall=0.0, process=1, verified=True, series=0, exited_at=exited)
+             for r, exited in ((dataclasses.replace(NEW_FIELDS, tokens=1, microbatches=1, pipeline_stage=0, loss=2.0,
+                                                    grad_norm=1.0, loss_max=2.0, grad_norm_max=1.0, cuda_ooms=0,
+                                                    cuda_alloc_retries=0, nccl_env={"NCCL_ALGO": "Ring"},
+                                                    parallel={"tp": 2}, last_step=1.0), None),
+                               (dataclasses.replace(HUNG, rank=2), None), (dataclasses.replace(REPORT, rank=3), 1.0),
+                               (driver, None))]
+    view = TableView(ranks=(), messages=1, coalesced=1, rejected={"version": 1}, evicted={"ranks": 1}, series=0,
+                     taken_at=0.0, exits={("llama", "lost"): 1})
+    families = [*rank_families(ranks, now=160.0, clock=0.0), *ingest_families(view, rebinds=1)]
+
+    assert {family.name for family in training.FAMILIES} == assert_declared(families, "training")
 
 
 def test_a_rank_that_is_not_suspected_serves_0_and_no_stack_series() -> None:

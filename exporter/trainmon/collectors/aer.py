@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainmon.catalog.aer import PCIE_AER_ERRORS_TOTAL
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import NoData
 from trainmon.families import Metric, counter
@@ -51,9 +52,7 @@ def _summary(reading: AerReading | None) -> str:
 
 
 def aer_family(readings: Sequence[AerReading]) -> Metric:
-    family = counter("pcie_aer_errors_total", "PCIe AER errors the kernel counted on a GPU, HCA or NVMe "
-                     "controller, by severity (correctable, nonfatal, fatal) and error; absent while zero.",
-                     ("device", "severity", "error"))
+    family = counter(PCIE_AER_ERRORS_TOTAL)
     for reading in readings:
         for severity, errors in reading.counts.items():
             for error, count in errors.items():

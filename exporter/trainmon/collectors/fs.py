@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from trainmon.catalog import Family
+from trainmon.catalog import fs as catalog
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.problems import ProblemLog
 from trainmon.errors import CollectorError, NoData
@@ -36,14 +38,13 @@ MAX_MOUNTS = 1000  # network mounts served, in mountinfo's order; the others are
 mountinfo_mounts = lru_cache(maxsize=1)(parse_mountinfo)  # mountinfo changes only when something is (un)mounted
 NO_LUSTRE = LustreInstances({}, {})
 
-# FsCounters field -> (family, help); all per mount.
-COUNTERS: dict[str, tuple[str, str]] = {
-    "read_bytes": ("fs_read_bytes_total", "Bytes applications read, direct I/O included."),
-    "written_bytes": ("fs_written_bytes_total", "Bytes applications wrote, direct I/O included."),
-    "rpcs": ("fs_rpcs_total", "Requests the client sent to servers."),
-    "rpc_seconds": ("fs_rpc_seconds_total", "Total time of the requests sent to servers."),
-    "rpc_timeouts": ("fs_rpc_timeouts_total", "Requests to servers that timed out (NFS major timeouts, "
-                                              "Lustre OSC import timeouts)."),
+# FsCounters field -> family; all per mount.
+COUNTERS: dict[str, Family] = {
+    "read_bytes": catalog.FS_READ_BYTES_TOTAL,
+    "written_bytes": catalog.FS_WRITTEN_BYTES_TOTAL,
+    "rpcs": catalog.FS_RPCS_TOTAL,
+    "rpc_seconds": catalog.FS_RPC_SECONDS_TOTAL,
+    "rpc_timeouts": catalog.FS_RPC_TIMEOUTS_TOTAL,
 }
 
 
@@ -135,22 +136,19 @@ class FsCollector:
 
 
 def fs_families(readings: Sequence[MountReading]) -> list[Metric]:
-    fs_info = info("fs", "Network or parallel file-system mount (from mountinfo; source as it shows it). "
-                   "Join on mount.", ["mount", "fstype", "source"])
+    fs_info = info(catalog.FS_INFO)
     for r in readings:
         fs_info.add_metric([r.mount.mount_point, r.mount.fstype, r.mount.source], {})
     measured = [(r.mount.mount_point, r.reading.counters) for r in readings if r.reading.counters is not None]
     families: list[Metric] = [fs_info]
-    for field_name, (name, documentation) in COUNTERS.items():
-        family = counter(name, documentation, ["mount"])
+    for field_name, declared in COUNTERS.items():
+        family = counter(declared)
         for mount_point, counters in measured:
             value = getattr(counters, field_name)
             if value is not None:
                 family.add_metric([mount_point], value)
         families.append(family)
-    operations = counter("fs_operations_total", "Client operations, a fixed set of ops per file-system type.",
-                         ["mount", "op"])
-    in_flight = gauge("fs_rpcs_in_flight", "Requests to servers in flight now (Lustre OSC imports).", ["mount"])
+    operations, in_flight = counter(catalog.FS_OPERATIONS_TOTAL), gauge(catalog.FS_RPCS_IN_FLIGHT)
     for mount_point, counters in measured:
         for op, count in counters.operations.items():
             operations.add_metric([mount_point, op], count)

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import psutil
 
+from trainmon.catalog import gpu as catalog
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError, NoData
-from trainmon.families import Metric, ValueFamily, counter, gauge, info
+from trainmon.families import Metric, counter, gauge, info, value_family
 from trainmon.gpu_inventory import InventoryGpu
 from trainmon.health.history import HealthHistory, Memory
 from trainmon.health.kmsg_reader import KmsgReader, KmsgStatus
@@ -56,50 +57,6 @@ GPU_LABELS = ("gpu", "uuid")
 NOT_FOUND = "not found by NVML since re-initialisation"
 DEVICE_NODE = re.compile(r"nvidia(ctl|\d+)")  # what the driver (or nvidia-modprobe) creates for each GPU
 MAX_LISTED_BUSES = 20  # other buses named in /api/v1/status; other_bus_count has them all
-
-
-@dataclass(frozen=True, slots=True)
-class GpuFamily:
-    """One per-GPU metric: its kind, help text, and the label that splits it (if any)."""
-
-    kind: Callable[..., ValueFamily]
-    help: str
-    label: str | None = None
-
-
-# The GPU metrics read each cycle (SPEC §4), one for each GpuMetric. Value series only.
-FAMILIES: dict[GpuMetric, GpuFamily] = {
-    GpuMetric.UTILIZATION_RATIO: GpuFamily(gauge, "NVML utilization.gpu: time any kernel ran (an NCCL wait counts)."),
-    GpuMetric.SM_UTILIZATION_RATIO: GpuFamily(gauge, "SM activity over the last interval, from NVML GPM (Hopper+)."),
-    GpuMetric.SM_ACTIVE_SECONDS_TOTAL: GpuFamily(counter, "SM activity integrated over time, from NVML GPM."),
-    GpuMetric.SM_OCCUPANCY_RATIO: GpuFamily(gauge, "Resident warps against the maximum, from NVML GPM."),
-    GpuMetric.TENSOR_ACTIVE_RATIO: GpuFamily(gauge, "Tensor-core activity, from NVML GPM."),
-    GpuMetric.DRAM_ACTIVE_RATIO: GpuFamily(gauge, "DRAM bandwidth used against the maximum, from NVML GPM."),
-    GpuMetric.FB_USED_BYTES: GpuFamily(gauge, "Framebuffer allocated (v2: excluding reserved)."),
-    GpuMetric.FB_FREE_BYTES: GpuFamily(gauge, "Framebuffer free."),
-    GpuMetric.FB_TOTAL_BYTES: GpuFamily(gauge, "Framebuffer total."),
-    GpuMetric.FB_RESERVED_BYTES: GpuFamily(gauge, "Framebuffer reserved by the driver (memory info v2 only)."),
-    GpuMetric.POWER_WATTS: GpuFamily(gauge, "Power draw."),
-    GpuMetric.POWER_LIMIT_WATTS: GpuFamily(gauge, "Enforced power limit."),
-    GpuMetric.ENERGY_JOULES_TOTAL: GpuFamily(counter, "Energy used since the driver loaded."),
-    GpuMetric.TEMPERATURE_CELSIUS: GpuFamily(gauge, "Temperature by sensor (gpu, memory).", "sensor"),
-    GpuMetric.CLOCK_HERTZ: GpuFamily(gauge, "Current clock (sm, memory).", "clock"),
-    GpuMetric.CLOCKS_EVENT_ACTIVE: GpuFamily(gauge, "1 while this clock event (throttle) reason holds the clocks.",
-                                    "reason"),
-    GpuMetric.THROTTLE_SECONDS_TOTAL: GpuFamily(counter, "Time the clocks were held down, by policy (NVML violation "
-                                       "counters).", "reason"),
-    GpuMetric.ECC_ERRORS_TOTAL: GpuFamily(counter, "Volatile ECC errors since the driver loaded.", "error"),
-    GpuMetric.REMAPPED_ROWS_TOTAL: GpuFamily(counter, "Rows remapped for memory errors (Ampere+).", "error"),
-    GpuMetric.ROW_REMAP_PENDING: GpuFamily(gauge, "1 when a row remap waits for a GPU reset."),
-    GpuMetric.ROW_REMAP_FAILURE: GpuFamily(gauge, "1 when a row remap failed."),
-    GpuMetric.PCIE_LINK_GENERATION: GpuFamily(gauge, "PCIe link generation (current, max).", "kind"),
-    GpuMetric.PCIE_LINK_WIDTH: GpuFamily(gauge, "PCIe link width in lanes (current, max).", "kind"),
-    GpuMetric.PCIE_REPLAY_ERRORS_TOTAL: GpuFamily(counter, "PCIe replays."),
-    GpuMetric.PCIE_RECEIVED_BYTES_TOTAL: GpuFamily(counter, "PCIe bytes received (unwrapped field counter)."),
-    GpuMetric.PCIE_TRANSMITTED_BYTES_TOTAL: GpuFamily(counter, "PCIe bytes transmitted (unwrapped field counter)."),
-    GpuMetric.NVLINK_RECEIVED_BYTES_TOTAL: GpuFamily(counter, "NVLink data bytes received, all links."),
-    GpuMetric.NVLINK_TRANSMITTED_BYTES_TOTAL: GpuFamily(counter, "NVLink data bytes transmitted, all links."),
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,14 +283,14 @@ class GpuCollector:
     def _collection(self, statuses: Sequence[GpuStatus]) -> Collection:
         self._inventory.publish(_inventory(statuses))
         families: list[Metric] = [self._info(statuses)]
-        up = gauge("gpu_up", "1 if the last NVML read of this GPU succeeded, 0 if it failed.", GPU_LABELS)
+        up = gauge(catalog.GPU_UP)
         for status in statuses:
             up.add_metric(_ids(status.identity), 1.0 if status.reading is not None else 0.0)
         families.append(up)
         families.append(_peak_flops_family(s.identity for s in statuses))
         expected = self._expected()
         if expected is not None:
-            family = gauge("gpus_expected", "NVIDIA display/3D controllers found on the PCI bus.")
+            family = gauge(catalog.GPUS_EXPECTED)
             family.add_metric([], float(expected))
             families.append(family)
         read = [(s.identity, s.reading) for s in statuses if s.reading is not None]
@@ -378,8 +335,7 @@ class GpuCollector:
         return verdicts
 
     def _info(self, statuses: Sequence[GpuStatus]) -> Metric:
-        family = info("gpu", "GPU identity; join on (gpu, uuid).",
-                      (*GPU_LABELS, "name", "pci_bus_id", "driver_version", "minor_number"))
+        family = info(catalog.GPU_INFO)
         for status in statuses:
             i = status.identity
             family.add_metric(_ids(i), {"name": i.name, "pci_bus_id": i.pci_bus_id,
@@ -415,8 +371,7 @@ def _skipped_by_line(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[str
 
 
 def _peak_flops_family(identities: Iterable[GpuIdentity]) -> Metric:
-    family = gauge("gpu_peak_flops", "Dense peak FLOP/s of the GPU model, by dtype; absent for a model "
-                   "trainmon does not know.", (*GPU_LABELS, "dtype"))
+    family = gauge(catalog.GPU_PEAK_FLOPS)
     for identity in identities:
         for dtype, flops in peak_flops(identity.name).items():
             family.add_metric([*_ids(identity), dtype], flops)
@@ -429,11 +384,11 @@ def _ids(identity: GpuIdentity) -> list[str]:
 
 def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
     families: list[Metric] = []
-    for metric, spec in FAMILIES.items():
-        labels = GPU_LABELS + ((spec.label,) if spec.label else ())
-        family = spec.kind(metric.family, spec.help, labels)
+    for metric in GpuMetric:
+        family = value_family(metric.family)
+        split = len(metric.family.labels) > len(GPU_LABELS)  # one series per value of its own label
         for identity, reading in read:
-            if spec.label is None:
+            if not split:
                 if metric in reading.values:
                     family.add_metric(_ids(identity), reading.values[metric])
             else:
@@ -444,9 +399,7 @@ def _value_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metr
 
 
 def _interconnect_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> list[Metric]:
-    up = gauge("gpu_nvlink_link_up", "1 while this NVLink is active (NVML R570+).", (*GPU_LABELS, "link"))
-    errors = counter("gpu_nvlink_errors_total", "NVLink errors on this link: crc_flit, crc_data, replay, "
-                     "recovery (Hopper and older); absent while zero.", (*GPU_LABELS, "link", "error"))
+    up, errors = gauge(catalog.GPU_NVLINK_LINK_UP), counter(catalog.GPU_NVLINK_ERRORS_TOTAL)
     for identity, reading in read:
         for link in reading.links:
             if link.up is not None:
@@ -454,10 +407,7 @@ def _interconnect_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> li
             for error, value in link.errors.items():
                 if value:  # 18 links x 4 errors x 8 GPUs would be 576 series of zeros on a healthy node
                     errors.add_metric([*_ids(identity), str(link.link), error], value)
-    state = gauge("gpu_fabric_state_id", "NVSwitch fabric state: 1 not started, 2 in progress, 3 completed "
-                  "(nvmlGpuFabricState_t); absent without a fabric.", GPU_LABELS)
-    mask = gauge("gpu_fabric_health_mask", "NVSwitch fabric health bit fields (NVML_GPU_FABRIC_HEALTH_MASK_*: "
-                 "degraded bandwidth, route recovery, route unhealthy, access timeout recovery).", GPU_LABELS)
+    state, mask = gauge(catalog.GPU_FABRIC_STATE_ID), gauge(catalog.GPU_FABRIC_HEALTH_MASK)
     for identity, reading in read:
         if reading.fabric is not None:
             state.add_metric(_ids(identity), float(reading.fabric.state))
@@ -466,8 +416,7 @@ def _interconnect_families(read: Sequence[tuple[GpuIdentity, GpuReading]]) -> li
 
 
 def _process_families(read: Sequence[tuple[GpuIdentity, GpuReading]], *, per_process: bool) -> list[Metric]:
-    count = gauge("gpu_processes", "Compute processes on the GPU.", GPU_LABELS)
-    used = gauge("gpu_process_fb_used_bytes", "Framebuffer used by one process.", (*GPU_LABELS, "pid"))
+    count, used = gauge(catalog.GPU_PROCESSES), gauge(catalog.GPU_PROCESS_FB_USED_BYTES)
     names: dict[int, str] = {}
     for identity, reading in read:
         if reading.processes is None:
@@ -479,7 +428,7 @@ def _process_families(read: Sequence[tuple[GpuIdentity, GpuReading]], *, per_pro
             names.setdefault(process.pid, _process_name(process.pid))
     if not per_process:
         return [count]
-    described = info("gpu_process", "A process using a GPU; join on pid.", ("pid", "name"))
+    described = info(catalog.GPU_PROCESS_INFO)
     for pid, name in sorted(names.items()):
         if name:
             described.add_metric([str(pid), name], {})
@@ -499,10 +448,7 @@ def _by_bus(gpus: Iterable[Gpu]) -> dict[str, GpuIdentity]:
 
 def _xid_families(counts: XidCounts, gpus: Iterable[Gpu]) -> list[Metric]:
     """XIDs of this node's GPUs (NVML has seen them since start); other buses' lines are only counted."""
-    labels = (*GPU_LABELS, "xid")
-    total = counter("gpu_xid_errors_total", "XID errors, every code, once per event (kernel log since boot, "
-                    "or NVML events where the kernel log is unreadable).", labels)
-    last = gauge("gpu_xid_last_timestamp_seconds", "When this XID was last reported (Unix time).", labels)
+    total, last = counter(catalog.GPU_XID_ERRORS_TOTAL), gauge(catalog.GPU_XID_LAST_TIMESTAMP_SECONDS)
     by_bus = _by_bus(gpus)
     for entry in sorted(counts.snapshot(), key=lambda e: (e.key.bus, e.key.xid)):
         identity = by_bus.get(entry.key.bus)
@@ -547,10 +493,7 @@ def _signals(status: GpuStatus, xids: tuple[XidSeen, ...], memory: Memory) -> Si
 
 
 def _health_families(verdicts: Sequence[tuple[GpuIdentity, Verdict]]) -> list[Metric]:
-    action = gauge("gpu_health_action", "1 for the strongest action this GPU needs now: none, restart_app, "
-                   "reset_gpu, reboot or drain (docs/gpu.md).", (*GPU_LABELS, "action"))
-    reason = info("gpu_health_reason", "Why the GPU needs an action, in runbook words; one series per reason.",
-                  (*GPU_LABELS, "reason"))
+    action, reason = gauge(catalog.GPU_HEALTH_ACTION), info(catalog.GPU_HEALTH_REASON_INFO)
     for identity, verdict in verdicts:
         action.add_metric([*_ids(identity), verdict.action.label], 1.0)
         for words in verdict.reasons:
@@ -578,4 +521,4 @@ def _kmsg_details(kmsg: KmsgStatus | None, counts: XidCounts, gpus: Iterable[Gpu
             "other_buses": foreign[:MAX_LISTED_BUSES], "other_bus_count": len(foreign), "refused": counts.refused}
 
 
-__all__ = ["FAMILIES", "GpuCollector", "count_pci_gpus"]
+__all__ = ["GpuCollector", "count_pci_gpus"]

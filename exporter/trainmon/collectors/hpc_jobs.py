@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainmon.catalog.hpc_jobs import GPU_JOB_INFO
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.problems import ProblemLog
 from trainmon.errors import CollectorError
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 30.0
 MAX_MAPPING_BYTES = 64 << 10  # a GPU's file holds a few job ids; anything larger is not a mapping file
 MAX_CGROUP_BYTES = 64 << 10
-JOB_LABELS = ("gpu", "uuid", "scheduler", "job_id")
 SCHEDULER = "slurm"
 GONE = frozenset({"ENOENT", "ESRCH"})  # the process exited between listing and reading
 UNREAD = {"ENOENT": "removed while being read", "ELOOP": "a symbolic link, not followed"}
@@ -131,8 +131,7 @@ class HpcJobsCollector:
         problems = list(mapping.problems)
         indices = {g.index for g in gpus}
         problems += [f"mapping file {i}: no GPU {i} on this node" for i in sorted(mapping.jobs) if i not in indices]
-        family = info("gpu_job", "Scheduler job running on the GPU (Slurm: mapping directory, else the cgroup "
-                      "of its compute processes); join on (gpu, uuid).", JOB_LABELS)
+        family = info(GPU_JOB_INFO)
         found: list[str] = []
         sources: dict[str, str] = {}
         not_served = 0

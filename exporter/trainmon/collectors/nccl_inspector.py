@@ -32,13 +32,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.core import SummaryMetricFamily
-
+from trainmon.catalog import nccl_inspector as catalog
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.nccl_owners import Owner, Owners, snapshot
 from trainmon.collectors.problems import ProblemLog
 from trainmon.errors import NoData
-from trainmon.families import NAMESPACE, Metric, counter, gauge, info
+from trainmon.families import Metric, counter, gauge, info, summary
 from trainmon.gpu_inventory import GpuInventory
 from trainmon.ingest.server import IngestServer
 from trainmon.parsers.nccl_inspector import (
@@ -54,7 +53,6 @@ from trainmon.settings import Settings
 
 log = logging.getLogger(__name__)
 
-LABELS = ("job_id", "rank", "comm_name", "collective", "size_class")
 MAX_FILES = 256
 MAX_TEXTFILE_BYTES = 1 << 20  # "~12-24 KB per GPU" for 8 communicators (Inspector's README)
 # JSON grows 200-500 bytes an operation, parsed at ~0.1-0.3 ms each: ~10k operations a cycle at most; the rest
@@ -300,17 +298,10 @@ class NcclInspectorCollector:
     # Output.
 
     def _families(self) -> list[Metric]:
-        operations = counter("nccl_inspector_operations_total", "Operations NCCL Inspector timed on the GPU "
-                             "(JSON dump).", LABELS)
-        seconds = counter("nccl_inspector_seconds_total", "GPU execution time of those operations (JSON dump).",
-                          LABELS)
-        sent = counter("nccl_inspector_bytes_total", "Message bytes of those operations (JSON dump).", LABELS)
-        dropped = counter("nccl_inspector_dropped_total", "Operations Inspector reported without GPU timing "
-                          "(CPU fallback), not counted in the others.", LABELS)
-        bandwidth = SummaryMetricFamily(f"{NAMESPACE}_nccl_inspector_bus_bandwidth_bytes_per_second",
-                                        "NCCL bus bandwidth: one observation per operation (JSON dump) or per "
-                                        "textfile window (its mean); rate(_sum)/rate(_count) is the mean.",
-                                        labels=list(LABELS))
+        operations = counter(catalog.NCCL_INSPECTOR_OPERATIONS_TOTAL)
+        seconds = counter(catalog.NCCL_INSPECTOR_SECONDS_TOTAL)
+        sent, dropped = counter(catalog.NCCL_INSPECTOR_BYTES_TOTAL), counter(catalog.NCCL_INSPECTOR_DROPPED_TOTAL)
+        bandwidth = summary(catalog.NCCL_INSPECTOR_BUS_BANDWIDTH_BYTES_PER_SECOND)
         for key, t in sorted(self._totals.items()):
             labels = list(key)
             if t.operations:
@@ -321,17 +312,13 @@ class NcclInspectorCollector:
                 dropped.add_metric(labels, t.dropped)
             if t.bandwidth_count:
                 bandwidth.add_metric(labels, count_value=t.bandwidth_count, sum_value=t.bandwidth_sum)
-        source = info("nccl_inspector", "A rank NCCL Inspector reports on: its GPU (join on uuid), which output "
-                      "and which Inspector output format version.", ("job_id", "rank", "uuid", "source", "version"))
+        source = info(catalog.NCCL_INSPECTOR_INFO)
         for (job, rank), s in sorted(self._sources.items()):
             source.add_metric([job, rank, s.uuid, s.kind, s.version], {})
-        skipped = counter("nccl_inspector_records_skipped_total", "Inspector records not counted, by reason "
-                          "(truncated, malformed, version, unattributed, series_budget, comm_names, oversized, "
-                          "too_many_files).", ("reason",))
+        skipped = counter(catalog.NCCL_INSPECTOR_RECORDS_SKIPPED_TOTAL)
         for reason, n in sorted(self._skipped.items()):
             skipped.add_metric([reason], n)
-        backlog = gauge("nccl_inspector_backlog_bytes", "JSON dump bytes not read yet: above zero for long, the "
-                        "dumps grow faster than a cycle reads (use the textfile).")
+        backlog = gauge(catalog.NCCL_INSPECTOR_BACKLOG_BYTES)
         backlog.add_metric([], self._backlog)
         return [operations, seconds, sent, dropped, bandwidth, source, skipped, backlog]
 
@@ -371,4 +358,4 @@ def _read(path: str, offset: int, limit: int) -> bytes | None:
         return None  # removed or rotated between listing and reading: next cycle
 
 
-__all__ = ["LABELS", "MAX_LABEL_SETS", "NcclInspectorCollector"]
+__all__ = ["MAX_LABEL_SETS", "NcclInspectorCollector"]

@@ -25,13 +25,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainmon.catalog import nccl_ras as catalog
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.nccl_owners import UNKNOWN_JOB, Owners, snapshot
 from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
 from trainmon.gpu_inventory import GpuInventory
 from trainmon.ingest.server import IngestServer
-from trainmon.parsers.nccl_ras import ERROR_KINDS, MISSING_KINDS, NAMED_PER_KIND, AnswerError, RasSummary, reduce_answer
+from trainmon.parsers.nccl_ras import ERROR_KINDS, MISSING_KINDS, AnswerError, RasSummary, reduce_answer
 from trainmon.settings import Address, Settings
 
 log = logging.getLogger(__name__)
@@ -237,12 +238,10 @@ class NcclRasCollector:
 
     def _families(self, last: Outcome, owners: Owners) -> list[Metric]:
         job = self._job(last.summary, owners)
-        up = gauge("nccl_ras_up", "1 if the last RAS poll got a usable answer, 0 if it failed.", ("job_id",))
-        polls = counter("nccl_ras_polls_total", "RAS polls by command and result (ok, refused, timeout, closed, "
-                        "protocol, malformed, oversized).", ("command", "result"))
+        up, polls = gauge(catalog.NCCL_RAS_UP), counter(catalog.NCCL_RAS_POLLS_TOTAL)
         for (command, result), n in sorted(self._polls.items()):
             polls.add_metric([command.lower().replace(" ", "_"), result], n)
-        size = gauge("nccl_ras_answer_bytes", "Size of the last RAS answer.")
+        size = gauge(catalog.NCCL_RAS_ANSWER_BYTES)
         size.add_metric([], last.answer_bytes)
         out: list[Metric] = [up, polls, size]
         if job:
@@ -261,27 +260,22 @@ class NcclRasCollector:
 
 def summary_families(job: str, s: RasSummary) -> list[Metric]:
     """What one answer says about `job`: missing ranks (counted, and the first named), errors, communicators."""
-    missing = gauge("nccl_ras_missing_ranks", "Ranks missing from RAS's view, by kind: dead (considered dead), "
-                    "unresponsive, absent (neither); the most in any one communicator.", ("job_id", "kind"))
+    missing = gauge(catalog.NCCL_RAS_MISSING_RANKS)
     for kind in MISSING_KINDS:
         missing.add_metric([job, kind], s.missing[kind])
-    named = info("nccl_ras_missing_rank", f"A rank missing from the job's widest communicator (its global rank), "
-                 f"by kind (dead, unresponsive), with the host RAS names; at most {NAMED_PER_KIND} per kind.",
-                 ("job_id", "rank", "kind", "host"))
+    named = info(catalog.NCCL_RAS_MISSING_RANK_INFO)
     for m in s.named:
         named.add_metric([job, str(m.rank), m.kind, m.host], {})
-    errors = gauge("nccl_ras_rank_errors", "Processes with a rank in an error state, by kind (async_error, "
-                   "abort, finalize, destroy).", ("job_id", "kind"))
+    errors = gauge(catalog.NCCL_RAS_RANK_ERRORS)
     for kind in ERROR_KINDS:
         errors.add_metric([job, kind], s.errors[kind])
-    comms = gauge("nccl_ras_communicators", "Communicators RAS reports.", ("job_id",))
+    comms = gauge(catalog.NCCL_RAS_COMMUNICATORS)
     comms.add_metric([job], s.communicators)
-    mismatched = gauge("nccl_ras_communicators_mismatched", "Communicators whose ranks disagree on a "
-                       "collective's count (RAS's op-count mismatch).", ("job_id",))
+    mismatched = gauge(catalog.NCCL_RAS_COMMUNICATORS_MISMATCHED)
     mismatched.add_metric([job], s.mismatched)
-    ranks = gauge("nccl_ras_processes", "Processes that answered RAS.", ("job_id",))
+    ranks = gauge(catalog.NCCL_RAS_PROCESSES)
     ranks.add_metric([job], s.ranks)
-    version = info("nccl_ras", "The NCCL version RAS reports.", ("job_id", "nccl_version"))
+    version = info(catalog.NCCL_RAS_INFO)
     version.add_metric([job, s.nccl_version], {})
     return [missing, named, errors, comms, mismatched, ranks, version]
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from trainmon.catalog import Family
+from trainmon.catalog import nvme as catalog
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError, NoData
 from trainmon.families import Metric, counter, gauge, info
@@ -19,25 +21,24 @@ from trainmon.sysfs.nvme import NvmeNamespace, nvme_namespaces
 SECTOR_BYTES = 512  # diskstats sectors are 512 B whatever the device's block size
 MS = 1e-3  # diskstats times are milliseconds
 
-# diskstats field -> (metric suffix, help, scale); a field the kernel did not print is skipped.
-COUNTERS: dict[str, tuple[str, str, float]] = {
-    "reads_completed": ("reads_completed_total", "Reads completed.", 1),
-    "reads_merged": ("reads_merged_total", "Adjacent reads merged.", 1),
-    "read_sectors": ("read_bytes_total", "Bytes read.", SECTOR_BYTES),
-    "read_time_ms": ("read_time_seconds_total", "Time spent on reads.", MS),
-    "writes_completed": ("writes_completed_total", "Writes completed.", 1),
-    "writes_merged": ("writes_merged_total", "Adjacent writes merged.", 1),
-    "write_sectors": ("written_bytes_total", "Bytes written.", SECTOR_BYTES),
-    "write_time_ms": ("write_time_seconds_total", "Time spent on writes.", MS),
-    "io_time_ms": ("io_time_seconds_total", "Time the device had I/O in flight.", MS),
-    "io_weighted_time_ms": ("io_time_weighted_seconds_total",
-                            "Time spent on I/O weighted by the number in flight (queue depth x time).", MS),
-    "discards_completed": ("discards_completed_total", "Discards completed (kernel 4.18+).", 1),
-    "discards_merged": ("discards_merged_total", "Adjacent discards merged (kernel 4.18+).", 1),
-    "discard_sectors": ("discarded_bytes_total", "Bytes discarded (kernel 4.18+).", SECTOR_BYTES),
-    "discard_time_ms": ("discard_time_seconds_total", "Time spent on discards (kernel 4.18+).", MS),
-    "flushes_completed": ("flush_requests_total", "Flush requests completed (kernel 5.5+).", 1),
-    "flush_time_ms": ("flush_requests_time_seconds_total", "Time spent on flushes (kernel 5.5+).", MS),
+# diskstats field -> (family, scale); a field the kernel did not print is skipped.
+COUNTERS: dict[str, tuple[Family, float]] = {
+    "reads_completed": (catalog.NVME_READS_COMPLETED_TOTAL, 1),
+    "reads_merged": (catalog.NVME_READS_MERGED_TOTAL, 1),
+    "read_sectors": (catalog.NVME_READ_BYTES_TOTAL, SECTOR_BYTES),
+    "read_time_ms": (catalog.NVME_READ_TIME_SECONDS_TOTAL, MS),
+    "writes_completed": (catalog.NVME_WRITES_COMPLETED_TOTAL, 1),
+    "writes_merged": (catalog.NVME_WRITES_MERGED_TOTAL, 1),
+    "write_sectors": (catalog.NVME_WRITTEN_BYTES_TOTAL, SECTOR_BYTES),
+    "write_time_ms": (catalog.NVME_WRITE_TIME_SECONDS_TOTAL, MS),
+    "io_time_ms": (catalog.NVME_IO_TIME_SECONDS_TOTAL, MS),
+    "io_weighted_time_ms": (catalog.NVME_IO_TIME_WEIGHTED_SECONDS_TOTAL, MS),
+    "discards_completed": (catalog.NVME_DISCARDS_COMPLETED_TOTAL, 1),
+    "discards_merged": (catalog.NVME_DISCARDS_MERGED_TOTAL, 1),
+    "discard_sectors": (catalog.NVME_DISCARDED_BYTES_TOTAL, SECTOR_BYTES),
+    "discard_time_ms": (catalog.NVME_DISCARD_TIME_SECONDS_TOTAL, MS),
+    "flushes_completed": (catalog.NVME_FLUSH_REQUESTS_TOTAL, 1),
+    "flush_time_ms": (catalog.NVME_FLUSH_REQUESTS_TIME_SECONDS_TOTAL, MS),
 }
 
 
@@ -85,14 +86,14 @@ class NvmeCollector:
 
 def counter_families(stats: list[DiskStats]) -> list[Metric]:
     families: list[Metric] = []
-    for field_name, (suffix, documentation, scale) in COUNTERS.items():
-        family = counter(f"nvme_{suffix}", f"{documentation} From diskstats.", ["device"])
+    for field_name, (declared, scale) in COUNTERS.items():
+        family = counter(declared)
         for record in stats:
             value = getattr(record, field_name)
             if value is not None:
                 family.add_metric([record.device], value * scale)
         families.append(family)
-    in_progress = gauge("nvme_io_in_progress", "I/Os in flight now. From diskstats.", ["device"])
+    in_progress = gauge(catalog.NVME_IO_IN_PROGRESS)
     for record in stats:
         in_progress.add_metric([record.device], record.io_in_progress)
     families.append(in_progress)
@@ -100,8 +101,7 @@ def counter_families(stats: list[DiskStats]) -> list[Metric]:
 
 
 def info_family(namespaces: Iterable[NvmeNamespace]) -> Metric:
-    family = info("nvme", "NVMe namespace identity, from sysfs class/nvme. Join on device.",
-                  ["device", "controller", "model", "serial", "firmware"])
+    family = info(catalog.NVME_INFO)
     for namespace in namespaces:
         controller = namespace.controller
         family.add_metric([namespace.device, controller.name, controller.model or "", controller.serial or "",

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainmon.catalog.pod_resources import GPU_ALLOCATION_INFO
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.collectors.problems import MAX_LISTED, ProblemLog
 from trainmon.errors import CollectorError, ConfigError, error_line
@@ -35,7 +36,6 @@ CALL_TIMEOUT_SECONDS = 10.0
 STALE_AFTER_REFRESHES = 3
 # NVIDIA's device plugin: whole GPUs, and MIG slices under the mixed strategy (`nvidia.com/mig-1g.10gb`).
 GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|mig-.+)")
-ALLOCATION_LABELS = ("gpu", "uuid", "namespace", "pod", "container", "source", "claim")
 SHARED_SUFFIX = "::"  # time-slicing replicas: `GPU-<uuid>::<replica>`
 # NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu) and its device names: a whole GPU by
 # NVML minor number, a MIG device by its parent's minor number, GPU-instance profile and placement.
@@ -79,7 +79,7 @@ def parse_dra_device(name: str) -> DraGpu | None:
 
 @dataclass(frozen=True, slots=True)
 class Allocations:
-    rows: tuple[tuple[str, ...], ...]  # label values in ALLOCATION_LABELS order, without repeats
+    rows: tuple[tuple[str, ...], ...]  # label values in GPU_ALLOCATION_INFO.labels order, without repeats
     found: tuple[str, ...]  # one line per row, with the MIG instance where there is one
     unknown: tuple[str, ...]  # devices not attributed and rows not served, as stable problem texts (bounded)
     not_attributed: int = 0  # devices no GPU here has, or whose names are not label values
@@ -242,8 +242,7 @@ class PodResourcesCollector:
         if gpus is None:
             raise CollectorError("no GPU inventory to match devices to: the gpu collector has not run (enabled?)")
         allocations = match_allocations(listing.devices, gpus)
-        family = info("gpu_allocation", "GPU allocated to a Kubernetes container (kubelet PodResources List; "
-                      "source device_plugin or dra, claim the DRA claim); join on (gpu, uuid).", ALLOCATION_LABELS)
+        family = info(GPU_ALLOCATION_INFO)
         for row in allocations.rows:
             family.add_metric(list(row), {})
         return Collection(

@@ -20,81 +20,56 @@ from dataclasses import dataclass
 
 from prometheus_client.utils import floatToGoString
 
+from trainmon.catalog import PREFIX, Family
+from trainmon.catalog import training as catalog
 from trainmon.collectors.base import Collection, NodeResources
 from trainmon.errors import CollectorError, NoData
-from trainmon.families import Metric, ValueFamily, counter, gauge, histogram, info
+from trainmon.families import Metric, counter, gauge, histogram, info, value_family
 from trainmon.ingest.ranks import RankSlot, TableView
 from trainmon.ingest.server import IngestServer
 from trainmon.ingest.stacks import NO_STACK, place, signature
 from trainmon.settings import Settings
 from trainmon.wire import DRIVER_RANK, PARALLEL_KEYS, STEP_BUCKETS, Inflight, Report
 
-RANK = ("job_id", "rank")
-INFO_LABELS = ("local_rank", "world_size", "uuid", "backend", "framework", "loss_scaler", "pid", "pod", "namespace")
 HISTOGRAM_SERIES = len(STEP_BUCKETS) + 3  # the buckets, +Inf, _count and _sum
-JOB_GAUGE_HELP = {  # the wire's `job_gauges` keys served, each as `trainmon_<key>`
-    "train_mfu_reported_ratio": "Model FLOPs utilisation as the framework itself reports it (verl perf/mfu/actor).",
-    "rl_actor_grad_norm": "Actor gradient norm of the last RL iteration, as the framework reports it "
-                          "(verl actor/grad_norm, the mean over its optimizer steps).",
-    "rl_reward_mean": "Mean sequence score of the last RL iteration (verl critic/score/mean).",
-    "rl_response_length_mean": "Mean response length in tokens of the last RL iteration (verl response_length/mean).",
-    "rl_response_clip_ratio": "Share of the last RL iteration's responses cut at the maximum length "
-                              "(verl response_length/clip_ratio).",
-    "rl_aborted_ratio": "Share of the last RL iteration's rollouts aborted (verl response/aborted_ratio).",
-}
+# The wire's `job_gauges` keys served, each as the family `trainmon_<key>`.
+JOB_GAUGES: dict[str, Family] = {family.name.removeprefix(PREFIX): family for family in (
+    catalog.TRAIN_MFU_REPORTED_RATIO, catalog.RL_ACTOR_GRAD_NORM, catalog.RL_REWARD_MEAN,
+    catalog.RL_RESPONSE_LENGTH_MEAN, catalog.RL_RESPONSE_CLIP_RATIO, catalog.RL_ABORTED_RATIO)}
 
 
 @dataclass(frozen=True, slots=True)
 class Scalar:
-    """A per-rank value: family name, help, kind, and how to read it (None = absent)."""
+    """A per-rank value: its family, and how to read it (None = absent)."""
 
-    name: str
-    help: str
-    make: Callable[[str, str, tuple[str, ...]], ValueFamily]
+    family: Family
     read: Callable[[Report], float | None]
 
 
 SCALARS = (
-    Scalar("train_steps_total", "Optimizer steps finished.", counter, lambda r: r.steps),
-    Scalar("train_samples_total", "Samples processed.", counter, lambda r: r.samples),
-    Scalar("train_tokens_total", "Tokens processed (the real tokens the loop reports, padding left out).", counter,
-           lambda r: r.tokens),
-    Scalar("train_microbatches_total", "Micro-batches (forward and backward passes) of the finished steps; absent "
-           "where the loop does not say.", counter, lambda r: r.microbatches),
-    Scalar("train_pipeline_stage", "The rank's pipeline stage (0 first); absent where the job has none known.",
-           gauge, lambda r: r.pipeline_stage),
-    Scalar("train_last_step_timestamp_seconds", "Unix time the last step finished.", gauge, lambda r: r.last_step),
-    Scalar("train_process_start_timestamp_seconds", "Unix time the training process started.", gauge,
-           lambda r: r.start_time),
-    Scalar("train_first_step_timestamp_seconds", "Unix time the first step began.", gauge, lambda r: r.first_step),
-    Scalar("train_model_flops_total", "Model FLOPs of the finished steps (from the FLOPs given to the hook).",
-           counter, lambda r: r.model_flops),
-    Scalar("train_comm_wait_seconds_total",
-           "Time the training thread was blocked on communication (exposed, not overlapped).", counter,
-           lambda r: r.comm_wait),
-    Scalar("train_dataloader_wait_seconds_total", "Time the loop waited for the next batch.", counter,
-           lambda r: r.data_wait),
-    Scalar("train_loss_scale", "Current mixed-precision loss scale; absent without a scaler.", gauge,
-           lambda r: r.loss_scale if r.loss_scaler != "none" else None),
-    Scalar("train_skipped_steps_total", "Steps skipped for inf/NaN gradients.", counter, lambda r: r.skipped_steps),
-    Scalar("train_loss", "Last reported loss.", gauge, lambda r: r.loss),
-    Scalar("train_grad_norm", "Last reported gradient norm.", gauge, lambda r: r.grad_norm),
-    Scalar("train_loss_max", "Largest finite loss of the steps reported in the last 30 s (the hook's maximum since "
-           "its previous report, held by the daemon so that no scrape misses a spike).", gauge, lambda r: r.loss_max),
-    Scalar("train_grad_norm_max", "Largest finite gradient norm of the steps reported in the last 30 s (held like "
-           "trainmon_train_loss_max).", gauge, lambda r: r.grad_norm_max),
-    Scalar("train_loss_spikes_total", "Steps whose loss exceeded the hook's factor (2) x the mean of the previous "
-           "100 finite losses.", counter, lambda r: r.loss_spikes),
-    Scalar("train_grad_norm_spikes_total", "Steps whose gradient norm exceeded the hook's factor (10) x the median "
-           "of the previous 100 finite ones.", counter, lambda r: r.grad_norm_spikes),
-    Scalar("train_nonfinite_loss_total", "Steps whose reported loss was NaN or inf.", counter,
-           lambda r: r.nonfinite_losses),
-    Scalar("train_cuda_alloc_retries_total", "CUDA caching-allocator retries (torch.cuda.memory_stats).", counter,
-           lambda r: r.cuda_alloc_retries),
-    Scalar("train_cuda_ooms_total", "CUDA out-of-memory errors (torch.cuda.memory_stats).", counter,
-           lambda r: r.cuda_ooms),
-    Scalar("train_collectives_captured_total", "CUDA collectives issued while a CUDA graph was being captured: "
-           "counted once, their replays are unseen.", counter, lambda r: r.collectives_captured),
+    Scalar(catalog.TRAIN_STEPS_TOTAL, lambda r: r.steps),
+    Scalar(catalog.TRAIN_SAMPLES_TOTAL, lambda r: r.samples),
+    Scalar(catalog.TRAIN_TOKENS_TOTAL, lambda r: r.tokens),
+    Scalar(catalog.TRAIN_MICROBATCHES_TOTAL, lambda r: r.microbatches),
+    Scalar(catalog.TRAIN_PIPELINE_STAGE, lambda r: r.pipeline_stage),
+    Scalar(catalog.TRAIN_LAST_STEP_TIMESTAMP_SECONDS, lambda r: r.last_step),
+    Scalar(catalog.TRAIN_PROCESS_START_TIMESTAMP_SECONDS, lambda r: r.start_time),
+    Scalar(catalog.TRAIN_FIRST_STEP_TIMESTAMP_SECONDS, lambda r: r.first_step),
+    Scalar(catalog.TRAIN_MODEL_FLOPS_TOTAL, lambda r: r.model_flops),
+    Scalar(catalog.TRAIN_COMM_WAIT_SECONDS_TOTAL, lambda r: r.comm_wait),
+    Scalar(catalog.TRAIN_DATALOADER_WAIT_SECONDS_TOTAL, lambda r: r.data_wait),
+    Scalar(catalog.TRAIN_LOSS_SCALE, lambda r: r.loss_scale if r.loss_scaler != "none" else None),
+    Scalar(catalog.TRAIN_SKIPPED_STEPS_TOTAL, lambda r: r.skipped_steps),
+    Scalar(catalog.TRAIN_LOSS, lambda r: r.loss),
+    Scalar(catalog.TRAIN_GRAD_NORM, lambda r: r.grad_norm),
+    Scalar(catalog.TRAIN_LOSS_MAX, lambda r: r.loss_max),
+    Scalar(catalog.TRAIN_GRAD_NORM_MAX, lambda r: r.grad_norm_max),
+    Scalar(catalog.TRAIN_LOSS_SPIKES_TOTAL, lambda r: r.loss_spikes),
+    Scalar(catalog.TRAIN_GRAD_NORM_SPIKES_TOTAL, lambda r: r.grad_norm_spikes),
+    Scalar(catalog.TRAIN_NONFINITE_LOSS_TOTAL, lambda r: r.nonfinite_losses),
+    Scalar(catalog.TRAIN_CUDA_ALLOC_RETRIES_TOTAL, lambda r: r.cuda_alloc_retries),
+    Scalar(catalog.TRAIN_CUDA_OOMS_TOTAL, lambda r: r.cuda_ooms),
+    Scalar(catalog.TRAIN_COLLECTIVES_CAPTURED_TOTAL, lambda r: r.collectives_captured),
 )
 
 
@@ -132,7 +107,7 @@ class TrainingCollector:
 def rank_series(r: Report) -> int:
     """The samples `rank_families` serves for `r`: the table's unit for `--max-training-series`."""
     if r.rank == DRIVER_RANK:
-        return len(r.phase_seconds) + sum(k in JOB_GAUGE_HELP for k in r.job_gauges)
+        return len(r.phase_seconds) + sum(k in JOB_GAUGES for k in r.job_gauges)
     return (1 + sum(scalar.read(r) is not None for scalar in SCALARS) + HISTOGRAM_SERIES
             + 3 * len(r.collectives) + len(r.collectives_untimed) + len(r.group_sizes) + 2 * len(r.group_seqs)
             + len(r.inflight)
@@ -152,9 +127,7 @@ def rank_families(ranks: Iterable[RankSlot], now: float, clock: float,
     slots = [s for s in ranks if s.report.rank != DRIVER_RANK]
     reports = [s.report for s in slots]
     out: list[Metric] = []
-    rank_info = info("train_rank", "A training process reporting through the hook.", (*RANK, *INFO_LABELS))
-    exited = gauge("train_rank_exited", "1 while a rank that exited is still served with its final values "
-                   "(--exited-rank-retention); absent for a running rank.", RANK)
+    rank_info, exited = info(catalog.TRAIN_RANK_INFO), gauge(catalog.TRAIN_RANK_EXITED)
     for slot in slots:
         r = slot.report
         rank_info.add_metric([*_key(r), _opt(r.local_rank), _opt(r.world_size), r.uuid, r.backend, r.framework,
@@ -163,7 +136,7 @@ def rank_families(ranks: Iterable[RankSlot], now: float, clock: float,
             exited.add_metric(_key(r), 1)
     out += [rank_info, exited]
     for scalar in SCALARS:
-        family = scalar.make(scalar.name, scalar.help, RANK)
+        family = value_family(scalar.family)
         for r in reports:
             value = scalar.read(r)
             if value is not None:
@@ -179,26 +152,22 @@ def rank_families(ranks: Iterable[RankSlot], now: float, clock: float,
 
 
 def ingest_families(view: TableView, rebinds: int) -> list[Metric]:
-    messages = counter("ingest_messages_total", "Hook datagrams accepted.")
+    messages = counter(catalog.INGEST_MESSAGES_TOTAL)
     messages.add_metric([], view.messages)
-    coalesced = counter("ingest_coalesced_total",
-                        "Accepted reports not applied because a newer one of the same process came in the same burst.")
+    coalesced = counter(catalog.INGEST_COALESCED_TOTAL)
     coalesced.add_metric([], view.coalesced)
-    rejected = counter("ingest_rejected_total", "Hook datagrams rejected, by reason.", ("reason",))
+    rejected = counter(catalog.INGEST_REJECTED_TOTAL)
     for reason, n in sorted(view.rejected.items()):
         rejected.add_metric([reason], n)
-    live = gauge("ingest_ranks", "Live training ranks (job_id, rank pairs); exited ones still served not counted.")
+    live = gauge(catalog.INGEST_RANKS)
     live.add_metric([], len(view.running))
-    evicted = counter("ingest_evicted_total", "Entries dropped from the ingest tables, by reason.", ("reason",))
+    evicted = counter(catalog.INGEST_EVICTED_TOTAL)
     for reason, n in sorted(view.evicted.items()):
         evicted.add_metric([reason], n)
-    exits = counter("train_rank_exits_total",
-                    "Ranks that left: clean (said goodbye), error (ending through an uncaught exception) or lost "
-                    "(silent for --rank-ttl).", ("job_id", "reason"))
+    exits = counter(catalog.TRAIN_RANK_EXITS_TOTAL)
     for (job_id, reason), n in sorted(view.exits.items()):
         exits.add_metric([job_id, reason], n)
-    rebound = counter("ingest_socket_rebinds_total", "Times the ingest socket file or its directory vanished "
-                      "and was made again.")
+    rebound = counter(catalog.INGEST_SOCKET_REBINDS_TOTAL)
     rebound.add_metric([], rebinds)
     return [messages, coalesced, rejected, live, evicted, exits, rebound]
 
@@ -223,15 +192,8 @@ def hang_details(slot: RankSlot) -> dict[str, object]:
 def _hang_families(slots: Iterable[RankSlot], dead: Container[tuple[str, int]]) -> list[Metric]:
     """A rank whose process died without a goodbye, or said goodbye through an uncaught exception, is `gone`:
     suspected, since the others will wait for it."""
-    suspected = gauge("train_hang_suspected", "1 while the rank's oldest collective or its step has not moved for "
-                      "longer than its hang threshold (the larger of the hook's floor and 5x its median step), "
-                      "outside declared phases, or while its process is gone; 0 otherwise.", RANK)
-    where = gauge("train_hang_location", "1 while the rank is suspected of a hang, `location` where its stack is: "
-                  "collective, data (loading), other (also while its stack has not arrived) or gone (its process "
-                  "died, or ended through an error).", (*RANK, "location"))
-    stacks = info("train_stack", "1 while the rank is suspected of a hang; `signature` is a short hash of its "
-                  "training thread's stack (unknown until it arrives), the stack itself on /api/v1/ranks.",
-                  (*RANK, "signature"))
+    suspected, where = gauge(catalog.TRAIN_HANG_SUSPECTED), gauge(catalog.TRAIN_HANG_LOCATION)
+    stacks = info(catalog.TRAIN_STACK_INFO)
     for slot in slots:
         r = slot.report
         gone = (r.job_id, r.rank) in dead or (slot.exited_at is not None and r.exit_reason == "error")
@@ -246,7 +208,7 @@ def _hang_families(slots: Iterable[RankSlot], dead: Container[tuple[str, int]]) 
 
 
 def _step_histogram(reports: Iterable[Report]) -> Metric:
-    family = histogram("train_step_duration_seconds", "Step wall time.", RANK)
+    family = histogram(catalog.TRAIN_STEP_DURATION_SECONDS)
     bounds = [*(floatToGoString(b) for b in STEP_BUCKETS), "+Inf"]
     for r in reports:
         family.add_metric(_key(r), list(zip(bounds, r.step_buckets, strict=True)), r.step_seconds_sum)
@@ -254,17 +216,9 @@ def _step_histogram(reports: Iterable[Report]) -> Metric:
 
 
 def _collective_families(reports: Iterable[Report]) -> list[Metric]:
-    labels = (*RANK, "op", "group")
-    time_ = counter("nccl_time_seconds_total", "Time in collectives: blocking calls from call to return; async "
-                    "ones from the call until wait()/is_completed() or the step end saw them done; DDP buckets "
-                    "from the comm hook to its future (the default hook's division included); on CUDA between "
-                    "events around them. Waiting for peers included.", labels)
-    calls = counter("nccl_calls_total", "Collective calls.", labels)
-    sent = counter("nccl_bytes_total", "Bytes of the collectives' input tensors.", labels)
-    untimed = counter("nccl_untimed_calls_total", "Collective calls counted without a time of their own (async NCCL "
-                      "without TRAINMON_NCCL_TIMING, spans CUDA could not read): nccl_time covers the other calls.",
-                      labels)
-    size = gauge("nccl_group_size", "Ranks in the process group.", (*RANK, "group"))
+    time_, calls = counter(catalog.NCCL_TIME_SECONDS_TOTAL), counter(catalog.NCCL_CALLS_TOTAL)
+    sent, untimed = counter(catalog.NCCL_BYTES_TOTAL), counter(catalog.NCCL_UNTIMED_CALLS_TOTAL)
+    size = gauge(catalog.NCCL_GROUP_SIZE)
     for r in reports:
         for c in r.collectives:
             key = [*_key(r), c.op, c.group]
@@ -279,13 +233,8 @@ def _collective_families(reports: Iterable[Report]) -> list[Metric]:
 
 
 def _group_families(slots: Iterable[RankSlot], now: float, clock: float) -> list[Metric]:
-    issued = counter("nccl_issued_total", "Collectives this rank has issued on the group (its sequence number).",
-                     (*RANK, "group"))
-    completed = counter("nccl_completed_total", "Collectives this rank has completed on the group.", (*RANK, "group"))
-    inflight = gauge("nccl_inflight_oldest_seconds", "Age of the oldest issued-but-not-completed collective on the "
-                     "group; absent when none.", (*RANK, "group", "op"))
-    timeout = gauge("train_pg_timeout_seconds", "The process group's timeout (NCCL's watchdog ends the job after it); "
-                    "the hang alerts fire at half of it when that is earlier.", (*RANK, "group"))
+    issued, completed = counter(catalog.NCCL_ISSUED_TOTAL), counter(catalog.NCCL_COMPLETED_TOTAL)
+    inflight, timeout = gauge(catalog.NCCL_INFLIGHT_OLDEST_SECONDS), gauge(catalog.TRAIN_PG_TIMEOUT_SECONDS)
     for slot in slots:
         r = slot.report
         for g in r.group_seqs:
@@ -309,7 +258,7 @@ def inflight_age(slot: RankSlot, collective: Inflight, now: float, clock: float)
 
 
 def _job_gauge_families(drivers: Iterable[Report]) -> list[Metric]:
-    families = {key: gauge(key, help_, RANK) for key, help_ in JOB_GAUGE_HELP.items()}
+    families = {key: gauge(family) for key, family in JOB_GAUGES.items()}
     for r in drivers:
         for key, value in sorted(r.job_gauges.items()):
             if key in families:
@@ -318,14 +267,9 @@ def _job_gauge_families(drivers: Iterable[Report]) -> list[Metric]:
 
 
 def _label_families(reports: Iterable[Report], drivers: Iterable[Report], running: Iterable[Report]) -> list[Metric]:
-    phase = gauge("train_phase", "1 while the rank is inside mon.phase(...).", (*RANK, "phase"))
-    env = info("train_nccl_env", "An NCCL_* or TORCH_NCCL_* variable set in the rank's environment.",
-               (*RANK, "name", "value"))
-    phase_seconds = counter("train_phase_seconds_total", "Time spent inside mon.phase(...), per phase.",
-                            (*RANK, "phase"))
-    hook_errors = counter("train_hook_errors_total", "Errors the hook swallowed, by kind.", (*RANK, "kind"))
-    parallel = info("train_parallel", "The job's parallel layout; unknown dimensions are empty.",
-                    (*RANK, *PARALLEL_KEYS))
+    phase, env = gauge(catalog.TRAIN_PHASE), info(catalog.TRAIN_NCCL_ENV_INFO)
+    phase_seconds, hook_errors = counter(catalog.TRAIN_PHASE_SECONDS_TOTAL), counter(catalog.TRAIN_HOOK_ERRORS_TOTAL)
+    parallel = info(catalog.TRAIN_PARALLEL_INFO)
     for r in (*reports, *drivers):
         for name, seconds in sorted(r.phase_seconds.items()):
             phase_seconds.add_metric([*_key(r), name], seconds)

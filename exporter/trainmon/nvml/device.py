@@ -169,7 +169,7 @@ class Gpu:
         self._static = {GpuMetric.PCIE_LINK_GENERATION: {}, GpuMetric.PCIE_LINK_WIDTH: {}}
         for metric, call in ((GpuMetric.PCIE_LINK_GENERATION, pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
                              (GpuMetric.PCIE_LINK_WIDTH, pynvml.nvmlDeviceGetMaxPcieLinkWidth)):
-            value = reads.get(metric.value, call)
+            value = reads.get(metric.key, call)
             if value is not None:
                 self._static[metric]["max"] = value
         count = reads.get("NVLink count", pynvml.nvmlDeviceGetFieldValues, [(fields.LINK_COUNT, 0)])
@@ -217,7 +217,7 @@ class Gpu:
         self._read_memory(reads, values)
         for metric, call, scale in ((GpuMetric.POWER_WATTS, pynvml.nvmlDeviceGetPowerUsage, MILLI),
                                     (GpuMetric.POWER_LIMIT_WATTS, pynvml.nvmlDeviceGetEnforcedPowerLimit, MILLI)):
-            value = reads.get(metric.value, call)
+            value = reads.get(metric.key, call)
             if value is not None:
                 values[metric] = value * scale
         temperature = self._read_temperature(reads)
@@ -234,7 +234,7 @@ class Gpu:
             }
         for kind, call in ((GpuMetric.PCIE_LINK_GENERATION, pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
                            (GpuMetric.PCIE_LINK_WIDTH, pynvml.nvmlDeviceGetCurrPcieLinkWidth)):
-            value = reads.get(kind.value, call)
+            value = reads.get(kind.key, call)
             if value is not None:
                 labelled[kind]["current"] = value
         answered = self._read_fields(reads, values, labelled)

@@ -1,6 +1,6 @@
 """The per-GPU metrics a reading carries: one key shared by the NVML layer and the GPU collector.
 
-`GpuReading` is keyed by these members and `collectors/gpu.py` has one `GpuFamily` for each, so a
+`GpuReading` is keyed by these members and each member is the catalogue family that serves it, so a
 misspelt key fails at import (and under mypy) instead of silently serving nothing.
 """
 
@@ -8,40 +8,49 @@ from __future__ import annotations
 
 from enum import Enum
 
+from trainmon.catalog import Family
+from trainmon.catalog import gpu as catalog
 
-class GpuMetric(str, Enum):
-    """A per-GPU metric, by its name without the `gpu_` prefix (SPEC §4)."""
 
-    UTILIZATION_RATIO = "utilization_ratio"
-    SM_UTILIZATION_RATIO = "sm_utilization_ratio"
-    SM_ACTIVE_SECONDS_TOTAL = "sm_active_seconds_total"
-    SM_OCCUPANCY_RATIO = "sm_occupancy_ratio"
-    TENSOR_ACTIVE_RATIO = "tensor_active_ratio"
-    DRAM_ACTIVE_RATIO = "dram_active_ratio"
-    FB_USED_BYTES = "fb_used_bytes"
-    FB_FREE_BYTES = "fb_free_bytes"
-    FB_TOTAL_BYTES = "fb_total_bytes"
-    FB_RESERVED_BYTES = "fb_reserved_bytes"
-    POWER_WATTS = "power_watts"
-    POWER_LIMIT_WATTS = "power_limit_watts"
-    ENERGY_JOULES_TOTAL = "energy_joules_total"
-    TEMPERATURE_CELSIUS = "temperature_celsius"
-    CLOCK_HERTZ = "clock_hertz"
-    CLOCKS_EVENT_ACTIVE = "clocks_event_active"
-    THROTTLE_SECONDS_TOTAL = "throttle_seconds_total"
-    ECC_ERRORS_TOTAL = "ecc_errors_total"
-    REMAPPED_ROWS_TOTAL = "remapped_rows_total"
-    ROW_REMAP_PENDING = "row_remap_pending"
-    ROW_REMAP_FAILURE = "row_remap_failure"
-    PCIE_LINK_GENERATION = "pcie_link_generation"
-    PCIE_LINK_WIDTH = "pcie_link_width"
-    PCIE_REPLAY_ERRORS_TOTAL = "pcie_replay_errors_total"
-    PCIE_RECEIVED_BYTES_TOTAL = "pcie_received_bytes_total"
-    PCIE_TRANSMITTED_BYTES_TOTAL = "pcie_transmitted_bytes_total"
-    NVLINK_RECEIVED_BYTES_TOTAL = "nvlink_received_bytes_total"
-    NVLINK_TRANSMITTED_BYTES_TOTAL = "nvlink_transmitted_bytes_total"
+class GpuMetric(Enum):
+    """A per-GPU metric (SPEC §4), valued by its family in `trainmon.catalog.gpu`."""
+
+    _value_: Family
+
+    UTILIZATION_RATIO = catalog.GPU_UTILIZATION_RATIO
+    SM_UTILIZATION_RATIO = catalog.GPU_SM_UTILIZATION_RATIO
+    SM_ACTIVE_SECONDS_TOTAL = catalog.GPU_SM_ACTIVE_SECONDS_TOTAL
+    SM_OCCUPANCY_RATIO = catalog.GPU_SM_OCCUPANCY_RATIO
+    TENSOR_ACTIVE_RATIO = catalog.GPU_TENSOR_ACTIVE_RATIO
+    DRAM_ACTIVE_RATIO = catalog.GPU_DRAM_ACTIVE_RATIO
+    FB_USED_BYTES = catalog.GPU_FB_USED_BYTES
+    FB_FREE_BYTES = catalog.GPU_FB_FREE_BYTES
+    FB_TOTAL_BYTES = catalog.GPU_FB_TOTAL_BYTES
+    FB_RESERVED_BYTES = catalog.GPU_FB_RESERVED_BYTES
+    POWER_WATTS = catalog.GPU_POWER_WATTS
+    POWER_LIMIT_WATTS = catalog.GPU_POWER_LIMIT_WATTS
+    ENERGY_JOULES_TOTAL = catalog.GPU_ENERGY_JOULES_TOTAL
+    TEMPERATURE_CELSIUS = catalog.GPU_TEMPERATURE_CELSIUS
+    CLOCK_HERTZ = catalog.GPU_CLOCK_HERTZ
+    CLOCKS_EVENT_ACTIVE = catalog.GPU_CLOCKS_EVENT_ACTIVE
+    THROTTLE_SECONDS_TOTAL = catalog.GPU_THROTTLE_SECONDS_TOTAL
+    ECC_ERRORS_TOTAL = catalog.GPU_ECC_ERRORS_TOTAL
+    REMAPPED_ROWS_TOTAL = catalog.GPU_REMAPPED_ROWS_TOTAL
+    ROW_REMAP_PENDING = catalog.GPU_ROW_REMAP_PENDING
+    ROW_REMAP_FAILURE = catalog.GPU_ROW_REMAP_FAILURE
+    PCIE_LINK_GENERATION = catalog.GPU_PCIE_LINK_GENERATION
+    PCIE_LINK_WIDTH = catalog.GPU_PCIE_LINK_WIDTH
+    PCIE_REPLAY_ERRORS_TOTAL = catalog.GPU_PCIE_REPLAY_ERRORS_TOTAL
+    PCIE_RECEIVED_BYTES_TOTAL = catalog.GPU_PCIE_RECEIVED_BYTES_TOTAL
+    PCIE_TRANSMITTED_BYTES_TOTAL = catalog.GPU_PCIE_TRANSMITTED_BYTES_TOTAL
+    NVLINK_RECEIVED_BYTES_TOTAL = catalog.GPU_NVLINK_RECEIVED_BYTES_TOTAL
+    NVLINK_TRANSMITTED_BYTES_TOTAL = catalog.GPU_NVLINK_TRANSMITTED_BYTES_TOTAL
 
     @property
-    def family(self) -> str:
-        """The family name, `trainmon_` prefix aside (families.py adds it)."""
-        return f"gpu_{self.value}"
+    def family(self) -> Family:
+        return self._value_
+
+    @property
+    def key(self) -> str:
+        """The metric's name without the `trainmon_gpu_` prefix, as NVML read failures name it."""
+        return self.name.lower()
