@@ -2,7 +2,7 @@
 into a scratch copy of the checkout instead and names those that differ from the committed ones (exit 1). Either
 way it names a `trainmon_*` metric name a generated file holds and trainmon.catalog does not declare (exit 1).
 
-    python scripts/generate.py          # after changing a rule, a dashboard, a flag or the hook's wrapper template
+    python scripts/generate.py          # after changing a rule, a dashboard, a flag, a family or the hook's wrapper
     python scripts/generate.py --check  # what tests/test_generate.py runs
 
 Not here: the kubelet stubs (`exporter/trainmon/kubelet/generate.sh`, which needs the pinned grpcio-tools) and
@@ -26,6 +26,7 @@ STEPS = (
     ("-m", "prometheus.rulegen"),  # rules, alerts, dashboards, the mixin
     ("deploy/kubernetes/generate.py",),  # the PrometheusRule and the dashboards' ConfigMaps, from those
     ("scripts/configuration_doc.py",),  # docs/configuration.md, from the flag table
+    ("scripts/metrics_doc.py",),  # docs/metrics.md's family tables, from trainmon.catalog
     ("-m", "tests.prometheus.sync_unit_tests"),  # the promtool tests' group order and panel links
     ("-m", "tests.prometheus.instability_scenarios"),  # the generated promtool scenarios
     ("-m", "tests.torch.render_wrapper"),  # the hook's wrapper template as mypy checks it
@@ -42,6 +43,7 @@ NAMING = (
     "deploy/kubernetes/base/prometheusrule.yaml",
     "deploy/kubernetes/base/dashboards/*.json",
     "docs/configuration.md",
+    "docs/metrics.md",
 )
 
 

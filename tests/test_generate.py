@@ -45,9 +45,11 @@ def test_a_hand_edited_output_is_named(tmp_path: Path, capsys: pytest.CaptureFix
     alerts = tmp_path / "prometheus" / "alerts.yml"
     alerts.write_text(alerts.read_text().replace("for: 5m", "for: 6m", 1))
     (doc := tmp_path / "docs" / "configuration.md").write_text(doc.read_text() + "a hand edit\n")
+    (table := tmp_path / "docs" / "metrics.md").write_text(table.read_text().replace("| Power draw. |", "| Power. |"))
 
     assert 1 == generate.main(["--check", "--root", str(tmp_path)])
-    assert ["stale: docs/configuration.md", "stale: prometheus/alerts.yml"] == capsys.readouterr().out.splitlines()
+    assert ["stale: docs/configuration.md", "stale: docs/metrics.md", "stale: prometheus/alerts.yml"] == \
+        capsys.readouterr().out.splitlines()
 
 
 def test_a_generated_name_the_catalogue_does_not_declare_is_named(tmp_path: Path,
