@@ -1,13 +1,17 @@
 """The documentation holds together: the README is short and links every doc, no relative link dangles,
-and docs/configuration.md is what scripts/configuration_doc.py makes of the flag table today."""
+docs/configuration.md is what scripts/configuration_doc.py makes of the flag table today, and docs/metrics.md's
+tables are what scripts/metrics_doc.py makes of the catalogue."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from trainmon.catalog import BY_SOURCE, FAMILIES
 from trainmon.collectors import AVAILABLE
 from trainmon.settings import serve_options
 from trainmon.simulation.incidents import INCIDENTS
@@ -65,3 +69,35 @@ def test_every_serve_flag_is_in_the_configuration_doc() -> None:
     text = (REPO / "docs" / "configuration.md").read_text()
 
     assert [] == [o.flag for o in serve_options(list(AVAILABLE)) if f"`--{o.flag}" not in text]
+
+
+def metrics_doc() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("metrics_doc", REPO / "scripts" / "metrics_doc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_metrics_doc_tables_are_what_the_catalogue_makes_of_them() -> None:
+    text = (REPO / "docs" / "metrics.md").read_text()
+
+    assert text == metrics_doc().render(text), "run python scripts/generate.py"
+
+
+def test_every_family_has_one_row_in_the_metrics_doc() -> None:
+    """A new source needs a `<!-- generated: source -->` table; no source has two."""
+    sources = [source.strip() for marker in metrics_doc().TABLE.findall((REPO / "docs" / "metrics.md").read_text())
+               for source in marker[1].split(",")]
+
+    assert sorted(BY_SOURCE) == sorted(sources)
+    assert len(FAMILIES) == sum(len(BY_SOURCE[source]) for source in sources)
+
+
+def test_a_stale_metrics_doc_table_is_rewritten() -> None:
+    stale = "prose\n<!-- generated: aer -->\n| old |\n<!-- end -->\nmore prose\n"
+
+    assert ["prose", "<!-- generated: aer -->", "", "| metric | type | labels | meaning |", "|---|---|---|---|",
+            "| `trainmon_pcie_aer_errors_total` | counter | device, severity, error | "
+            + BY_SOURCE["aer"][0].help + " |", "", "<!-- end -->", "more prose"] == \
+        metrics_doc().render(stale).splitlines()

@@ -32,15 +32,35 @@ def test_every_generated_file_is_what_the_one_command_writes() -> None:
     assert (0, "") == (result.returncode, result.stdout), result.stderr
 
 
+def scratch_checkout(generate: ModuleType, root: Path) -> None:
+    for name in generate.checkout_files(REPO):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, root / name)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+
+
 def test_a_hand_edited_output_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     generate = load_script()
-    for name in generate.checkout_files(REPO):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, tmp_path / name)
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    scratch_checkout(generate, tmp_path)
     alerts = tmp_path / "prometheus" / "alerts.yml"
     alerts.write_text(alerts.read_text().replace("for: 5m", "for: 6m", 1))
     (doc := tmp_path / "docs" / "configuration.md").write_text(doc.read_text() + "a hand edit\n")
+    (table := tmp_path / "docs" / "metrics.md").write_text(table.read_text().replace("| Power draw. |", "| Power. |"))
 
     assert 1 == generate.main(["--check", "--root", str(tmp_path)])
-    assert ["stale: docs/configuration.md", "stale: prometheus/alerts.yml"] == capsys.readouterr().out.splitlines()
+    assert ["stale: docs/configuration.md", "stale: docs/metrics.md", "stale: prometheus/alerts.yml"] == \
+        capsys.readouterr().out.splitlines()
+
+
+def test_a_generated_name_the_catalogue_does_not_declare_is_named(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    generate = load_script()
+    scratch_checkout(generate, tmp_path)
+    node = tmp_path / "grafana" / "dashgen" / "node.py"
+    node.write_text(node.read_text().replace('f"scrape_duration_seconds{', 'f"trainmon_scrape_seconds{', 1))
+
+    assert 1 == generate.main(["--root", str(tmp_path)])
+    assert ["undeclared: deploy/kubernetes/base/dashboards/trainmon-node.json: trainmon_scrape_seconds",
+            "undeclared: grafana/dashboards/trainmon-node.json: trainmon_scrape_seconds",
+            "undeclared: mixin/dashboards/dashboards.libsonnet: trainmon_scrape_seconds"] == \
+        capsys.readouterr().out.splitlines()

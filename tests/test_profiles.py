@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,12 @@ from tests.fake_nvml.build import build_fake_nvml
 from tests.helpers.daemon import start_daemon
 from tests.helpers.node import SyntheticNode, served_with_ranks
 from tests.helpers.tools import require_tool
-from trainmon.profiles import FLEET_FAMILIES
+from trainmon.catalog import BY_SOURCE, FAMILIES, Family, gpu, training, undeclared
+from trainmon.profiles import FLEET
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"[A-Za-z_:][\w:]*")
-HISTOGRAM_SAMPLE = re.compile(r"_(bucket|sum|count)$")
+SERIES = {series: family for family in FAMILIES for series in family.series}
 ANNOTATION_QUERY = re.compile(r"printf `([^`]*)`")  # {{ range printf `QUERY` … | query }} in a description
 RANKS = 8
 GPUS = SyntheticNode.gpus
@@ -59,6 +61,11 @@ def used_series() -> set[str]:
     return {name for expr in fleet_sources() for name in NAME.findall(expr) if name.startswith("trainmon_")}
 
 
+def families_in(exprs: Iterable[str]) -> set[Family]:
+    """The catalogue's families whose series `exprs` name."""
+    return {SERIES[name] for expr in exprs for name in NAME.findall(expr) if name in SERIES}
+
+
 def sample_names(text: str) -> list[str]:
     return [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
 
@@ -83,12 +90,22 @@ def expositions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def test_the_fleet_profile_keeps_every_family_the_fleet_tier_reads() -> None:
-    used = used_series()
+    """Static: the alerts, the queries their descriptions run, the Fleet dashboard and the recording rules they
+    read name only declared families, and each of those is in the fleet profile."""
+    sources = fleet_sources()
+    read = families_in(sources)
 
-    assert "trainmon_gpu_sm_utilization_ratio" in used  # the derivation found the rules' series
-    assert "trainmon_train_comm_wait_seconds_total" in used  # ... and those behind chained recording rules
-    assert {name for name in used if name not in FLEET_FAMILIES
-            and HISTOGRAM_SAMPLE.sub("", name) not in FLEET_FAMILIES} == set()
+    assert [] == undeclared(sources)
+    assert gpu.GPU_SM_UTILIZATION_RATIO in read  # the derivation found the rules' series
+    assert training.TRAIN_COMM_WAIT_SECONDS_TOTAL in read  # ... and those behind chained recording rules
+    assert [] == sorted(family.name for family in read - set(FLEET))
+
+
+def test_the_fleet_profile_lists_served_catalogue_families_once() -> None:
+    served = set(FAMILIES) - set(BY_SOURCE["rules"])  # what Prometheus records is on no node's /metrics
+
+    assert len(FLEET) == len(set(FLEET))
+    assert [] == [family.name for family in FLEET if family not in served]
 
 
 def test_the_fleet_profile_serves_every_used_series_the_full_profile_serves(expositions: dict[str, str]) -> None:

@@ -6,94 +6,111 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from trainmon.catalog import (
+    Family,
+    aer,
+    daemon,
+    fs,
+    gpu,
+    hpc_jobs,
+    infiniband,
+    nccl_inspector,
+    nccl_ras,
+    nvme,
+    pod_resources,
+    training,
+)
+
 if TYPE_CHECKING:  # settings imports PROFILES and must stay light (no prometheus_client)
     from trainmon.families import Metric
 
 PROFILES = ("full", "fleet")
 
-# Families by their exposed name (counters with `_total`, info metrics with `_info`, histograms by base).
-FLEET_FAMILIES = frozenset({
-    "trainmon_build_info",
-    "trainmon_collector_success",
-    "trainmon_fs_rpc_seconds_total",
-    "trainmon_fs_rpc_timeouts_total",
-    "trainmon_fs_rpcs_total",
-    "trainmon_gpu_allocation_info",
-    "trainmon_gpu_ecc_errors_total",
-    "trainmon_gpu_energy_joules_total",
-    "trainmon_gpu_fb_used_bytes",
-    "trainmon_gpu_health_action",
-    "trainmon_gpu_health_reason_info",  # the health alerts' descriptions query it when they are sent
-    "trainmon_gpu_info",
-    "trainmon_gpu_job_info",
-    "trainmon_gpu_nic_affinity_info",  # TrainmonNCCLSlowLink names the slow rank's NIC by it
-    "trainmon_gpu_nvlink_errors_total",
-    "trainmon_gpu_pcie_link_width",
-    "trainmon_gpu_peak_flops",
-    "trainmon_gpu_power_limit_watts",
-    "trainmon_gpu_power_watts",
-    "trainmon_gpu_row_remap_failure",
-    "trainmon_gpu_row_remap_pending",
-    "trainmon_gpu_sm_utilization_ratio",
-    "trainmon_gpu_throttle_seconds_total",
-    "trainmon_gpu_up",
-    "trainmon_gpu_utilization_ratio",
-    "trainmon_gpu_xid_errors_total",
-    "trainmon_gpu_xid_last_timestamp_seconds",
-    "trainmon_gpus_expected",
-    "trainmon_infiniband_info",  # TrainmonInfinibandLinkDegraded: a port's rate against its board's
-    "trainmon_infiniband_link_downed_total",
-    "trainmon_infiniband_port_errors_received_total",
-    "trainmon_infiniband_port_info",
-    "trainmon_infiniband_rate_bytes_per_second",
-    "trainmon_infiniband_state_id",
-    "trainmon_infiniband_symbol_error_total",
-    "trainmon_ingest_ranks",
-    "trainmon_nccl_group_size",
-    "trainmon_nccl_inspector_bus_bandwidth_bytes_per_second",
-    "trainmon_nccl_inspector_info",
-    "trainmon_nccl_ras_missing_rank_info",  # TrainmonJobHung: a dead rank whose node no longer reports
-    "trainmon_nccl_ras_missing_ranks",
-    "trainmon_nccl_inflight_oldest_seconds",
-    "trainmon_nccl_issued_total",
-    "trainmon_nccl_time_seconds_total",
-    "trainmon_nvme_info",  # TrainmonNVMeLatencyHigh: a drive against the fastest of its model
-    "trainmon_nvme_read_time_seconds_total",
-    "trainmon_nvme_reads_completed_total",
-    "trainmon_nvme_write_time_seconds_total",
-    "trainmon_nvme_writes_completed_total",
-    "trainmon_pcie_aer_errors_total",
-    "trainmon_train_comm_wait_seconds_total",
-    "trainmon_train_cuda_alloc_retries_total",
-    "trainmon_train_cuda_ooms_total",
-    "trainmon_train_dataloader_wait_seconds_total",
-    "trainmon_train_first_step_timestamp_seconds",
-    "trainmon_train_grad_norm_spikes_total",
-    "trainmon_train_hang_location",  # TrainmonJobHung: the class of a hang and its culprit
-    "trainmon_train_hang_suspected",
-    "trainmon_train_last_step_timestamp_seconds",
-    "trainmon_train_loss",
-    "trainmon_train_loss_scale",
-    "trainmon_train_loss_spikes_total",
-    "trainmon_train_model_flops_total",
-    "trainmon_train_nonfinite_loss_total",
-    "trainmon_train_phase",
-    "trainmon_train_phase_seconds_total",
-    "trainmon_train_pipeline_stage",  # the straggler-cause rules: a rank behind by its pipeline stage
-    "trainmon_train_pg_timeout_seconds",
-    "trainmon_train_process_start_timestamp_seconds",
-    "trainmon_train_rank_exited",
-    "trainmon_train_rank_exits_total",
-    "trainmon_train_rank_info",
-    "trainmon_train_samples_total",
-    "trainmon_train_stack_info",  # TrainmonJobHung groups the suspected ranks' stacks
-    "trainmon_train_step_duration_seconds",
-    "trainmon_train_steps_total",
-    "trainmon_train_tokens_total",
-})
+# What `fleet` serves; FLEET_FAMILIES holds their exposed names (a counter's with `_total`, an info's with `_info`,
+# a histogram's base), which is what `exposed_name` gives a collected family.
+FLEET: tuple[Family, ...] = (
+    daemon.BUILD_INFO,
+    daemon.COLLECTOR_SUCCESS,
+    fs.FS_RPC_SECONDS_TOTAL,
+    fs.FS_RPC_TIMEOUTS_TOTAL,
+    fs.FS_RPCS_TOTAL,
+    pod_resources.GPU_ALLOCATION_INFO,
+    gpu.GPU_ECC_ERRORS_TOTAL,
+    gpu.GPU_ENERGY_JOULES_TOTAL,
+    gpu.GPU_FB_USED_BYTES,
+    gpu.GPU_HEALTH_ACTION,
+    gpu.GPU_HEALTH_REASON_INFO,  # the health alerts' descriptions query it when they are sent
+    gpu.GPU_INFO,
+    hpc_jobs.GPU_JOB_INFO,
+    infiniband.GPU_NIC_AFFINITY_INFO,  # TrainmonNCCLSlowLink names the slow rank's NIC by it
+    gpu.GPU_NVLINK_ERRORS_TOTAL,
+    gpu.GPU_PCIE_LINK_WIDTH,
+    gpu.GPU_PEAK_FLOPS,
+    gpu.GPU_POWER_LIMIT_WATTS,
+    gpu.GPU_POWER_WATTS,
+    gpu.GPU_ROW_REMAP_FAILURE,
+    gpu.GPU_ROW_REMAP_PENDING,
+    gpu.GPU_SM_UTILIZATION_RATIO,
+    gpu.GPU_THROTTLE_SECONDS_TOTAL,
+    gpu.GPU_UP,
+    gpu.GPU_UTILIZATION_RATIO,
+    gpu.GPU_XID_ERRORS_TOTAL,
+    gpu.GPU_XID_LAST_TIMESTAMP_SECONDS,
+    gpu.GPUS_EXPECTED,
+    infiniband.INFINIBAND_INFO,  # TrainmonInfinibandLinkDegraded: a port's rate against its board's
+    infiniband.INFINIBAND_LINK_DOWNED_TOTAL,
+    infiniband.INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL,
+    infiniband.INFINIBAND_PORT_INFO,
+    infiniband.INFINIBAND_RATE_BYTES_PER_SECOND,
+    infiniband.INFINIBAND_STATE_ID,
+    infiniband.INFINIBAND_SYMBOL_ERROR_TOTAL,
+    training.INGEST_RANKS,
+    training.NCCL_GROUP_SIZE,
+    nccl_inspector.NCCL_INSPECTOR_BUS_BANDWIDTH_BYTES_PER_SECOND,
+    nccl_inspector.NCCL_INSPECTOR_INFO,
+    nccl_ras.NCCL_RAS_MISSING_RANK_INFO,  # TrainmonJobHung: a dead rank whose node no longer reports
+    nccl_ras.NCCL_RAS_MISSING_RANKS,
+    training.NCCL_INFLIGHT_OLDEST_SECONDS,
+    training.NCCL_ISSUED_TOTAL,
+    training.NCCL_TIME_SECONDS_TOTAL,
+    nvme.NVME_INFO,  # TrainmonNVMeLatencyHigh: a drive against the fastest of its model
+    nvme.NVME_READ_TIME_SECONDS_TOTAL,
+    nvme.NVME_READS_COMPLETED_TOTAL,
+    nvme.NVME_WRITE_TIME_SECONDS_TOTAL,
+    nvme.NVME_WRITES_COMPLETED_TOTAL,
+    aer.PCIE_AER_ERRORS_TOTAL,
+    training.TRAIN_COMM_WAIT_SECONDS_TOTAL,
+    training.TRAIN_CUDA_ALLOC_RETRIES_TOTAL,
+    training.TRAIN_CUDA_OOMS_TOTAL,
+    training.TRAIN_DATALOADER_WAIT_SECONDS_TOTAL,
+    training.TRAIN_FIRST_STEP_TIMESTAMP_SECONDS,
+    training.TRAIN_GRAD_NORM_SPIKES_TOTAL,
+    training.TRAIN_HANG_LOCATION,  # TrainmonJobHung: the class of a hang and its culprit
+    training.TRAIN_HANG_SUSPECTED,
+    training.TRAIN_LAST_STEP_TIMESTAMP_SECONDS,
+    training.TRAIN_LOSS,
+    training.TRAIN_LOSS_SCALE,
+    training.TRAIN_LOSS_SPIKES_TOTAL,
+    training.TRAIN_MODEL_FLOPS_TOTAL,
+    training.TRAIN_NONFINITE_LOSS_TOTAL,
+    training.TRAIN_PHASE,
+    training.TRAIN_PHASE_SECONDS_TOTAL,
+    training.TRAIN_PIPELINE_STAGE,  # the straggler-cause rules: a rank behind by its pipeline stage
+    training.TRAIN_PG_TIMEOUT_SECONDS,
+    training.TRAIN_PROCESS_START_TIMESTAMP_SECONDS,
+    training.TRAIN_RANK_EXITED,
+    training.TRAIN_RANK_EXITS_TOTAL,
+    training.TRAIN_RANK_INFO,
+    training.TRAIN_SAMPLES_TOTAL,
+    training.TRAIN_STACK_INFO,  # TrainmonJobHung groups the suspected ranks' stacks
+    training.TRAIN_STEP_DURATION_SECONDS,
+    training.TRAIN_STEPS_TOTAL,
+    training.TRAIN_TOKENS_TOTAL,
+)
+FLEET_FAMILIES = frozenset(family.name for family in FLEET)
 # Histograms the fleet tier reads only as a mean: served as `_sum` and `_count`, without the buckets
 # (13 + 1 per rank and histogram). A Fleet-profile node then serves a bucket-less summary.
-FLEET_WITHOUT_BUCKETS = frozenset({"trainmon_train_step_duration_seconds"})
+FLEET_WITHOUT_BUCKETS = frozenset({training.TRAIN_STEP_DURATION_SECONDS.name})
 # prometheus_client strips these from a family's name and adds them back on output.
 EXPOSED_SUFFIX = {"counter": "_total", "info": "_info"}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
+from trainmon.catalog import gpu
+
 from .config import DashboardConfig
 from .node import job_variable
 from .panels import Board, Query, graph, single
@@ -178,7 +180,7 @@ def build(config: DashboardConfig) -> DashboardModel:
         graph(
             "GPUs needing action",
             "GPUs whose health verdict asks an operator for a GPU reset, a reboot or service (drain), per node "
-            "and action (trainmon_gpu_health_action; the Node dashboard's Health row says why).",
+            f"and action ({gpu.GPU_HEALTH_ACTION}; the Node dashboard's Health row says why).",
             "none",
             Query(f"sum by (instance, action) (instance_action:trainmon_gpu_health_action:count{{{fleet_matchers}}})",
                   "{{instance}} {{action}}"),

@@ -8,6 +8,8 @@ from __future__ import annotations
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
+from trainmon.catalog import nccl_ras, training
+
 from .config import DashboardConfig
 from .node import job_variable
 from .panels import Board, Query, Variable, graph, rows_heatmap, single
@@ -22,27 +24,27 @@ ALL_RANKS = "sum without (instance, rank)"
 JOB_ID = Variable(
     name="job_id",
     label="Training job",
-    query='label_values(trainmon_train_rank_info{job=~"$job"}, job_id)',
+    query=f'label_values({training.TRAIN_RANK_INFO}{{job=~"$job"}}, job_id)',
     multi=False,
 )
 INSTANCE = Variable(
     name="instance",
     label="Instance",
-    query='label_values(trainmon_train_rank_info{job=~"$job", job_id=~"$job_id"}, instance)',
+    query=f'label_values({training.TRAIN_RANK_INFO}{{job=~"$job", job_id=~"$job_id"}}, instance)',
 )
 
 
 def _algbw(rank_matchers: str, ops: str) -> str:
     """Algorithm bandwidth per (op, group): bytes over time in collectives, summed over ranks first."""
     return (
-        f'{ALL_RANKS} (rate(trainmon_nccl_bytes_total{{{rank_matchers}, op=~"{ops}"}}{RATE}))'
-        f' / {ALL_RANKS} (rate(trainmon_nccl_time_seconds_total{{{rank_matchers}, op=~"{ops}"}}{RATE}))'
+        f'{ALL_RANKS} (rate({training.NCCL_BYTES_TOTAL}{{{rank_matchers}, op=~"{ops}"}}{RATE}))'
+        f' / {ALL_RANKS} (rate({training.NCCL_TIME_SECONDS_TOTAL}{{{rank_matchers}, op=~"{ops}"}}{RATE}))'
     )
 
 
 def _busbw(rank_matchers: str, ops: str, factor: str) -> str:
     """Bus bandwidth = algorithm bandwidth x factor(n), n = the process group's size (nccl-tests' convention)."""
-    n = f"max without (instance, rank) (trainmon_nccl_group_size{{{rank_matchers}}})"
+    n = f"max without (instance, rank) ({training.NCCL_GROUP_SIZE}{{{rank_matchers}}})"
     return f"({_algbw(rank_matchers, ops)})\n* on (job, job_id, group) group_left ()\n({factor.format(n=n)})"
 
 
@@ -84,7 +86,7 @@ def _throughput(b: Board) -> Board:
             "Skipped steps",
             "Steps skipped for inf/NaN gradients over the selected range.",
             "none",
-            Query(f"sum(max without (instance) (trainmon_train_skipped_steps_total{{{job_matchers}}}))", "skipped"),
+            Query(f"sum(max without (instance) ({training.TRAIN_SKIPPED_STEPS_TOTAL}{{{job_matchers}}}))", "skipped"),
         ),
         graph(
             "Samples per second",
@@ -180,7 +182,8 @@ def _communication(b: Board) -> Board:
             "NCCL time by operation",
             "Seconds per second spent in collectives, by operation and process group, summed over ranks.",
             "s",
-            Query(f"{ALL_RANKS} (rate(trainmon_nccl_time_seconds_total{{{rank_matchers}}}{RATE}))", "{{op}} {{group}}"),
+            Query(f"{ALL_RANKS} (rate({training.NCCL_TIME_SECONDS_TOTAL}{{{rank_matchers}}}{RATE}))",
+                  "{{op}} {{group}}"),
         ),
         graph(
             "Bus bandwidth",
@@ -196,7 +199,7 @@ def _communication(b: Board) -> Board:
             "Age of each rank's oldest collective issued but not completed, per process group (absent when none). "
             "Ages that grow together while one rank has none: that rank holds the others (TrainmonCollectiveHang).",
             "s",
-            Query(f"trainmon_nccl_inflight_oldest_seconds{{{rank_matchers}}}", "rank {{rank}} {{group}} {{op}}"),
+            Query(f"{training.NCCL_INFLIGHT_OLDEST_SECONDS}{{{rank_matchers}}}", "rank {{rank}} {{group}} {{op}}"),
         ),
         graph(
             "Collectives behind the group",
@@ -222,8 +225,8 @@ def _communication(b: Board) -> Board:
             "(~60 s), absent (not in a communicator's data); and communicators whose ranks disagree on a "
             "collective's count. Needs the nccl_ras collector (TrainmonNCCLRanksMissing).",
             "short",
-            Query(f"max without (instance) (trainmon_nccl_ras_missing_ranks{{{job_matchers}}})", "{{kind}}"),
-            Query(f"max without (instance) (trainmon_nccl_ras_communicators_mismatched{{{job_matchers}}})",
+            Query(f"max without (instance) ({nccl_ras.NCCL_RAS_MISSING_RANKS}{{{job_matchers}}})", "{{kind}}"),
+            Query(f"max without (instance) ({nccl_ras.NCCL_RAS_COMMUNICATORS_MISMATCHED}{{{job_matchers}}})",
                   "communicators in op-count mismatch"),
             width=8,
         ),
@@ -248,7 +251,7 @@ def _precision(b: Board) -> Board:
             "Loss",
             "Last loss each rank reported.",
             "none",
-            Query(f"trainmon_train_loss{{{rank_matchers}}}", RANK),
+            Query(f"{training.TRAIN_LOSS}{{{rank_matchers}}}", RANK),
             width=8,
         ),
         graph(
@@ -256,7 +259,7 @@ def _precision(b: Board) -> Board:
             "The largest loss of each rank's steps in the last 30 s (the hook keeps the maximum between reports, "
             "so a spike between scrapes still shows).",
             "none",
-            Query(f"trainmon_train_loss_max{{{rank_matchers}}}", RANK),
+            Query(f"{training.TRAIN_LOSS_MAX}{{{rank_matchers}}}", RANK),
             width=8,
         ),
         graph(
@@ -264,7 +267,7 @@ def _precision(b: Board) -> Board:
             "The largest gradient norm of each rank's steps in the last 30 s. BLOOM-176B's first spike went "
             "0.24 -> 960 in five steps.",
             "none",
-            Query(f"trainmon_train_grad_norm_max{{{rank_matchers}}}", RANK),
+            Query(f"{training.TRAIN_GRAD_NORM_MAX}{{{rank_matchers}}}", RANK),
             width=8,
         ),
         graph(
@@ -272,8 +275,8 @@ def _precision(b: Board) -> Board:
             "Steps the hook counted as spikes, per interval: a grad norm over 10x the median of the rank's last 100 "
             "steps, a loss over 2x their mean. Every rank at once: the run; one rank alone: its GPU.",
             "none",
-            Query(f"increase(trainmon_train_grad_norm_spikes_total{{{rank_matchers}}}{RATE})", RANK + " grad norm"),
-            Query(f"increase(trainmon_train_loss_spikes_total{{{rank_matchers}}}{RATE})", RANK + " loss"),
+            Query(f"increase({training.TRAIN_GRAD_NORM_SPIKES_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " grad norm"),
+            Query(f"increase({training.TRAIN_LOSS_SPIKES_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " loss"),
             width=8,
         ),
         graph(
@@ -281,15 +284,16 @@ def _precision(b: Board) -> Board:
             "Mixed-precision loss scale per rank (absent without a scaler, e.g. bf16). A collapse means gradients "
             "keep overflowing.",
             "none",
-            Query(f"trainmon_train_loss_scale{{{rank_matchers}}}", RANK),
+            Query(f"{training.TRAIN_LOSS_SCALE}{{{rank_matchers}}}", RANK),
             width=8,
         ),
         graph(
             "Skipped and non-finite steps",
             "Steps skipped for inf/NaN gradients and steps with a NaN/inf loss, per interval.",
             "none",
-            Query(f"increase(trainmon_train_skipped_steps_total{{{rank_matchers}}}{RATE})", RANK + " skipped"),
-            Query(f"increase(trainmon_train_nonfinite_loss_total{{{rank_matchers}}}{RATE})", RANK + " non-finite loss"),
+            Query(f"increase({training.TRAIN_SKIPPED_STEPS_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " skipped"),
+            Query(f"increase({training.TRAIN_NONFINITE_LOSS_TOTAL}{{{rank_matchers}}}{RATE})",
+                  RANK + " non-finite loss"),
             width=8,
         ),
     )
@@ -302,7 +306,7 @@ def _gpus(b: Board) -> Board:
         "The job's GPUs",
         graph(
             "SM activity by rank",
-            "SM activity of each rank's GPU, joined through trainmon_train_rank_info{uuid}.",
+            f"SM activity of each rank's GPU, joined through {training.TRAIN_RANK_INFO}{{uuid}}.",
             "percentunit",
             Query(f"rank:trainmon_gpu_sm_utilization_ratio:join{{{rank_matchers}}}", gpu),
             max_value=1,
@@ -330,8 +334,8 @@ def _gpus(b: Board) -> Board:
             "Allocator retries and OOMs",
             "CUDA caching-allocator retries and out-of-memory errors per interval: the real memory-pressure signal.",
             "none",
-            Query(f"increase(trainmon_train_cuda_alloc_retries_total{{{rank_matchers}}}{RATE})", RANK + " retries"),
-            Query(f"increase(trainmon_train_cuda_ooms_total{{{rank_matchers}}}{RATE})", RANK + " OOMs"),
+            Query(f"increase({training.TRAIN_CUDA_ALLOC_RETRIES_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " retries"),
+            Query(f"increase({training.TRAIN_CUDA_OOMS_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " OOMs"),
             width=24,
         ),
     )

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from trainmon.catalog import gpu, training
 from trainmon.diagnose.analysis import Thresholds, diagnose, hang_culprit
 from trainmon.diagnose.collect import Collector, daemon_stacks
 from trainmon.diagnose.jobs import list_jobs, render_jobs
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object: job_id, since, findings, mfu, goodput (--list: a list)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "tf32", "fp8"),
-                        help="the trainmon_gpu_peak_flops dtype MFU divides by (default bf16)")
+                        help=f"the {gpu.GPU_PEAK_FLOPS} dtype MFU divides by (default bf16)")
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
                         help=f"give up (exit 2) when Prometheus has not answered every query by then "
                              f"(default {DEFAULT_TIMEOUT_SECONDS:g})")
@@ -105,7 +106,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     skipped = _skipped(collector.unusable_ranks)
     if not ranks:
-        print(one_line(f"trainmon diagnose: Prometheus at {args.prometheus} has no trainmon_train_rank_info of "
+        print(one_line(f"trainmon diagnose: Prometheus at {args.prometheus} has no {training.TRAIN_RANK_INFO} of "
                        f"job_id {args.job!r} in the last {args.since} (check --job and --since)"
                        + (f"; {skipped}" if skipped else "")),
               file=sys.stderr)

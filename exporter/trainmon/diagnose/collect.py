@@ -8,6 +8,7 @@ import re
 import urllib.request
 from collections.abc import Callable
 
+from trainmon.catalog import Family, fs, gpu, infiniband, nvme, training
 from trainmon.diagnose.model import Hardware, MountSignals, Rank, RankStack
 from trainmon.diagnose.prometheus import PrometheusClient, Sample
 
@@ -18,17 +19,17 @@ NVME_LATENCY_FLOOR_SECONDS = 0.002
 NVME_SLOW_FACTOR = 10
 NVME_LATENCY_SECONDS = 0.05
 # One increase() each: increase() drops the name, so over a name regex a port's counters would collide.
-IB_ERROR_COUNTERS = ("trainmon_infiniband_symbol_error_total", "trainmon_infiniband_link_downed_total",
-                     "trainmon_infiniband_port_errors_received_total")
+IB_ERROR_COUNTERS = (infiniband.INFINIBAND_SYMBOL_ERROR_TOTAL, infiniband.INFINIBAND_LINK_DOWNED_TOTAL,
+                     infiniband.INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL)
 RANK_COUNTERS = {
-    "steps": "trainmon_train_steps_total",
-    "step_seconds": "trainmon_train_step_duration_seconds_sum",
-    "tokens": "trainmon_train_tokens_total",
-    "comm_wait": "trainmon_train_comm_wait_seconds_total",
-    "data_wait": "trainmon_train_dataloader_wait_seconds_total",
-    "model_flops": "trainmon_train_model_flops_total",
-    "grad_norm_spikes": "trainmon_train_grad_norm_spikes_total",
-    "loss_spikes": "trainmon_train_loss_spikes_total",
+    "steps": training.TRAIN_STEPS_TOTAL.name,
+    "step_seconds": training.TRAIN_STEP_DURATION_SECONDS.sum,
+    "tokens": training.TRAIN_TOKENS_TOTAL.name,
+    "comm_wait": training.TRAIN_COMM_WAIT_SECONDS_TOTAL.name,
+    "data_wait": training.TRAIN_DATALOADER_WAIT_SECONDS_TOTAL.name,
+    "model_flops": training.TRAIN_MODEL_FLOPS_TOTAL.name,
+    "grad_norm_spikes": training.TRAIN_GRAD_NORM_SPIKES_TOTAL.name,
+    "loss_spikes": training.TRAIN_LOSS_SPIKES_TOTAL.name,
 }
 FLIGHT_RECORDER_ENV = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 MAX_RANKS_BYTES = 16 << 20  # /api/v1/ranks of a node: at most a few thousand ranks of 4 KiB stacks
@@ -82,36 +83,37 @@ class Collector:
         sel = f"{{job_id={quote(job_id)}}}"
         seen = {key: s.labels.get("uuid", "")
                 for s in self._client.vector(
-                    f"max by ({BY_RANK}, uuid) (last_over_time(trainmon_train_rank_info{sel}{self._range}))",
+                    f"max by ({BY_RANK}, uuid) (last_over_time({training.TRAIN_RANK_INFO}{sel}{self._range}))",
                     self._now)
                 if (key := self._rank_key(s)) is not None}
         if not seen:
             return []
-        live = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_rank_info{sel})")
+        live = self._by_rank(f"max by ({BY_RANK}) ({training.TRAIN_RANK_INFO}{sel})")
         started = self._by_rank(f"max by ({BY_RANK}) "
-                                f"(last_over_time(trainmon_train_process_start_timestamp_seconds{sel}{self._range}))")
+                                f"(last_over_time({training.TRAIN_PROCESS_START_TIMESTAMP_SECONDS}{sel}{self._range}))")
         counters = {field: self._by_rank(f"sum by ({BY_RANK}) (increase({metric}{sel}{self._range}))")
                     for field, metric in RANK_COUNTERS.items()}
         phases: dict[tuple[str, int], dict[str, float]] = {}
         for s in self._client.vector(f"sum by ({BY_RANK}, phase) "
-                                     f"(increase(trainmon_train_phase_seconds_total{sel}{self._range}))", self._now):
+                                     f"(increase({training.TRAIN_PHASE_SECONDS_TOTAL}{sel}{self._range}))", self._now):
             key = self._rank_key(s)
             if key is not None and s.value > 0 and math.isfinite(s.value):
                 phases.setdefault(key, {})[s.labels.get("phase", "")] = s.value
-        in_phase = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_phase{sel})")
-        last_step = self._by_rank(f"max by ({BY_RANK}) (trainmon_train_last_step_timestamp_seconds{sel})")
-        stages = self._by_rank(f"max by ({BY_RANK}) (last_over_time(trainmon_train_pipeline_stage{sel}{self._range}))")
-        inflight = self._by_rank(f"max by ({BY_RANK}) (trainmon_nccl_inflight_oldest_seconds{sel})")
+        in_phase = self._by_rank(f"max by ({BY_RANK}) ({training.TRAIN_PHASE}{sel})")
+        last_step = self._by_rank(f"max by ({BY_RANK}) ({training.TRAIN_LAST_STEP_TIMESTAMP_SECONDS}{sel})")
+        stages = self._by_rank(f"max by ({BY_RANK}) "
+                               f"(last_over_time({training.TRAIN_PIPELINE_STAGE}{sel}{self._range}))")
+        inflight = self._by_rank(f"max by ({BY_RANK}) ({training.NCCL_INFLIGHT_OLDEST_SECONDS}{sel})")
         spike_steps = self._spike_steps(sel)
         peaks = self._peaks({instance for instance, _ in seen})
-        hung = self._labels(f"max by ({BY_RANK}, location) (trainmon_train_hang_location{sel})", "location")
-        signatures = self._labels(f"max by ({BY_RANK}, signature) (trainmon_train_stack_info{sel})", "signature")
-        issued = self._by_rank_and(f'max by ({BY_RANK}, group) (trainmon_nccl_issued_total{{job_id={quote(job_id)}, '
+        hung = self._labels(f"max by ({BY_RANK}, location) ({training.TRAIN_HANG_LOCATION}{sel})", "location")
+        signatures = self._labels(f"max by ({BY_RANK}, signature) ({training.TRAIN_STACK_INFO}{sel})", "signature")
+        issued = self._by_rank_and(f'max by ({BY_RANK}, group) ({training.NCCL_ISSUED_TOTAL}{{job_id={quote(job_id)}, '
                                    f'group!="other"}})', "group")
         timeout_left = self._by_rank(
-            f"min by ({BY_RANK}) (trainmon_train_pg_timeout_seconds{sel} - on (instance, job_id, rank, group) "
-            f"max by (instance, job_id, rank, group) (trainmon_nccl_inflight_oldest_seconds{sel}))")
-        env = self._by_rank_and(f'max by ({BY_RANK}, name, value) (trainmon_train_nccl_env_info{{job_id='
+            f"min by ({BY_RANK}) ({training.TRAIN_PG_TIMEOUT_SECONDS}{sel} - on (instance, job_id, rank, group) "
+            f"max by (instance, job_id, rank, group) ({training.NCCL_INFLIGHT_OLDEST_SECONDS}{sel}))")
+        env = self._by_rank_and(f'max by ({BY_RANK}, name, value) ({training.TRAIN_NCCL_ENV_INFO}{{job_id='
                                 f'{quote(job_id)}, name=~"{"|".join(FLIGHT_RECORDER_ENV)}"}})', "name", "value")
         out = []
         for key, uuid in sorted(seen.items()):
@@ -152,16 +154,16 @@ class Collector:
     def _spike_steps(self, sel: str) -> dict[tuple[str, int], tuple[float, float]]:
         """Each rank's step counter at the first and the last evaluation (every 15 s, or a tenth of a short window)
         whose last minute saw a spike counter rise: the spikes' steps, to within a minute of steps."""
-        rose = (f"increase(trainmon_train_grad_norm_spikes_total{sel}[1m]) > 0 "
-                f"or increase(trainmon_train_loss_spikes_total{sel}[1m]) > 0")
-        at_spike = f"(max by ({BY_RANK}) (trainmon_train_steps_total{sel}) and on ({BY_RANK}) ({rose}))"
+        rose = (f"increase({training.TRAIN_GRAD_NORM_SPIKES_TOTAL}{sel}[1m]) > 0 "
+                f"or increase({training.TRAIN_LOSS_SPIKES_TOTAL}{sel}[1m]) > 0")
+        at_spike = f"(max by ({BY_RANK}) ({training.TRAIN_STEPS_TOTAL}{sel}) and on ({BY_RANK}) ({rose}))"
         every = max(1, min(15, self._window // 10))
         first = self._by_rank(f"min_over_time({at_spike}[{self._window}s:{every}s])")
         last = self._by_rank(f"max_over_time({at_spike}[{self._window}s:{every}s])")
         return {key: (first[key], last.get(key, first[key])) for key in first}
 
     def _peaks(self, instances: set[str]) -> dict[tuple[str, str], float]:
-        query = f"max by (instance, uuid) (trainmon_gpu_peak_flops{{instance=~{any_of(instances)}, " \
+        query = f"max by (instance, uuid) ({gpu.GPU_PEAK_FLOPS}{{instance=~{any_of(instances)}, " \
                 f"dtype={quote(self._dtype)}}})"
         return {(s.labels.get("instance", ""), s.labels.get("uuid", "")): s.value
                 for s in self._client.vector(query, self._now)}
@@ -170,11 +172,11 @@ class Collector:
         """Each network file-system mount of these nodes: the window, and the window just before it."""
         on = f"instance=~{any_of(instances)}"
         fields: dict[str, str] = {  # RANGE: the window, or the window before it
-            "read_rate": f"rate(trainmon_fs_read_bytes_total{{{on}}}RANGE)",
-            "rpc_latency": f"increase(trainmon_fs_rpc_seconds_total{{{on}}}RANGE)"
-                           f" / increase(trainmon_fs_rpcs_total{{{on}}}RANGE)",
-            "timeouts": f"increase(trainmon_fs_rpc_timeouts_total{{{on}}}RANGE)",
-            "metadata_rate": f'sum without (op) (rate(trainmon_fs_operations_total{{{on}, op!~"read|write"}}RANGE))',
+            "read_rate": f"rate({fs.FS_READ_BYTES_TOTAL}{{{on}}}RANGE)",
+            "rpc_latency": f"increase({fs.FS_RPC_SECONDS_TOTAL}{{{on}}}RANGE)"
+                           f" / increase({fs.FS_RPCS_TOTAL}{{{on}}}RANGE)",
+            "timeouts": f"increase({fs.FS_RPC_TIMEOUTS_TOTAL}{{{on}}}RANGE)",
+            "metadata_rate": f'sum without (op) (rate({fs.FS_OPERATIONS_TOTAL}{{{on}, op!~"read|write"}}RANGE))',
         }
         values: dict[tuple[str, str], dict[str, float]] = {}
         for name, template in fields.items():
@@ -189,24 +191,25 @@ class Collector:
         on = f"instance=~{any_of(instances)}"
         r = self._range
         queries: dict[str, tuple[str, Callable[[Sample], str]]] = {
-            "throttle": (f'max by (instance, uuid) (max_over_time(trainmon_gpu_clocks_event_active{{{on}, '
+            "throttle": (f'max by (instance, uuid) (max_over_time({gpu.GPU_CLOCKS_EVENT_ACTIVE}{{{on}, '
                          f'{SLOWDOWN}}}{r})) == 1 or sum by (instance, uuid) (increase('
-                         f'trainmon_gpu_throttle_seconds_total{{{on}, reason=~".*thermal.*"}}{r})) > 0', _uuid),
-            "power_cap": (f"max by (instance, uuid) (max_over_time(trainmon_gpu_clocks_event_active{{{on}, "
+                         f'{gpu.GPU_THROTTLE_SECONDS_TOTAL}{{{on}, reason=~".*thermal.*"}}{r})) > 0', _uuid),
+            "power_cap": (f"max by (instance, uuid) (max_over_time({gpu.GPU_CLOCKS_EVENT_ACTIVE}{{{on}, "
                           f"{POWER_CAP}}}{r})) == 1", _uuid),
             # An SM clock 5% under the best GPU of its node: the node's peers are the reference.
-            "clocks": (f'max by (instance, uuid) (avg_over_time(trainmon_gpu_clock_hertz{{{on}, clock="sm"}}{r})) '
+            "clocks": (f'max by (instance, uuid) (avg_over_time({gpu.GPU_CLOCK_HERTZ}{{{on}, clock="sm"}}{r})) '
                        f'< on (instance) group_left 0.95 * max by (instance) (avg_over_time('
-                       f'trainmon_gpu_clock_hertz{{{on}, clock="sm"}}{r}))', _uuid),
+                       f'{gpu.GPU_CLOCK_HERTZ}{{{on}, clock="sm"}}{r}))', _uuid),
             # A link trained below what it can do (a reseat or a riser), either figure.
             "pcie_link": (" or ".join(
-                f'min_over_time(trainmon_gpu_pcie_link_{figure}{{kind="current", {on}}}{r}) < on (instance, gpu, uuid) '
-                f'trainmon_gpu_pcie_link_{figure}{{kind="max", {on}}}' for figure in ("width", "generation")), _uuid),
-            "xid": (f"max by (instance, uuid) (trainmon_gpu_xid_last_timestamp_seconds{{{on}}}) "
+                f'min_over_time({link}{{kind="current", {on}}}{r}) < on (instance, gpu, uuid) '
+                f'{link}{{kind="max", {on}}}' for link in (gpu.GPU_PCIE_LINK_WIDTH, gpu.GPU_PCIE_LINK_GENERATION)),
+                _uuid),
+            "xid": (f"max by (instance, uuid) ({gpu.GPU_XID_LAST_TIMESTAMP_SECONDS}{{{on}}}) "
                     f"> {self._now - self._window:.3f}", _uuid),
-            "ecc": (f"sum by (instance, uuid) (increase(trainmon_gpu_ecc_errors_total{{{on}}}{r})) > 0", _uuid),
+            "ecc": (f"sum by (instance, uuid) (increase({gpu.GPU_ECC_ERRORS_TOTAL}{{{on}}}{r})) > 0", _uuid),
             # A GPU whose verdict asked an operator for a reset, a reboot or service within the window.
-            "health": (f'max by (instance, uuid) (max_over_time(trainmon_gpu_health_action{{{on}, '
+            "health": (f'max by (instance, uuid) (max_over_time({gpu.GPU_HEALTH_ACTION}{{{on}, '
                        f'action=~"reset_gpu|reboot|drain"}}{r})) == 1', _uuid),
             "ib_errors": (" or ".join(f"sum by (instance, device, port) (increase({name}{{{on}}}{r})) > 0"
                                       for name in IB_ERROR_COUNTERS), _port),
@@ -245,11 +248,11 @@ def rank_stack(entry: dict[str, object]) -> RankStack:
 
 def nvme_latency(on: str, window: str) -> str:
     """Each NVMe namespace's mean request latency over `window` (a range, maybe with an offset)."""
-    def summed(*metrics: str) -> str:
+    def summed(*metrics: Family) -> str:
         return "sum by (instance, device) (" + " + ".join(f"increase({m}{{{on}}}{window})" for m in metrics) + ")"
 
-    return (f"({summed('trainmon_nvme_read_time_seconds_total', 'trainmon_nvme_write_time_seconds_total')}"
-            f" / {summed('trainmon_nvme_reads_completed_total', 'trainmon_nvme_writes_completed_total')})")
+    return (f"({summed(nvme.NVME_READ_TIME_SECONDS_TOTAL, nvme.NVME_WRITE_TIME_SECONDS_TOTAL)}"
+            f" / {summed(nvme.NVME_READS_COMPLETED_TOTAL, nvme.NVME_WRITES_COMPLETED_TOTAL)})")
 
 
 def nvme_slow_query(on: str, window: str, before: str) -> str:
@@ -257,7 +260,7 @@ def nvme_slow_query(on: str, window: str, before: str) -> str:
     (above a floor that fits NVMe), or slow outright."""
     now = nvme_latency(on, window)
     with_model = f"({now} * on (instance, device) group_left (model) max by (instance, device, model) " \
-                 f"(trainmon_nvme_info{{{on}}}))"
+                 f"({nvme.NVME_INFO}{{{on}}}))"
     return (f"({now} > {NVME_LATENCY_FLOOR_SECONDS} and ({now} > {NVME_SLOW_FACTOR} * {nvme_latency(on, before)}"
             f" or max without (model) ({with_model} > on (instance, model) group_left {NVME_SLOW_FACTOR}"
             f" * min by (instance, model) ({with_model}))))"
@@ -267,12 +270,12 @@ def nvme_slow_query(on: str, window: str, before: str) -> str:
 def infiniband_degraded_query(on: str) -> str:
     """Active ports below their own best rate of the last day, or below the node's fastest active port of the same
     link layer and board (TrainmonInfinibandLinkDegraded)."""
-    rate = f"trainmon_infiniband_rate_bytes_per_second{{{on}}}"
-    role = (f"(({rate} and on (instance, device, port) trainmon_infiniband_state_id{{{on}}} == 4)"
+    rate = f"{infiniband.INFINIBAND_RATE_BYTES_PER_SECOND}{{{on}}}"
+    role = (f"(({rate} and on (instance, device, port) {infiniband.INFINIBAND_STATE_ID}{{{on}}} == 4)"
             f" * on (instance, device, port) group_left (link_layer) max by (instance, device, port, link_layer)"
-            f" (trainmon_infiniband_port_info{{{on}}})"
+            f" ({infiniband.INFINIBAND_PORT_INFO}{{{on}}})"
             f" * on (instance, device) group_left (board_id) max by (instance, device, board_id)"
-            f" (trainmon_infiniband_info{{{on}}}))")
+            f" ({infiniband.INFINIBAND_INFO}{{{on}}}))")
     return (f"{role} < on (instance, device, port) group_left max_over_time({rate}[1d])"
             f" or {role} < on (instance, link_layer, board_id) group_left"
             f" max by (instance, link_layer, board_id) ({role})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from trainmon.catalog import training
 from trainmon.diagnose.prometheus import PrometheusClient
 
 # The resolution "last seen" is looked up at: a scrape interval is usually 15 s or less.
@@ -28,10 +29,10 @@ def list_jobs(client: PrometheusClient, now: float, window: int) -> list[JobSeen
     Raises:
         PrometheusUnreadable: Prometheus cannot be reached or refuses a query.
     """
-    info = f"last_over_time(trainmon_train_rank_info[{window}s])"
+    info = f"last_over_time({training.TRAIN_RANK_INFO}[{window}s])"
     ranks = _by_job(client, f"count by (job_id) (count by (job_id, rank) ({info}))", now)
     nodes = _by_job(client, f"count by (job_id) (count by (job_id, instance) ({info}))", now)
-    seen = _by_job(client, f"max by (job_id) (max_over_time(timestamp(trainmon_train_rank_info)"
+    seen = _by_job(client, f"max by (job_id) (max_over_time(timestamp({training.TRAIN_RANK_INFO})"
                            f"[{window}s:{LAST_SEEN_STEP}]))", now)
     return sorted((JobSeen(job, int(n), int(nodes.get(job, 0)), seen.get(job, 0.0)) for job, n in ranks.items()),
                   key=lambda j: (-j.last_seen, j.job_id))

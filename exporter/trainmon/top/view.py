@@ -15,6 +15,35 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from trainmon.catalog.daemon import COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS
+from trainmon.catalog.gpu import (
+    GPU_FB_TOTAL_BYTES,
+    GPU_FB_USED_BYTES,
+    GPU_HEALTH_ACTION,
+    GPU_HEALTH_REASON_INFO,
+    GPU_INFO,
+    GPU_POWER_LIMIT_WATTS,
+    GPU_POWER_WATTS,
+    GPU_SM_UTILIZATION_RATIO,
+    GPU_UP,
+    GPU_UTILIZATION_RATIO,
+    GPUS_EXPECTED,
+)
+from trainmon.catalog.hpc_jobs import GPU_JOB_INFO
+from trainmon.catalog.pod_resources import GPU_ALLOCATION_INFO
+from trainmon.catalog.training import (
+    TRAIN_COMM_WAIT_SECONDS_TOTAL,
+    TRAIN_DATALOADER_WAIT_SECONDS_TOTAL,
+    TRAIN_HANG_SUSPECTED,
+    TRAIN_LAST_STEP_TIMESTAMP_SECONDS,
+    TRAIN_LOSS,
+    TRAIN_PHASE,
+    TRAIN_RANK_EXITED,
+    TRAIN_RANK_INFO,
+    TRAIN_STEP_DURATION_SECONDS,
+    TRAIN_STEPS_TOTAL,
+)
+
 Labels = tuple[tuple[str, str], ...]
 # A rank with no step for this long, and not in a phase, is listed as failing (TrainmonTrainingStalled's age).
 STALLED_SECONDS = 900.0
@@ -42,7 +71,7 @@ class Read:
     @property
     def collected_at(self) -> float | None:
         """When the training collector last succeeded (the time base of the rank rates), else the snapshot's time."""
-        training = self.by("trainmon_collector_last_success_timestamp_seconds", "collector").get(("training",))
+        training = self.by(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS.name, "collector").get(("training",))
         taken = self.status.get("taken_at")
         return training if training is not None else float(taken) if isinstance(taken, (int, float)) else None
 
@@ -111,20 +140,20 @@ def build_view(now: Read, before: Read | None) -> View:
 
 def _gpus(read: Read) -> tuple[GpuRow, ...]:
     """Every GPU the daemon lists: those it reads (`trainmon_gpu_info`) and those lost since (`trainmon_gpu_up` 0)."""
-    info = {dict(labels)["gpu"]: dict(labels) for labels in (*read.values("trainmon_gpu_up"),
-                                                              *read.values("trainmon_gpu_info"))}
+    info = {dict(labels)["gpu"]: dict(labels) for labels in (*read.values(GPU_UP.name),
+                                                              *read.values(GPU_INFO.name))}
     index_of = {labels["uuid"]: gpu for gpu, labels in info.items()}
     owners = _owners(read, index_of)
-    health = {gpu: action for (gpu, action), v in read.by("trainmon_gpu_health_action", "gpu", "action").items()
+    health = {gpu: action for (gpu, action), v in read.by(GPU_HEALTH_ACTION.name, "gpu", "action").items()
               if v == 1}
 
     def gauge(name: str) -> dict[str, float]:
         return {gpu: v for (gpu,), v in read.by(name, "gpu").items()}
 
-    up, util, sm = gauge("trainmon_gpu_up"), gauge("trainmon_gpu_utilization_ratio"), \
-        gauge("trainmon_gpu_sm_utilization_ratio")
-    used, total = gauge("trainmon_gpu_fb_used_bytes"), gauge("trainmon_gpu_fb_total_bytes")
-    power, limit = gauge("trainmon_gpu_power_watts"), gauge("trainmon_gpu_power_limit_watts")
+    up, util, sm = gauge(GPU_UP.name), gauge(GPU_UTILIZATION_RATIO.name), \
+        gauge(GPU_SM_UTILIZATION_RATIO.name)
+    used, total = gauge(GPU_FB_USED_BYTES.name), gauge(GPU_FB_TOTAL_BYTES.name)
+    power, limit = gauge(GPU_POWER_WATTS.name), gauge(GPU_POWER_LIMIT_WATTS.name)
     return tuple(
         GpuRow(index=gpu, name=info[gpu].get("name", ""), up=up.get(gpu) == 1, utilization=util.get(gpu),
                sm_activity=sm.get(gpu), memory_used=used.get(gpu), memory_total=total.get(gpu),
@@ -136,39 +165,39 @@ def _gpus(read: Read) -> tuple[GpuRow, ...]:
 def _owners(read: Read, index_of: Mapping[str, str]) -> dict[str, list[str]]:
     """Per GPU index: the scheduler's job and the Kubernetes pod that hold it, else the training job on it."""
     owners: dict[str, list[str]] = defaultdict(list)
-    for (gpu, scheduler, job), _ in read.by("trainmon_gpu_job_info", "gpu", "scheduler", "job_id").items():
+    for (gpu, scheduler, job), _ in read.by(GPU_JOB_INFO.name, "gpu", "scheduler", "job_id").items():
         owners[gpu].append(f"{scheduler} {job}")
-    for (gpu, namespace, pod), _ in read.by("trainmon_gpu_allocation_info", "gpu", "namespace", "pod").items():
+    for (gpu, namespace, pod), _ in read.by(GPU_ALLOCATION_INFO.name, "gpu", "namespace", "pod").items():
         owners[gpu].append(f"pod {namespace}/{pod}")
-    for (uuid, job), _ in sorted(read.by("trainmon_train_rank_info", "uuid", "job_id").items()):
+    for (uuid, job), _ in sorted(read.by(TRAIN_RANK_INFO.name, "uuid", "job_id").items()):
         if uuid in index_of and not owners[index_of[uuid]]:
             owners[index_of[uuid]].append(f"job {job}")
     return owners
 
 
 def _ranks(now: Read, before: Read | None) -> tuple[RankRow, ...]:
-    info = now.by("trainmon_train_rank_info", "job_id", "rank", "uuid")
-    gpu_of = {dict(labels)["uuid"]: dict(labels)["gpu"] for labels in (*now.values("trainmon_gpu_up"),
-                                                                        *now.values("trainmon_gpu_info"))}
+    info = now.by(TRAIN_RANK_INFO.name, "job_id", "rank", "uuid")
+    gpu_of = {dict(labels)["uuid"]: dict(labels)["gpu"] for labels in (*now.values(GPU_UP.name),
+                                                                        *now.values(GPU_INFO.name))}
     phases = {(job, rank): phase for (job, rank, phase), v in
-              now.by("trainmon_train_phase", "job_id", "rank", "phase").items() if v == 1}
-    loss = now.by("trainmon_train_loss", "job_id", "rank")
-    last_step = now.by("trainmon_train_last_step_timestamp_seconds", "job_id", "rank")
-    exited = {key for key, v in now.by("trainmon_train_rank_exited", "job_id", "rank").items() if v == 1}
+              now.by(TRAIN_PHASE.name, "job_id", "rank", "phase").items() if v == 1}
+    loss = now.by(TRAIN_LOSS.name, "job_id", "rank")
+    last_step = now.by(TRAIN_LAST_STEP_TIMESTAMP_SECONDS.name, "job_id", "rank")
+    exited = {key for key, v in now.by(TRAIN_RANK_EXITED.name, "job_id", "rank").items() if v == 1}
     rows = []
     for job, rank, uuid in sorted(info, key=lambda k: (k[0], _index_order(k[1]))):
         key = (job, rank)
         # An exited rank is served with its final values until the daemon drops it: no rates (0 steps/s
         # would read as a stall), and its phase says it ended.
         delta = _Delta(now, None if key in exited else before)
-        steps = delta.of("trainmon_train_step_duration_seconds_count", key)
-        step_sum = delta.of("trainmon_train_step_duration_seconds_sum", key)
+        steps = delta.of(TRAIN_STEP_DURATION_SECONDS.count, key)
+        step_sum = delta.of(TRAIN_STEP_DURATION_SECONDS.sum, key)
         rows.append(RankRow(
             job_id=job, rank=rank, gpu=gpu_of.get(uuid, uuid or "-"),
             step_seconds=step_sum / steps if steps and step_sum is not None else None,
-            steps_per_second=delta.rate("trainmon_train_steps_total", key),
-            comm_share=_share(delta.of("trainmon_train_comm_wait_seconds_total", key), step_sum),
-            data_share=_share(delta.of("trainmon_train_dataloader_wait_seconds_total", key), step_sum),
+            steps_per_second=delta.rate(TRAIN_STEPS_TOTAL.name, key),
+            comm_share=_share(delta.of(TRAIN_COMM_WAIT_SECONDS_TOTAL.name, key), step_sum),
+            data_share=_share(delta.of(TRAIN_DATALOADER_WAIT_SECONDS_TOTAL.name, key), step_sum),
             loss=loss.get(key), phase=EXITED if key in exited else phases.get(key, "-"),
             since_last_step=(now.collected_at or now.at) - last_step[key] if key in last_step else None))
     return tuple(rows)
@@ -200,9 +229,9 @@ def _failing(read: Read, gpus: Iterable[GpuRow], ranks: Iterable[RankRow]) -> tu
     """What needs a person: failing collectors, GPUs down or whose verdict asks for action, stalled or hung ranks."""
     out = [f"collector {c.get('name')}: {c.get('error') or c.get('state')}"
            for c in read.status.get("collectors", ()) if not c.get("ok", True)]
-    reasons = {gpu: reason for (gpu, reason), v in read.by("trainmon_gpu_health_reason_info", "gpu", "reason").items()
+    reasons = {gpu: reason for (gpu, reason), v in read.by(GPU_HEALTH_REASON_INFO.name, "gpu", "reason").items()
                if v == 1}
-    expected = read.values("trainmon_gpus_expected")
+    expected = read.values(GPUS_EXPECTED.name)
     listed = len(list(gpus))
     if expected and listed < max(expected.values()):
         out.append(f"{listed} GPU(s) answer NVML of {max(expected.values()):.0f} on the PCI bus: a GPU is lost")
@@ -211,7 +240,7 @@ def _failing(read: Read, gpus: Iterable[GpuRow], ranks: Iterable[RankRow]) -> tu
             out.append(f"GPU {g.index} is not answering NVML")
         if g.health not in {"-", "none"}:
             out.append(f"GPU {g.index} needs {g.health}" + (f": {reasons[g.index]}" if g.index in reasons else ""))
-    hung = {key for key, v in read.by("trainmon_train_hang_suspected", "job_id", "rank").items() if v == 1}
+    hung = {key for key, v in read.by(TRAIN_HANG_SUSPECTED.name, "job_id", "rank").items() if v == 1}
     for r in ranks:
         if (r.job_id, r.rank) in hung:
             out.append(f"{r.job_id} rank {r.rank}: suspected hang")
