@@ -28,6 +28,7 @@ from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import wait_until
 from tests.helpers.tools import require_tool
 from tests.prometheus.rulefiles import alert_rules, rule_files_without_xid_catalog
+from trainmon.catalog.training import TRAIN_PHASE
 from trainmon.simulation.incidents import CHECKPOINT_EVERY_S
 
 # promtool takes a few seconds of CPU: beside three other workers on 2 cores the test nears the 60 s limit
@@ -104,10 +105,18 @@ class Recording:
         return " ".join(out)
 
 
+def in_checkpoint(text: str) -> bool:
+    return any(line.startswith(f"{TRAIN_PHASE}{{") and 'phase="checkpoint"' in line and line.endswith(" 1.0")
+               for line in text.splitlines())
+
+
 def record_demo(tmp_path: Path, daemons: list[Daemon], args: list[str]) -> Recording:
     daemons.append(daemon := start_daemon(tmp_path, [*args, "--checkpoint-every", f"{CHECKPOINT_EVERY:g}"],
                                           command="demo"))
     wait_until(lambda: daemon.metrics_text().count("trainmon_train_steps_total{") >= 8, timeout=30)
+    # From a checkpoint's start: the period recorded then holds that checkpoint's end (its phase seconds rise),
+    # however late a loaded machine delivers the reports near the period's edges.
+    wait_until(lambda: in_checkpoint(daemon.metrics_text()), timeout=2 * CHECKPOINT_EVERY + 30, interval=0.2)
     recording = Recording()
     start = time.monotonic()
     for scrape in range(SCRAPES):  # on a fixed beat: a slow scrape does not push the later ones back

@@ -89,13 +89,16 @@ def test_a_scraper_with_verified_credentials_is_answered_through_a_wrong_passwor
     assert outcomes["401"] > 0
 
 
-def median_refusal_seconds(daemon_url: str, user: str, times: int) -> float:
-    seconds = []
+def median_refusal_seconds(daemon_url: str, users: tuple[str, ...], times: int) -> list[float]:
+    """Each user's median refusal time, the users' requests interleaved: a machine that slows down in the
+    middle slows them alike."""
+    seconds: list[list[float]] = [[] for _ in users]
     for _ in range(times):
-        start = time.perf_counter()
-        assert 401 == httpx.get(daemon_url + "/healthz", auth=(user, "wrong"), timeout=30).status_code
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
+        for i, user in enumerate(users):
+            start = time.perf_counter()
+            assert 401 == httpx.get(daemon_url + "/healthz", auth=(user, "wrong"), timeout=30).status_code
+            seconds[i].append(time.perf_counter() - start)
+    return [statistics.median(s) for s in seconds]
 
 
 def test_a_user_with_a_cheaper_hash_is_refused_no_sooner_than_an_unknown_one(  # type: ignore[no-untyped-def]
@@ -105,8 +108,10 @@ def test_a_user_with_a_cheaper_hash_is_refused_no_sooner_than_an_unknown_one(  #
     web_config.write_text(f"basic_auth_users:\n  prometheus: '{SCRAPER_HASH}'\n  probe: '{FAST_HASH}'\n")
     daemons.append(daemon := start_daemon(tmp_path, ["--collectors", "nvme", "--web-config", str(web_config)],
                                           wait_ready=False, client={"auth": ("probe", "pw")}))
-    median_refusal_seconds(daemon.url, "nobody", 1)  # the daemon has checked at the full cost once
+    median_refusal_seconds(daemon.url, ("nobody",), 1)  # the daemon has checked at the full cost once
 
-    known, unknown = median_refusal_seconds(daemon.url, "probe", 5), median_refusal_seconds(daemon.url, "nobody", 5)
+    known, unknown = median_refusal_seconds(daemon.url, ("probe", "nobody"), 9)
 
-    assert known / unknown > 0.7, (known, unknown)
+    # Equal costs read about 1 (0.63 once on a loaded 2-core run, measured one user after the other); the
+    # leak this guards against read 0.04.
+    assert known / unknown > 0.5, (known, unknown)
