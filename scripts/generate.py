@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # Each step reads what the ones before it wrote.
 STEPS = (
-    ("-m", "prometheus.rulegen"),  # rules, alerts, dashboards, the mixin
+    ("-m", "bundle"),  # rules, alerts, dashboards, the mixin
     ("deploy/kubernetes/generate.py",),  # the PrometheusRule and the dashboards' ConfigMaps, from those
     ("scripts/configuration_doc.py",),  # docs/configuration.md, from the flag table
     ("scripts/metrics_doc.py",),  # docs/metrics.md's family tables, from trainmon.catalog

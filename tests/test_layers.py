@@ -168,3 +168,62 @@ def test_the_layer_rules_catch_what_they_are_for() -> None:
     assert [["a", "b"]] == cycles({"a": {"b"}, "b": {"c", "a"}, "c": set()})
     assert not any(under("trainmon.nvml.session", prefix) for prefix in IMPORTED_ONLY_BY["trainmon.demo"])
     assert ("trainmon.torch", None) == (private_to("trainmon.torch._monitor"), private_to("trainmon.hook.state"))
+
+
+# The repository around the package: the generators and the scripts, bottom to top. The rules and the
+# dashboards share only what sits below both (bundle.config, bundle.links); what composes them sits above.
+REPO = EXPORTER.parent
+GENERATOR_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("trainmon", "bundle", "bundle.config", "bundle.links"),
+    ("prometheus.rulegen", "grafana.dashgen"),
+    ("bundle.mixin", "bundle.__main__"),
+    ("scripts", "deploy"),
+)
+GENERATOR_ROOTS = ("bundle", "prometheus/rulegen", "grafana/dashgen", "scripts", "deploy")
+
+
+def repo_module(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def repo_imports(path: Path, module: str) -> Iterator[str]:
+    """The modules `path` imports, relative imports resolved, by their dotted name from the repository root."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            source = ".".join(part for part in (base, node.module or "") if part)
+            for alias in node.names:  # `from . import hang`: the module hang, where it is one
+                yield f"{source}.{alias.name}" if f"{source}.{alias.name}" in GENERATOR_MODULES else source
+
+
+GENERATOR_MODULES = {repo_module(p): p for root in GENERATOR_ROOTS for p in sorted((REPO / root).rglob("*.py"))}
+GENERATOR_GRAPH = {
+    module: {target for target in repo_imports(path, module)
+             if target.split(".")[0] in {"trainmon", "bundle", "prometheus", "grafana", "scripts", "deploy"}} - {module}
+    for module, path in GENERATOR_MODULES.items()
+}
+
+
+def generator_floor(module: str) -> int:
+    matches = [(len(prefix), floor) for floor, prefixes in enumerate(GENERATOR_LAYERS) for prefix in prefixes
+               if under(module, prefix)]
+    assert matches, f"{module} is on no floor: add it to GENERATOR_LAYERS in {__file__}"
+    return max(matches)[1]
+
+
+def test_the_generators_imports_point_down_and_never_between_rules_and_dashboards() -> None:
+    upward = sorted((module, target) for module, targets in GENERATOR_GRAPH.items() for target in targets
+                    if generator_floor(target) > generator_floor(module))
+    across = sorted((module, target) for module, targets in GENERATOR_GRAPH.items() for target in targets
+                    if {module.split(".")[0], target.split(".")[0]} == {"prometheus", "grafana"})
+
+    assert ([], []) == (upward, across)
+    assert {"bundle.mixin", "bundle.__main__"} <= GENERATOR_GRAPH.keys()
+
+
+def test_no_generator_module_imports_itself_back() -> None:
+    assert [] == cycles(GENERATOR_GRAPH)

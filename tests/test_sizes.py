@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = ("exporter", "prometheus", "grafana", "scripts", "deploy")
+SOURCES = ("exporter", "bundle", "prometheus", "grafana", "scripts", "deploy")
 GENERATED = ("_pb2.py", "_pb2_grpc.py")
 MAX_STATEMENTS = 30
 MAX_LINES = 500

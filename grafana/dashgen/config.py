@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus.rulegen.config import RulesConfig
-
-RULES = RulesConfig()  # the facts the rules and the dashboards share come from there
+from bundle.config import IDLE_SM_RATIO, SELECTOR
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,14 +18,10 @@ class DashboardConfig:
     # Default time range.
     time_from: str = "now-3h"
     # The trainmon targets (the rules' --selector): the Job variable lists the jobs they are in.
-    selector: str = RULES.selector
+    selector: str = SELECTOR
     # SM activity under this counts a GPU as idle on the fleet dashboard (the idle alert uses the same).
-    idle_sm_ratio: float = RULES.idle_sm_ratio
+    idle_sm_ratio: float = IDLE_SM_RATIO
 
     def matchers(self, dashboard_matchers: str) -> str:
         """The label matchers of a query: the selector, then the dashboard's variables."""
         return f"{self.selector}, {dashboard_matchers}"
-
-    def uid(self, name: str) -> str:
-        """Stable uid from the dashboard's name: re-imports replace instead of duplicating."""
-        return f"trainmon-{name}"

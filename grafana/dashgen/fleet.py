@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
+from bundle import links
 from trainmon.catalog import gpu
 
 from .config import DashboardConfig
 from .node import job_variable
-from .panels import Board, Query, graph, single
+from .panels import Board, Query, graph, linked, single
 
 FLEET = 'job=~"$job"'  # after the selector (DashboardConfig.matchers)
 # The "by node" panels draw this many nodes, not one line per node: 1,000 lines of 960 points were the slowest
@@ -67,7 +68,7 @@ def build(config: DashboardConfig) -> DashboardModel:
     failures = f"instance:trainmon_collector_failures:count{{{fleet_matchers}}}"
     board = Board(
         config=config,
-        name="fleet",
+        identity=links.FLEET,
         title="Fleet",
         description="Every trainmon node: GPU usage, training jobs and errors. Every panel reads per-node or "
                     "per-job recording rules (trainmon.fleet.rules), so it stays fast at 1,000 nodes.",
@@ -75,17 +76,17 @@ def build(config: DashboardConfig) -> DashboardModel:
     )
     board.row(
         "Overview",
-        single("Nodes", "trainmon daemons Prometheus scrapes successfully.", "none",
-               Query(f"sum(up{{{fleet_matchers}}})", "nodes")),
+        linked(links.NODES, single("Nodes", "trainmon daemons Prometheus scrapes successfully.", "none",
+               Query(f"sum(up{{{fleet_matchers}}})", "nodes"))),
         single("GPUs up", "GPUs whose last NVML read succeeded.", "none",
                Query(f"sum(instance:trainmon_gpu_up:sum{{{fleet_matchers}}})", "up")),
-        single(
+        linked(links.GPUS_LOST, single(
             "GPUs lost",
             "GPUs on the PCI bus minus GPUs up, over all nodes.",
             "none",
             Query(f"sum(instance:trainmon_gpus_expected:sum{{{fleet_matchers}}})"
                   f" - sum(instance:trainmon_gpu_up:sum{{{fleet_matchers}}})", "lost"),
-        ),
+        )),
         single(
             "Idle GPUs",
             f"GPUs with SM activity under {config.idle_sm_ratio:.0%}.",
@@ -193,13 +194,13 @@ def build(config: DashboardConfig) -> DashboardModel:
             by_node(infiniband, "{{instance}}"),
             Query(f"sum({infiniband})", "all nodes"),
         ),
-        graph(
+        linked(links.FAILING_COLLECTORS, graph(
             "Failing collectors",
             f"Collectors whose last run failed: the {TOP_NODES} nodes with the most at any point of the range "
             "shown, and all nodes together.",
             "none",
             by_node(failures, "{{instance}}"),
             Query(f"sum({failures})", "all nodes"),
-        ),
+        )),
     )
     return board.build()

@@ -8,11 +8,12 @@ from __future__ import annotations
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
+from bundle import links
 from trainmon.catalog import nccl_ras, training
 
 from .config import DashboardConfig
 from .node import job_variable
-from .panels import Board, Query, Variable, graph, rows_heatmap, single
+from .panels import Board, Query, Variable, graph, linked, rows_heatmap, single
 
 # After the selector (DashboardConfig.matchers); job-level series carry no instance.
 JOB_LEVEL = 'job=~"$job", job_id=~"$job_id"'
@@ -88,13 +89,13 @@ def _throughput(b: Board) -> Board:
             "none",
             Query(f"sum(max without (instance) ({training.TRAIN_SKIPPED_STEPS_TOTAL}{{{job_matchers}}}))", "skipped"),
         ),
-        graph(
+        linked(links.SAMPLES_PER_SECOND, graph(
             "Samples per second",
             "Samples processed per second by the whole job.",
             "short",
             Query(f"job_id:trainmon_train_samples:rate5m{{{job_matchers}}}", "{{job_id}}"),
             width=8,
-        ),
+        )),
         graph(
             "Tokens per second",
             "Tokens processed per second by the whole job.",
@@ -118,13 +119,13 @@ def _step_time(b: Board) -> Board:
     rank_matchers = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Step time",
-        graph(
+        linked(links.STEP_TIME_PER_RANK, graph(
             "Step time per rank",
             "Mean step wall time per rank over 5 minutes. Synchronous ranks step together: a rank whose compute "
             "share stands out is the straggler the others wait for.",
             "s",
             Query(f"rank:trainmon_train_step_duration_seconds:mean5m{{{rank_matchers}}}", RANK),
-        ),
+        )),
         graph(
             "Step time quantiles",
             "Median and 90th percentile step time of the job, from the step-duration histogram.",
@@ -148,13 +149,13 @@ def _step_time(b: Board) -> Board:
             Query(f"job_id:trainmon_train_compute_per_step_time:ratio{{{job_matchers}}}", "whole job"),
             max_value=1,
         ),
-        graph(
+        linked(links.DATA_LOADER_WAIT_SHARE_PER_RANK, graph(
             "Data-loader wait share per rank",
             "Share of step time each rank waited for its next batch.",
             "percentunit",
             Query(f"rank:trainmon_train_dataloader_wait_per_step_time:ratio{{{rank_matchers}}}", RANK),
             max_value=1,
-        ),
+        )),
     )
 
 
@@ -163,13 +164,13 @@ def _communication(b: Board) -> Board:
     rank_matchers = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Communication",
-        graph(
+        linked(links.COMMUNICATION_WAIT_SHARE_PER_RANK, graph(
             "Communication wait share per rank",
             "Share of step time the training thread was blocked on communication (not overlapped).",
             "percentunit",
             Query(f"rank:trainmon_train_comm_wait_per_step_time:ratio{{{rank_matchers}}}", RANK),
             max_value=1,
-        ),
+        )),
         graph(
             "NCCL time share per rank",
             "Time inside collectives, launch to completion, as a share of step time; it includes communication "
@@ -201,13 +202,13 @@ def _communication(b: Board) -> Board:
             "s",
             Query(f"{training.NCCL_INFLIGHT_OLDEST_SECONDS}{{{rank_matchers}}}", "rank {{rank}} {{group}} {{op}}"),
         ),
-        graph(
+        linked(links.COLLECTIVES_BEHIND_THE_GROUP, graph(
             "Collectives behind the group",
             "How many collectives each rank has issued fewer than the most advanced rank of its process group.",
             "short",
             Query(f"rank_group:trainmon_nccl_issued:lag{{{rank_matchers}}}", "rank {{rank}} {{group}}"),
-        ),
-        graph(
+        )),
+        linked(links.NCCL_BUS_BANDWIDTH, graph(
             "Bus bandwidth per communicator member (NCCL Inspector)",
             "NCCL Inspector's GPU-timed bus bandwidth of each rank per communicator, collective and message-size "
             "class over 10 minutes, and the members' median: a member well below its peers is the slow link "
@@ -218,8 +219,8 @@ def _communication(b: Board) -> Board:
             Query(f"job_id_comm:trainmon_nccl_inspector_bus_bandwidth:median10m{{{job_matchers}}}",
                   "median {{comm_name}} {{collective}} {{size_class}}"),
             width=16,
-        ),
-        graph(
+        )),
+        linked(links.NCCL_RANKS_MISSING, graph(
             "NCCL ranks missing (RAS)",
             "Ranks NCCL RAS reports missing from the job, by kind: unresponsive (~5 s without an answer), dead "
             "(~60 s), absent (not in a communicator's data); and communicators whose ranks disagree on a "
@@ -229,8 +230,8 @@ def _communication(b: Board) -> Board:
             Query(f"max without (instance) ({nccl_ras.NCCL_RAS_COMMUNICATORS_MISMATCHED}{{{job_matchers}}})",
                   "communicators in op-count mismatch"),
             width=8,
-        ),
-        graph(
+        )),
+        linked(links.HUNG_JOB_CLASS_AND_CULPRIT, graph(
             "Hung job: class and culprit",
             "While every rank of the job is past its hang threshold: the hang's class (gone, data, host, collective, "
             "unknown) and the rank that holds the job (TrainmonJobHung), and for each stuck rank how many ranks share "
@@ -239,7 +240,7 @@ def _communication(b: Board) -> Board:
             Query(f"job_id:trainmon_train_hang:culprit{{{rank_matchers}}}",
                   "{{class}}: rank {{rank}} on {{instance}}{{host}}"),
             Query(f"rank:trainmon_train_stack_peers:count{{{rank_matchers}}}", "rank {{rank}} stack shared by"),
-        ),
+        )),
     )
 
 
@@ -247,13 +248,13 @@ def _precision(b: Board) -> Board:
     rank_matchers = b.config.matchers(RANK_LEVEL)
     return b.row(
         "Numerics: loss, gradients and precision",
-        graph(
+        linked(links.LOSS, graph(
             "Loss",
             "Last loss each rank reported.",
             "none",
             Query(f"{training.TRAIN_LOSS}{{{rank_matchers}}}", RANK),
             width=8,
-        ),
+        )),
         graph(
             "Loss max per rank",
             "The largest loss of each rank's steps in the last 30 s (the hook keeps the maximum between reports, "
@@ -270,7 +271,7 @@ def _precision(b: Board) -> Board:
             Query(f"{training.TRAIN_GRAD_NORM_MAX}{{{rank_matchers}}}", RANK),
             width=8,
         ),
-        graph(
+        linked(links.LOSS_AND_GRAD_NORM_SPIKES, graph(
             "Loss and grad-norm spikes",
             "Steps the hook counted as spikes, per interval: a grad norm over 10x the median of the rank's last 100 "
             "steps, a loss over 2x their mean. Every rank at once: the run; one rank alone: its GPU.",
@@ -278,16 +279,16 @@ def _precision(b: Board) -> Board:
             Query(f"increase({training.TRAIN_GRAD_NORM_SPIKES_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " grad norm"),
             Query(f"increase({training.TRAIN_LOSS_SPIKES_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " loss"),
             width=8,
-        ),
-        graph(
+        )),
+        linked(links.LOSS_SCALE, graph(
             "Loss scale",
             "Mixed-precision loss scale per rank (absent without a scaler, e.g. bf16). A collapse means gradients "
             "keep overflowing.",
             "none",
             Query(f"{training.TRAIN_LOSS_SCALE}{{{rank_matchers}}}", RANK),
             width=8,
-        ),
-        graph(
+        )),
+        linked(links.SKIPPED_AND_NON_FINITE_STEPS, graph(
             "Skipped and non-finite steps",
             "Steps skipped for inf/NaN gradients and steps with a NaN/inf loss, per interval.",
             "none",
@@ -295,7 +296,7 @@ def _precision(b: Board) -> Board:
             Query(f"increase({training.TRAIN_NONFINITE_LOSS_TOTAL}{{{rank_matchers}}}{RATE})",
                   RANK + " non-finite loss"),
             width=8,
-        ),
+        )),
     )
 
 
@@ -304,13 +305,13 @@ def _gpus(b: Board) -> Board:
     gpu = RANK + " ({{instance}} gpu {{gpu}})"
     return b.row(
         "The job's GPUs",
-        graph(
+        linked(links.SM_ACTIVITY_BY_RANK, graph(
             "SM activity by rank",
             f"SM activity of each rank's GPU, joined through {training.TRAIN_RANK_INFO}{{uuid}}.",
             "percentunit",
             Query(f"rank:trainmon_gpu_sm_utilization_ratio:join{{{rank_matchers}}}", gpu),
             max_value=1,
-        ),
+        )),
         graph(
             "Coarse utilization by rank",
             "NVML utilization of each rank's GPU; 100% with low SM activity means kernels spin (e.g. waiting in NCCL).",
@@ -330,14 +331,14 @@ def _gpus(b: Board) -> Board:
             "watt",
             Query(f"rank:trainmon_gpu_power_watts:join{{{rank_matchers}}}", gpu),
         ),
-        graph(
+        linked(links.ALLOCATOR_RETRIES_AND_OOMS, graph(
             "Allocator retries and OOMs",
             "CUDA caching-allocator retries and out-of-memory errors per interval: the real memory-pressure signal.",
             "none",
             Query(f"increase({training.TRAIN_CUDA_ALLOC_RETRIES_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " retries"),
             Query(f"increase({training.TRAIN_CUDA_OOMS_TOTAL}{{{rank_matchers}}}{RATE})", RANK + " OOMs"),
             width=24,
-        ),
+        )),
     )
 
 
@@ -373,12 +374,12 @@ def _efficiency(b: Board) -> Board:
             "joule",
             Query(f"job_id:trainmon_train_joules_per_token:ratio{{{job_matchers}}}", "J/token"),
         ),
-        single(
+        linked(links.ABSENT_RANKS, single(
             "Absent ranks",
             "Ranks the job had in the last hour that are not reporting now (a restart under the same job id).",
             "none",
             Query(f"job_id:trainmon_train_ranks_absent:count{{{job_matchers}}}", "absent"),
-        ),
+        )),
         single(
             "Badput",
             "Share of the job's rank time not spent computing.",
@@ -403,21 +404,21 @@ def _efficiency(b: Board) -> Board:
             width=8,
             max_value=1,
         ),
-        rows_heatmap(
+        linked(links.STRAGGLER_SCORE_BY_RANK, rows_heatmap(
             "Straggler score by rank",
             "The job's fastest compute time over each rank's (1 = fastest, 0.5 = twice as slow); the straggler "
             "alert fires below 0.75 while the other ranks wait.",
             "none",
             Query(f"rank:trainmon_train_straggler_score:relative{{{rank_matchers}}}", RANK),
-        ),
-        rows_heatmap(
+        )),
+        linked(links.COMPUTE_TIME_PER_STEP_BY_RANK, rows_heatmap(
             "Compute time per step by rank",
             "Step time less exposed communication and data wait, per rank (5-minute mean). In a synchronous job "
             "every rank steps at the slowest one's pace: a slow GPU is the one row that stands out "
             "(TrainmonSlowRank: a robust z-score over 3.5 and 3% above the median rank).",
             "s",
             Query(f"rank:trainmon_train_compute_seconds_per_step:mean5m{{{rank_matchers}}}", RANK),
-        ),
+        )),
         graph(
             "Individual straggler score",
             "Each rank's best compute time per step over the last hour over its recent one: a rank that slowed "
@@ -461,21 +462,21 @@ def _data_path(b: Board) -> Board:
             Query(f"job_id:trainmon_fs_read_bytes:rate5m{{{job_matchers}}}", "file-system read B/s"),
             width=12,
         ).override_by_name("file-system read B/s", right_axis("binBps")),
-        graph(
+        linked(links.CHECKPOINT_WRITES, graph(
             "Checkpoint writes and file-system latency",
             "What the job's nodes write to their network file systems (checkpoints) and their mean RPC time.",
             "binBps",
             Query(f"job_id:trainmon_fs_written_bytes:rate5m{{{job_matchers}}}", "written"),
             Query(f"job_id:trainmon_fs_rpc_seconds:mean5m{{{job_matchers}}}", "RPC latency"),
             width=12,
-        ).override_by_name("RPC latency", right_axis("s")),
+        ).override_by_name("RPC latency", right_axis("s"))),
     )
 
 
 def build(config: DashboardConfig) -> DashboardModel:
     board = Board(
         config=config,
-        name="training-job",
+        identity=links.TRAINING_JOB,
         title="Training job",
         description="One training job across its nodes: throughput, step time per rank, collectives and its GPUs.",
         variables=(job_variable(config), JOB_ID, INSTANCE),

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
+from bundle import links
 from trainmon.catalog import aer, daemon, fs, gpu, hpc_jobs, infiniband, nvme, pod_resources, recorded
 
 from .config import DashboardConfig
-from .panels import Board, Query, Variable, graph, single
+from .panels import Board, Query, Variable, graph, linked, single
 
 NODE = 'job=~"$job", instance=~"$instance"'  # after the selector (DashboardConfig.matchers)
 GPU = "{{instance}} gpu {{gpu}}"
@@ -113,35 +114,35 @@ def _gpu(b: Board) -> Board:
             "hertz",
             Query(f"{gpu.GPU_CLOCK_HERTZ}{{{node_matchers}}}", GPU + " {{clock}}"),
         ),
-        graph(
+        linked(links.TIME_THROTTLED, graph(
             "Time throttled",
             "Share of time each throttle reason held the clocks down (NVML violation counters, so short events "
             "between samples count).",
             "percentunit",
             Query(f"rate({gpu.GPU_THROTTLE_SECONDS_TOTAL}{{{node_matchers}}}{RATE})", GPU + " {{reason}}"),
-        ),
-        graph(
+        )),
+        linked(links.ECC_ERRORS_AND_REMAPPED_ROWS, graph(
             "ECC errors and remapped rows",
             "Volatile ECC error counts and remapped rows. Uncorrectable errors or a remap failure: drain the node.",
             "none",
             Query(f"{gpu.GPU_ECC_ERRORS_TOTAL}{{{node_matchers}}}", GPU + " ECC {{error}}"),
             Query(f"{gpu.GPU_REMAPPED_ROWS_TOTAL}{{{node_matchers}}}", GPU + " remapped {{error}}"),
-        ),
-        graph(
+        )),
+        linked(links.XID_ERRORS, graph(
             "XID errors",
             "XID events reported by the driver in each interval, by XID (48, 62, 64, 74, 79, 95, 119, 120 need an "
             "operator).",
             "none",
             Query(f"increase({gpu.GPU_XID_ERRORS_TOTAL}{{{node_matchers}}}{RATE})", GPU + " xid {{xid}}"),
-        ),
-        graph(
+        )),
+        linked(links.PCIE_LINK_WIDTH, graph(
             "PCIe link width",
             "Lanes of each GPU's PCIe link now and at most; current under max is a degraded link (reseat or "
             "replace the riser). Idle GPUs lower their generation, not their width.",
             "none",
             Query(f'{gpu.GPU_PCIE_LINK_WIDTH}{{{node_matchers}, kind="current"}}', GPU + " current"),
             Query(f'{gpu.GPU_PCIE_LINK_WIDTH}{{{node_matchers}, kind="max"}}', GPU + " max"),
-        ),
+        )),
     )
 
 
@@ -149,14 +150,14 @@ def _health(b: Board) -> Board:
     node_matchers = b.config.matchers(NODE)
     return b.row(
         "Health",
-        graph(
+        linked(links.HEALTH_VERDICT_PER_GPU, graph(
             "Health verdict per GPU",
             f"The strongest action each GPU needs now ({gpu.GPU_HEALTH_ACTION}; none is not drawn): "
             f"restart_app, reset_gpu, reboot, drain. {gpu.GPU_HEALTH_REASON_INFO} says why.",
             "none",
             Query(f'max by (instance, gpu, action) ({gpu.GPU_HEALTH_ACTION}{{{node_matchers}, action!="none"}})',
                   GPU + ": {{action}}"),
-        ),
+        )),
         graph(
             "XIDs with their mnemonic",
             "XID events per GPU since boot (a step is a new event), with NVIDIA's mnemonic and the action its "
@@ -166,22 +167,22 @@ def _health(b: Board) -> Board:
                   f"* on (xid) group_left (mnemonic, action) {recorded.XID_CATALOG_INFO}",
                   GPU + ": XID {{xid}} {{mnemonic}} ({{action}})"),
         ),
-        graph(
+        linked(links.NVLINK_ERRORS_PER_LINK, graph(
             "NVLink errors per link",
             "CRC, replay and recovery errors per second on each NVLink link, and links that are down.",
             "cps",
             Query(f"rate({gpu.GPU_NVLINK_ERRORS_TOTAL}{{{node_matchers}}}{RATE})",
                   GPU + " link {{link}} {{error}}"),
             Query(f"{gpu.GPU_NVLINK_LINK_UP}{{{node_matchers}}} == 0", GPU + " link {{link}} down"),
-        ),
-        graph(
+        )),
+        linked(links.PCIE_AER_ERRORS, graph(
             "PCIe AER errors",
             "AER errors per second on the GPUs, HCAs and NVMe controllers, by severity and error (an error "
             "never counted has no series).",
             "cps",
             Query(f"rate({aer.PCIE_AER_ERRORS_TOTAL}{{{node_matchers}}}{RATE})",
                   "{{instance}} {{device}} {{severity}} {{error}}"),
-        ),
+        )),
     )
 
 
@@ -197,7 +198,7 @@ def _nvme(b: Board) -> Board:
             Query(f"rate({nvme.NVME_WRITTEN_BYTES_TOTAL}{{{node_matchers}}}{RATE})", DEV + " write"),
             width=8,
         ),
-        graph(
+        linked(links.NVME_LATENCY, graph(
             "NVMe latency",
             "Mean time per completed read and write request.",
             "s",
@@ -212,7 +213,7 @@ def _nvme(b: Board) -> Board:
                 DEV + " write",
             ),
             width=8,
-        ),
+        )),
         graph(
             "NVMe requests and queue",
             "Completed requests per second and requests in flight.",
@@ -247,7 +248,7 @@ def _storage(b: Board) -> Board:
             Query(f"instance_mount:trainmon_fs_metadata_operations:rate5m{{{node_matchers}}}", MOUNT + " metadata"),
             width=8,
         ),
-        graph(
+        linked(links.FILE_SYSTEM_RPC_LATENCY, graph(
             "File-system RPC latency",
             "Mean time per RPC to the servers, and the mount's baseline: its best 5 minutes of the last hour "
             "(TrainmonStorageSlow).",
@@ -255,7 +256,7 @@ def _storage(b: Board) -> Board:
             Query(f"instance_mount:trainmon_fs_rpc_seconds:mean5m{{{node_matchers}}}", MOUNT + " 5m"),
             Query(f"instance_mount:trainmon_fs_rpc_seconds:mean5m_min1h{{{node_matchers}}}", MOUNT + " baseline"),
             width=8,
-        ),
+        )),
         graph(
             "File-system RPC timeouts and in flight",
             "RPCs timed out per second (NFS major timeouts, Lustre OSC imports) and RPCs in flight now (Lustre).",
@@ -281,7 +282,7 @@ def _infiniband(b: Board) -> Board:
                   PORT + " tx"),
             width=8,
         ),
-        graph(
+        linked(links.INFINIBAND_ERRORS, graph(
             "InfiniBand errors",
             "Symbol errors, receive errors, link-down events and transmit waits per second. Rising errors point at "
             "a cable or transceiver.",
@@ -292,15 +293,15 @@ def _infiniband(b: Board) -> Board:
             Query(f"rate({infiniband.INFINIBAND_PORT_TRANSMIT_WAIT_TOTAL}{{{node_matchers}}}{RATE})",
                   PORT + " xmit wait"),
             width=8,
-        ),
-        graph(
+        )),
+        linked(links.INFINIBAND_LINK_STATE, graph(
             "InfiniBand link state",
             "Logical port state (4 = ACTIVE, 1 = DOWN) and physical state (5 = LinkUp, 2 = Polling).",
             "none",
             Query(f"{infiniband.INFINIBAND_STATE_ID}{{{node_matchers}}}", PORT + " state"),
             Query(f"{infiniband.INFINIBAND_PHYSICAL_STATE_ID}{{{node_matchers}}}", PORT + " physical"),
             width=8,
-        ),
+        )),
     )
 
 
@@ -308,14 +309,14 @@ def _exporter(b: Board) -> Board:
     node_matchers = b.config.matchers(NODE)
     return b.row(
         "Exporter",
-        graph(
+        linked(links.SCRAPE_HEALTH, graph(
             "Scrape health",
             "Prometheus' scrape result (1 = up) and the success of each trainmon collector.",
             "none",
             Query(f"up{{{node_matchers}}}", "{{instance}} scrape"),
             Query(f"{daemon.COLLECTOR_SUCCESS}{{{node_matchers}}}", "{{instance}} {{collector}}"),
             width=8,
-        ),
+        )),
         graph(
             "Collector duration",
             "Time each collector's last run took.",
@@ -340,7 +341,7 @@ def _owners(b: Board) -> Board:
     up = f"on (instance, uuid) group_left () {gpu.GPU_UP}{{{node_matchers}}}"
     return b.row(
         "GPU owners",
-        graph(
+        linked(links.KUBERNETES_OWNERS, graph(
             "Kubernetes owner of each GPU",
             f"The pod and container the kubelet allocated each GPU to ({pod_resources.GPU_ALLOCATION_INFO}; needs the "
             "pod-resources overlay). 1 while the GPU is up, 0 while it is down.",
@@ -348,7 +349,7 @@ def _owners(b: Board) -> Board:
             Query("group by (instance, gpu, uuid, namespace, pod, container) "
                   f"({pod_resources.GPU_ALLOCATION_INFO}{{{node_matchers}}}) * {up}",
                   GPU + ": {{namespace}}/{{pod}} {{container}}"),
-        ),
+        )),
         graph(
             "Slurm job of each GPU",
             f"The Slurm job each GPU runs ({hpc_jobs.GPU_JOB_INFO}: the prolog's mapping directory, else the cgroup "
@@ -363,7 +364,7 @@ def _owners(b: Board) -> Board:
 def build(config: DashboardConfig) -> DashboardModel:
     board = Board(
         config=config,
-        name="node",
+        identity=links.NODE,
         title="Node",
         description="GPUs, NVMe, network file systems, InfiniBand and the trainmon daemon of the selected nodes.",
         variables=(job_variable(config), INSTANCE),

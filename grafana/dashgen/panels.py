@@ -1,10 +1,12 @@
-"""Panel and dashboard helpers: a unit, a description and `${datasource}` on every panel, ids in order."""
+"""Panel and dashboard helpers: a unit, a description and `${datasource}` on every panel; ids in order, around
+the fixed ids of the panels alerts link to (bundle/links.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from bundle.links import LINKED, Dashboard, LinkedPanel
 from grafana_foundation_sdk.builders import common, dashboard, heatmap, prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import StackingMode
@@ -84,23 +86,36 @@ def single(title: str, description: str, unit: str, query: Query, *, width: int 
     return _framed(stat.Panel(), title, description, unit, (query,), width, height)
 
 
+@dataclass(frozen=True, slots=True)
+class Linked:
+    """A panel alerts link to, which keeps its fixed id."""
+
+    ref: LinkedPanel
+    panel: Panel
+
+
+def linked(ref: LinkedPanel, panel: Panel) -> Linked:
+    return Linked(ref, panel)
+
+
 @dataclass(slots=True)
 class Board:
     """A dashboard under construction: rows and panels in reading order, panel ids numbered from 1."""
 
     config: DashboardConfig
-    name: str
+    identity: Dashboard  # its name and uid (bundle/links.py)
     title: str
     description: str
     variables: tuple[Variable, ...]
     _builder: dashboard.Dashboard = field(init=False)
     _next_id: int = field(init=False, default=1)
+    _placed: set[LinkedPanel] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         c = self.config
         self._builder = (
             dashboard.Dashboard(c.title_prefix + self.title)
-            .uid(c.uid(self.name))
+            .uid(self.identity.uid)
             .description(self.description)
             .tags([c.tag])
             .refresh(c.refresh)
@@ -129,17 +144,41 @@ class Board:
                 .all_value(".+")
             )
 
-    def row(self, title: str, *panels: Panel) -> Board:
+    def row(self, title: str, *panels: Panel | Linked) -> Board:
         self._builder = self._builder.with_row(dashboard.Row(title).id(self._take_id()))
         for panel in panels:
-            self._builder = self._builder.with_panel(panel.id(self._take_id()))
+            if isinstance(panel, Linked):
+                self._builder = self._builder.with_panel(panel.panel.id(self._place(panel.ref)))
+            else:
+                self._builder = self._builder.with_panel(panel.id(self._take_id()))
         return self
 
+    def _fixed(self) -> set[int]:
+        return {ref.id for ref in LINKED if ref.dashboard == self.identity}
+
     def _take_id(self) -> int:
+        """The next id in order that no linked panel of this dashboard holds."""
+        fixed = self._fixed()
+        while self._next_id in fixed:
+            self._next_id += 1
         self._next_id += 1
         return self._next_id - 1
 
+    def _place(self, ref: LinkedPanel) -> int:
+        if ref.dashboard != self.identity or ref in self._placed:
+            raise ValueError(f"{ref} placed twice or on {self.identity.name}: a linked panel is on its dashboard once")
+        self._placed.add(ref)
+        return ref.id
+
     def build(self) -> DashboardModel:
+        """The dashboard; every panel linked to it must have been placed.
+
+        Raises:
+            ValueError: a linked panel of this dashboard is missing (an alert would link to nothing).
+        """
+        missing = [ref for ref in LINKED if ref.dashboard == self.identity and ref not in self._placed]
+        if missing:
+            raise ValueError(f"{self.identity.name}: linked panels not placed: {missing}")
         return self._builder.build()
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from bundle import links
 from trainmon.catalog import Family, aer, daemon, gpu, infiniband, nvme, pod_resources, training
 
+from . import hang
 from .config import RulesConfig
-from .dashboards import FLEET, NODE, TRAINING_JOB, panel_url
-from .hang import INTERVAL as HANG_INTERVAL
-from .hang import hang_alerts
+from .dashboards import panel_url
 from .model import Alert, Group
+from .names import NOT_OTHER, RANK_INFO
 from .nccl import nccl_alerts
 from .numerics import (
     STRAGGLER_CAUSE_SENTENCE,
@@ -24,7 +25,6 @@ from .numerics import (
     rank_event_alerts,
     rising,
 )
-from .recording import NOT_OTHER, RANK_INFO
 
 ON_RANK = "on (instance, job, job_id, rank)"
 ON_JOB = "on (job, job_id)"
@@ -43,7 +43,7 @@ def exporter_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonExporterDown",
-            dashboard_url=panel_url(c, NODE, "Scrape health"),
+            dashboard_url=panel_url(c, links.SCRAPE_HEALTH),
             expr=f"{c.m('up')} == 0",
             for_="5m",
             severity="critical",
@@ -55,7 +55,7 @@ def exporter_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonExporterAbsent",
-            dashboard_url=panel_url(c, FLEET, "Nodes"),
+            dashboard_url=panel_url(c, links.NODES),
             expr=f"absent({c.m('up')})",
             for_="15m",
             severity="warning",
@@ -67,7 +67,7 @@ def exporter_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonCollectorFailing",
-            dashboard_url=panel_url(c, FLEET, "Failing collectors"),
+            dashboard_url=panel_url(c, links.FAILING_COLLECTORS),
             # A collector that never worked on this node (no InfiniBand: NoData) is not failing; the GPU
             # collector is, even if it never worked: a GPU node whose NVML never loads reports no GPU at all.
             expr=f"""
@@ -88,7 +88,7 @@ and on (instance, job, collector)
         ),
         Alert(
             alert="TrainmonKubeletSocketMissing",
-            dashboard_url=panel_url(c, NODE, "Kubernetes owner of each GPU"),
+            dashboard_url=panel_url(c, links.KUBERNETES_OWNERS),
             # Hooked ranks in pods name their pod; such a node's daemon has no pod_resources collector.
             expr=f"""
   group by (job, instance) ({c.m(training.TRAIN_RANK_INFO, 'pod!=""')})
@@ -111,7 +111,7 @@ def gpu_alerts(c: RulesConfig) -> list[Alert]:
     xid_matcher = f'xid=~"{c.critical_xid_pattern()}"'
     lost = Alert(
         alert="TrainmonGPULost",
-        dashboard_url=panel_url(c, FLEET, "GPUs lost"),
+        dashboard_url=panel_url(c, links.GPUS_LOST),
         expr=f"{c.m(gpu.GPU_UP)} == 0",
         for_="2m",
         severity="critical",
@@ -151,7 +151,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPUXidCritical",
-            dashboard_url=panel_url(c, NODE, "XID errors"),
+            dashboard_url=panel_url(c, links.XID_ERRORS),
             expr=(f"time() - {c.m(gpu.GPU_XID_LAST_TIMESTAMP_SECONDS, xid_matcher)} < {c.xid_firing_seconds}"),
             severity="critical",
             summary="A GPU reported an XID that needs an operator.",
@@ -162,7 +162,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPUEccUncorrectable",
-            dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
+            dashboard_url=panel_url(c, links.ECC_ERRORS_AND_REMAPPED_ROWS),
             # A level check: a count already present at the first scrape must alert too.
             expr=c.m(gpu.GPU_ECC_ERRORS_TOTAL, 'error="uncorrected"') + " > 0",
             severity="critical",
@@ -174,7 +174,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPURowRemapFailure",
-            dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
+            dashboard_url=panel_url(c, links.ECC_ERRORS_AND_REMAPPED_ROWS),
             expr=f"{c.m(gpu.GPU_ROW_REMAP_FAILURE)} == 1",
             severity="critical",
             summary="A GPU failed to remap a memory row.",
@@ -185,7 +185,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPURowRemapPending",
-            dashboard_url=panel_url(c, NODE, "ECC errors and remapped rows"),
+            dashboard_url=panel_url(c, links.ECC_ERRORS_AND_REMAPPED_ROWS),
             expr=f"{c.m(gpu.GPU_ROW_REMAP_PENDING)} == 1",
             for_="15m",
             # Worth a ticket, not a page: the GPU works on; the remap applies at the next reset.
@@ -198,7 +198,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPUThermalThrottle",
-            dashboard_url=panel_url(c, NODE, "Time throttled"),
+            dashboard_url=panel_url(c, links.TIME_THROTTLED),
             expr=(f"rate({c.m(gpu.GPU_THROTTLE_SECONDS_TOTAL, THERMAL)}[5m]) > {c.thermal_throttle_ratio}"),
             for_="10m",
             severity="warning",
@@ -210,7 +210,7 @@ unless on (instance, job)
         ),
         Alert(
             alert="TrainmonGPUPCIeLinkDegraded",
-            dashboard_url=panel_url(c, NODE, "PCIe link width"),
+            dashboard_url=panel_url(c, links.PCIE_LINK_WIDTH),
             # Width, not generation: idle GPUs lower their PCIe generation to save power.
             expr=f"""
   {c.m(gpu.GPU_PCIE_LINK_WIDTH, 'kind="current"')}
@@ -234,7 +234,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonGPUIdleDuringTraining",
-            dashboard_url=panel_url(c, TRAINING_JOB, "SM activity by rank"),
+            dashboard_url=panel_url(c, links.SM_ACTIVITY_BY_RANK),
             # SM activity (GPM); where it is absent, power. Never the coarse utilization, which reads
             # 100% while NCCL kernels spin in a hang.
             expr=f"""
@@ -258,7 +258,7 @@ def training_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonCommunicationBound",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Communication wait share per rank"),
+            dashboard_url=panel_url(c, links.COMMUNICATION_WAIT_SHARE_PER_RANK),
             # Not while one node of the job waits for data and the job as a whole does not: the others' wait is
             # for that node's ranks (TrainmonDataLoaderBound names it), not for the network.
             expr=f"""
@@ -276,7 +276,7 @@ unless {ON_JOB}
         *dataloader_alerts(c),
         Alert(
             alert="TrainmonTrainingStalled",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Step time per rank"),
+            dashboard_url=panel_url(c, links.STEP_TIME_PER_RANK),
             expr=f"""
   time() - {last_step} > {c.stall_seconds}
 {not_in_phase(c)}
@@ -291,7 +291,7 @@ unless {ON_RANK} {c.m(training.TRAIN_RANK_EXITED)} == 1""",
         ),
         Alert(
             alert="TrainmonRankLost",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Absent ranks"),
+            dashboard_url=panel_url(c, links.ABSENT_RANKS),
             expr=rising(c.m(training.TRAIN_RANK_EXITS_TOTAL, 'reason="lost"'), "15m"),
             severity="warning",
             summary="Training ranks went silent without saying goodbye.",
@@ -302,7 +302,7 @@ unless {ON_RANK} {c.m(training.TRAIN_RANK_EXITED)} == 1""",
         ),
         Alert(
             alert="TrainmonThroughputRegression",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Samples per second"),
+            dashboard_url=panel_url(c, links.SAMPLES_PER_SECOND),
             expr=f"""
   job_id:trainmon_train_steps:avg_rate5m
 <
@@ -318,7 +318,7 @@ unless {ON_RANK} {c.m(training.TRAIN_RANK_EXITED)} == 1""",
         ),
         Alert(
             alert="TrainmonStragglerRank",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Straggler score by rank"),
+            dashboard_url=panel_url(c, links.STRAGGLER_SCORE_BY_RANK),
             # Its compute per step is slow against the job's fastest rank, while the median rank waits in
             # collectives and it waits less than that: a rank that waits in communication is never the straggler.
             expr=f"""
@@ -355,7 +355,7 @@ def dataloader_alerts(c: RulesConfig) -> list[Alert]:
     rest of the job waits for them in collectives: then the node is named, not the job."""
     bound = Alert(
         alert="TrainmonDataLoaderBound",
-        dashboard_url=panel_url(c, TRAINING_JOB, "Data-loader wait share per rank"),
+        dashboard_url=panel_url(c, links.DATA_LOADER_WAIT_SHARE_PER_RANK),
         expr=f"job_id:trainmon_train_dataloader_wait_per_step_time:ratio > {c.dataloader_bound_ratio}",
         for_="15m",
         severity="warning",
@@ -386,7 +386,7 @@ def rank_counter_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonGPUMemoryPressure",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Allocator retries and OOMs"),
+            dashboard_url=panel_url(c, links.ALLOCATOR_RETRIES_AND_OOMS),
             expr=f"""
   {rising(c.m(training.TRAIN_CUDA_OOMS_TOTAL), "10m")}
 or
@@ -427,7 +427,7 @@ def collective_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonCollectiveHang",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
+            dashboard_url=panel_url(c, links.COLLECTIVES_BEHIND_THE_GROUP),
             expr=f"""
 (
     rank_group:trainmon_nccl_issued:lag > 0
@@ -449,7 +449,7 @@ def collective_alerts(c: RulesConfig) -> list[Alert]:
         ),
         Alert(
             alert="TrainmonCollectiveHang",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
+            dashboard_url=panel_url(c, links.COLLECTIVES_BEHIND_THE_GROUP),
             expr=f"""
   {missing}
 and on (job, job_id, group)
@@ -468,7 +468,7 @@ unless on (job, job_id)
         ),
         Alert(
             alert="TrainmonCollectiveHang",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
+            dashboard_url=panel_url(c, links.COLLECTIVES_BEHIND_THE_GROUP),
             expr=f"""
   count without (instance, rank, op) {waiting}
 == on (job, job_id, group)
@@ -490,7 +490,7 @@ unless on (job, job_id)
         ),
         Alert(
             alert="TrainmonCollectiveHang",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Collectives behind the group"),
+            dashboard_url=panel_url(c, links.COLLECTIVES_BEHIND_THE_GROUP),
             expr=f"""
   count without (instance, rank, op) {untracked}
 unless on (job, job_id)
@@ -525,7 +525,7 @@ def fabric_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonInfinibandLinkDown",
-            dashboard_url=panel_url(c, NODE, "InfiniBand link state"),
+            dashboard_url=panel_url(c, links.INFINIBAND_LINK_STATE),
             # Only ports that were ACTIVE (4) in the last day: never-cabled ports stay quiet.
             expr=f"""
   {state} != 4
@@ -541,7 +541,7 @@ and on (instance, job, device, port)
         ),
         Alert(
             alert="TrainmonInfinibandErrors",
-            dashboard_url=panel_url(c, NODE, "InfiniBand errors"),
+            dashboard_url=panel_url(c, links.INFINIBAND_ERRORS),
             expr=f"""
   increase({c.m(infiniband.INFINIBAND_LINK_DOWNED_TOTAL)}[10m]) > 0
 or
@@ -568,7 +568,7 @@ def nvme_alert(c: RulesConfig) -> Alert:
     factor = f"{c.nvme_slow_factor:g}"
     return Alert(
         alert="TrainmonNVMeLatencyHigh",
-        dashboard_url=panel_url(c, NODE, "NVMe latency"),
+        dashboard_url=panel_url(c, links.NVME_LATENCY),
         expr=f"""
 (
     {latency} > {c.nvme_latency_floor_seconds:g}
@@ -608,7 +608,7 @@ def infiniband_degraded_alert(c: RulesConfig) -> Alert:
     rate = "instance_port:trainmon_infiniband_rate_bytes_per_second:role"
     return Alert(
         alert="TrainmonInfinibandLinkDegraded",
-        dashboard_url=panel_url(c, NODE, "InfiniBand link state"),
+        dashboard_url=panel_url(c, links.INFINIBAND_LINK_STATE),
         expr=f"""
   {rate} < on (job, instance, device, port) group_left
   instance_port:trainmon_infiniband_rate_bytes_per_second:max1d
@@ -654,7 +654,7 @@ def storage_alerts(c: RulesConfig) -> list[Alert]:
             severity="warning",
             labels=(("signal", signal),),
             summary="A network or parallel file system slows the training jobs on a node.",
-            dashboard_url=panel_url(c, NODE, "File-system RPC latency"),
+            dashboard_url=panel_url(c, links.FILE_SYSTEM_RPC_LATENCY),
             description=(
                 f"{{{{ $labels.mount }}}} on {{{{ $labels.instance }}}} {what}, over {factor:g}x its best 5 "
                 f"minutes of the last hour, while a training job on this node waits for data over "
@@ -677,7 +677,7 @@ and {ON_JOB}
   (job_id:trainmon_train_checkpoints_completed:count1d offset 10m) >= {c.checkpoint_baseline_count}""",
             severity="warning",
             summary="A training job's checkpoint takes much longer than its usual one.",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Checkpoint writes and file-system latency"),
+            dashboard_url=panel_url(c, links.CHECKPOINT_WRITES),
             description=(
                 "Job {{ $labels.job_id }} spent {{ $value | humanizeDuration }} checkpointing in 10 minutes, over "
                 f"{c.checkpoint_slow_factor:g}x the median of its earlier completed checkpoints; its nodes write "
@@ -733,7 +733,7 @@ def health_alerts(c: RulesConfig) -> list[Alert]:
             for_="1m",
             severity="warning",
             summary="A GPU needs a reset.",
-            dashboard_url=panel_url(c, NODE, "Health verdict per GPU"),
+            dashboard_url=panel_url(c, links.HEALTH_VERDICT_PER_GPU),
             description=(
                 "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} needs a GPU reset."
                 + gpu_context(c)
@@ -745,7 +745,7 @@ def health_alerts(c: RulesConfig) -> list[Alert]:
             for_="1m",
             severity="warning",
             summary="A node needs a reboot.",
-            dashboard_url=panel_url(c, NODE, "Health verdict per GPU"),
+            dashboard_url=panel_url(c, links.HEALTH_VERDICT_PER_GPU),
             description="{{ $value }} GPU(s) on {{ $labels.instance }} need the node rebooted (see their "
                         f"{gpu.GPU_HEALTH_REASON_INFO}).",
         ),
@@ -754,7 +754,7 @@ def health_alerts(c: RulesConfig) -> list[Alert]:
             expr=with_rank(c, needing("drain")),
             severity="critical",
             summary="A GPU needs service: drain its node.",
-            dashboard_url=panel_url(c, NODE, "Health verdict per GPU"),
+            dashboard_url=panel_url(c, links.HEALTH_VERDICT_PER_GPU),
             description=(
                 "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} needs service."
                 + gpu_context(c)
@@ -776,7 +776,7 @@ or
   ({nvlink} > {c.nvlink_errors} unless {nvlink} offset 10m)""",
             severity="warning",
             summary="An NVLink link counts errors.",
-            dashboard_url=panel_url(c, NODE, "NVLink errors per link"),
+            dashboard_url=panel_url(c, links.NVLINK_ERRORS_PER_LINK),
             description=(
                 "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} "
                 "counted {{ $value | humanize }} {{ $labels.error }} errors in 10 minutes."
@@ -787,7 +787,7 @@ or
             expr=rising(c.m(aer.PCIE_AER_ERRORS_TOTAL, 'severity="fatal"'), "15m"),
             severity="critical",
             summary="A PCIe device reported a fatal error.",
-            dashboard_url=panel_url(c, NODE, "PCIe AER errors"),
+            dashboard_url=panel_url(c, links.PCIE_AER_ERRORS),
             description=(
                 "PCIe device {{ $labels.device }} (a GPU, HCA or NVMe controller) on {{ $labels.instance }} "
                 "reported the fatal AER error {{ $labels.error }} in the last 15 minutes."
@@ -806,7 +806,7 @@ def alert_groups(c: RulesConfig) -> list[Group]:
         "trainmon.loss_scale": (loss_scale_alerts(c), "1m"),
         "trainmon.numerics": (numerics_alerts(c), "30s"),
         "trainmon.collectives": (collective_alerts(c), "30s"),
-        "trainmon.hang": (hang_alerts(c), HANG_INTERVAL),
+        "trainmon.hang": (hang.hang_alerts(c), hang.INTERVAL),
         "trainmon.nccl": (nccl_alerts(c), "1m"),
         "trainmon.fabric": (fabric_alerts(c), "30s"),
         "trainmon.storage": (storage_alerts(c), "1m"),

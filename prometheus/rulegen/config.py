@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from bundle.config import IDLE_SM_RATIO, SELECTOR
+
 from trainmon import DOCS_BASE
 from trainmon.catalog import Family
 
@@ -16,7 +18,7 @@ class RulesConfig:
     """Parameters of prometheus/rules.yml and alerts.yml (see docs/runbook.md, "Parameters")."""
 
     # How Prometheus scrapes trainmon. Change it when your scrape job has another name.
-    selector: str = 'job="trainmon"'
+    selector: str = SELECTOR
     # Where each alert's runbook_url points; the anchor is the lower-cased alert name.
     runbook: str = RUNBOOK
     # Your Grafana's base URL: each alert's dashboard_url is a panel of the trainmon dashboards there.
@@ -70,7 +72,7 @@ class RulesConfig:
     # The MAD is floored at this share of the median, so very uniform ranks do not make noise an outlier.
     slow_rank_mad_floor_ratio: float = 0.005
     # SM activity below this on a training rank's GPU is idle (NCCL spin kernels stay near 0 here).
-    idle_sm_ratio: float = 0.05
+    idle_sm_ratio: float = IDLE_SM_RATIO
     # Where SM activity is absent (pre-Hopper without GPM): power below this share of the limit.
     idle_power_ratio: float = 0.25
     # XIDs that need an operator (not application XIDs 13, 31, 43), and how long one keeps firing.

@@ -30,11 +30,13 @@ threshold plus about 30 s for slower ones.
 
 from __future__ import annotations
 
+from bundle import links
 from trainmon.catalog import nccl_ras, training
 
 from .config import RulesConfig
-from .dashboards import TRAINING_JOB, panel_url
+from .dashboards import panel_url
 from .model import Alert, Group, Record
+from .names import NOT_OTHER, RANK_INFO
 
 CULPRIT = "job_id:trainmon_train_hang:culprit"
 PEERS = "rank:trainmon_train_stack_peers:count"
@@ -81,7 +83,6 @@ def candidates(c: RulesConfig) -> str:
     """Per rank and class: the rank's score as the job's culprit (labels instance, job, job_id, rank, class; a rank
     only RAS names has host instead of instance). Equal scores (two dead ranks of a lost node, which have no stack)
     leave the pick to topk: any one of them, not necessarily the lowest."""
-    from .recording import NOT_OTHER  # recording.py lists this module's group among its own
 
     issued = c.m(training.NCCL_ISSUED_TOTAL, NOT_OTHER)
     behind = f"""(
@@ -140,7 +141,6 @@ def hang_group(c: RulesConfig) -> Group:
 
 
 def hang_alerts(c: RulesConfig) -> list[Alert]:
-    from .recording import RANK_INFO  # recording.py lists this module's group among its own
 
     hung = indent(culprit(c), 2)
     # A culprit from RAS alone has no instance and no rank info: it joins a series of its own, with no uuid.
@@ -148,7 +148,7 @@ def hang_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonJobHung",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Hung job: class and culprit"),
+            dashboard_url=panel_url(c, links.HUNG_JOB_CLASS_AND_CULPRIT),
             expr=f"""
 (
   {hung}

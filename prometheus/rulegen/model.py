@@ -30,7 +30,7 @@ class Alert:
     severity: Severity
     summary: str
     description: str
-    # The panel that explains the alert: `dashboards.panel_url(c, NODE, "<panel title>")`.
+    # The panel that explains the alert: `dashboards.panel_url(c, links.<PANEL>)`.
     dashboard_url: str
     for_: str = "0s"
     runbook_url: str = ""

@@ -9,10 +9,11 @@ change over time (and with them the bandwidth of every member) from looking slow
 
 from __future__ import annotations
 
+from bundle import links
 from trainmon.catalog import infiniband, nccl_inspector, nccl_ras
 
 from .config import RulesConfig
-from .dashboards import TRAINING_JOB, panel_url
+from .dashboards import panel_url
 from .model import Alert, Group, Record
 
 BANDWIDTH = "rank_comm:trainmon_nccl_inspector_bus_bandwidth:mean10m"
@@ -23,8 +24,6 @@ ON_COMM = "on (job, job_id, comm_name, collective, size_class)"
 SLOW_FRACTION = 0.7
 # With two members a slow one cannot be told from a fast one.
 MIN_MEMBERS = 3
-PANEL = "Bus bandwidth per communicator member (NCCL Inspector)"
-RAS_PANEL = "NCCL ranks missing (RAS)"
 
 
 def nccl_group(c: RulesConfig) -> Group:
@@ -52,7 +51,7 @@ def nccl_alerts(c: RulesConfig) -> list[Alert]:
     return [
         Alert(
             alert="TrainmonNCCLSlowLink",
-            dashboard_url=panel_url(c, TRAINING_JOB, PANEL),
+            dashboard_url=panel_url(c, links.NCCL_BUS_BANDWIDTH),
             # The NIC where the infiniband collector knows it; the alert without one where it does not.
             expr=f"""
 (
@@ -81,7 +80,7 @@ or on (instance, job, job_id, rank, comm_name, collective, size_class)
         ),
         Alert(
             alert="TrainmonNCCLRanksMissing",
-            dashboard_url=panel_url(c, TRAINING_JOB, RAS_PANEL),
+            dashboard_url=panel_url(c, links.NCCL_RANKS_MISSING),
             expr=f"max without (instance) ({missing}) > 0",
             for_="2m",
             severity="critical",

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bundle.links import LinkedPanel
+
+from bundle import links
 from trainmon.catalog import training
 
 from .config import RulesConfig
-from .dashboards import TRAINING_JOB, panel_url
+from .dashboards import panel_url
 from .model import Alert, Group, Record
 
 ON_JOB = "on (job, job_id)"
@@ -59,7 +62,7 @@ class RankEvent:
     reporting: str
     what: str  # what the ranks did, after "ranks of job X" ("counted loss spikes")
     when: str  # the rest of the description's sentence ("in the last 10 minutes")
-    panel: str
+    panel: LinkedPanel
     for_: str = "0s"
 
     @property
@@ -72,7 +75,7 @@ def spike_events(c: RulesConfig) -> list[RankEvent]:
     return [RankEvent(
         alert=alert, record=f"rank:{counter.name.removesuffix('_total')}:increase10m",
         condition=f"increase({c.m(counter)}[10m]) > 0", reporting=c.m(counter),
-        what=f"counted {what} spikes", when=f"({rule}) in the last 10 minutes", panel="Loss and grad-norm spikes",
+        what=f"counted {what} spikes", when=f"({rule}) in the last 10 minutes", panel=links.LOSS_AND_GRAD_NORM_SPIKES,
     ) for alert, counter, what, rule in SPIKE_ALERTS]
 
 
@@ -81,7 +84,7 @@ def nonfinite_event(c: RulesConfig) -> RankEvent:
     return RankEvent(
         alert="TrainmonLossNonFinite", record="rank:trainmon_train_nonfinite_loss:rising10m",
         condition=rising(nonfinite, "10m"), reporting=nonfinite,
-        what="reported a NaN or infinite loss", when="in the last 10 minutes", panel="Skipped and non-finite steps",
+        what="reported a NaN or infinite loss", when="in the last 10 minutes", panel=links.SKIPPED_AND_NON_FINITE_STEPS,
     )
 
 
@@ -100,7 +103,7 @@ unless {ON_RANK}
         reporting=f"{scale} unless {ON_RANK} {no_scaler}",
         what="had the loss scale collapse",
         when="(to 1/1,024 of the hour's highest, for 5 minutes): gradients keep overflowing and steps are skipped",
-        panel="Loss scale", for_="5m",
+        panel=links.LOSS_SCALE, for_="5m",
     )
 
 
@@ -143,7 +146,7 @@ def rank_event_alerts(c: RulesConfig, e: RankEvent) -> list[Alert]:
             severity="warning",
             labels=(("scope", "job"),),
             summary=f"Most ranks of a training job {e.what}.",
-            dashboard_url=panel_url(c, TRAINING_JOB, e.panel),
+            dashboard_url=panel_url(c, e.panel),
             description=(
                 f"{{{{ $value }}}} of {ranks} ranks of job {{{{ $labels.job_id }}}} {e.what} {e.when}; first:"
                 f"{_first_ranks(e.record)}. On most ranks at once it is the run's numerics (data, learning "
@@ -157,7 +160,7 @@ def rank_event_alerts(c: RulesConfig, e: RankEvent) -> list[Alert]:
             severity="warning",
             labels=(("scope", "rank"),),
             summary=f"A few ranks of a training job {e.what}.",
-            dashboard_url=panel_url(c, TRAINING_JOB, e.panel),
+            dashboard_url=panel_url(c, e.panel),
             description=(
                 f"Rank {{{{ $labels.rank }}}} of job {{{{ $labels.job_id }}}} on {{{{ $labels.instance }}}} {e.what} "
                 f"{e.when}; most of its peers did not. Suspect silent data corruption on its GPU: drain the node "
@@ -234,7 +237,7 @@ and {ON_JOB}
             for_="5m",
             severity="warning",
             summary="A training job's loss is rising.",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Loss"),
+            dashboard_url=panel_url(c, links.LOSS),
             description=(
                 "Job {{ $labels.job_id }}: its mean loss of the last 30 minutes is "
                 f"over {c.loss_diverging_ratio:g}x the 30 minutes before, or one rank counted more than "
@@ -247,7 +250,7 @@ and {ON_JOB}
             for_="30m",  # alert_for overrides it, as every alert's
             severity="warning",
             summary="A training job runs slower than its own best hour.",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Samples per second"),
+            dashboard_url=panel_url(c, links.SAMPLES_PER_SECOND),
             description=(
                 "Job {{ $labels.job_id }} runs "
                 f"at least {c.throughput_drift_ratio:.0%} under its best hourly mean of the last "
@@ -271,7 +274,7 @@ and {ON_JOB}
             for_="15m",
             severity="warning",
             summary="One rank computes slower than its peers.",
-            dashboard_url=panel_url(c, TRAINING_JOB, "Compute time per step by rank"),
+            dashboard_url=panel_url(c, links.COMPUTE_TIME_PER_STEP_BY_RANK),
             description=(
                 "Rank {{ $labels.rank }} of job {{ $labels.job_id }} on {{ $labels.instance }} (GPU "
                 "{{ $labels.uuid }}) takes longer to compute a step than its peers (robust z-score over "

@@ -14,6 +14,7 @@ from .config import RulesConfig
 from .efficiency import efficiency_groups
 from .hang import hang_group
 from .model import Group, Record
+from .names import NOT_OTHER, RANK_INFO
 from .nccl import nccl_group
 from .numerics import loss_scale_group, numerics_group
 from .xid_catalog import xid_catalog_group
@@ -35,15 +36,12 @@ STEP_SHARES = (
     "rank:trainmon_nccl_time_seconds:rate5m",
     "rank:trainmon_train_compute_seconds:rate5m",
 )
-# The `other` group folds each rank's unrelated groups together: its members are not one group.
-NOT_OTHER = 'group!="other"'
 UNCORRECTED = 'error="uncorrected"'
 STEP_SECONDS = "rank:trainmon_train_step_duration_seconds_sum:rate5m"
 JOB_STEP_SECONDS = "job_id:trainmon_train_step_duration_seconds_sum:rate5m"
 NVME_REQUESTS = "instance_device:trainmon_nvme_requests:rate5m"
 COMM_OUTSIDE_PHASES = "rank:trainmon_train_comm_wait_outside_phases_seconds:rate5m"
 NVME_LATENCY = "instance_device:trainmon_nvme_request_seconds:mean5m"
-RANK_INFO = "rank:trainmon_train_rank_info:max"
 METADATA_OPS = 'op!~"read|write"'
 CHECKPOINT_PHASE = 'phase="checkpoint"'
 JOB_NODES = "instance_job_id:trainmon_train_ranks:group"

@@ -35,7 +35,7 @@ BOARDS = [pytest.param(load(path), id=path.name) for path in DASHBOARD_FILES]
 
 
 def test_committed_dashboards_equal_the_generator_output() -> None:
-    """grafana/dashboards/*.json is exactly what `python -m prometheus.rulegen` writes, and nothing else."""
+    """grafana/dashboards/*.json is exactly what `python -m bundle` writes, and nothing else."""
     generated = dashboard_files()
 
     assert {p.name: p.read_text() for p in DASHBOARDS.glob("*.json")} == generated
@@ -115,8 +115,8 @@ def test_the_selector_and_the_idle_threshold_are_the_rules_own() -> None:
 
 
 def test_the_selector_re_targets_every_query_and_the_job_variable(tmp_path: Path) -> None:
-    """`python -m prometheus.rulegen --selector` re-targets the dashboards: every selector and the Job list."""
-    subprocess.run([sys.executable, "-m", "prometheus.rulegen", "--selector", 'job="gpu-nodes"',
+    """`python -m bundle --selector` re-targets the dashboards: every selector and the Job list."""
+    subprocess.run([sys.executable, "-m", "bundle", "--selector", 'job="gpu-nodes"',
                     "--root", str(tmp_path)], cwd=REPO, check=True)
     written = tmp_path / DASHBOARDS.relative_to(REPO)
     boards = [load(written / name) for name in BUILDERS]

@@ -11,9 +11,9 @@ from typing import Any
 import _jsonnet
 import pytest
 import yaml
+from bundle.mixin import MIXIN_DIR, dashboard_config, mixin_files
 from grafana.dashgen.build import DASHBOARDS, dashboard_files
 from prometheus.rulegen.config import RulesConfig
-from prometheus.rulegen.mixin import MIXIN_DIR, dashboard_config, mixin_files
 from prometheus.rulegen.render import PROMETHEUS_DIR, rule_files
 
 from tests.deploy.test_kubernetes import OVERLAY, kustomize

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from grafana.dashgen.build import DASHBOARDS, dashboard_files
 from grafana.dashgen.config import DashboardConfig
+from prometheus.rulegen.config import RulesConfig
+from prometheus.rulegen.render import PROMETHEUS_DIR, rule_files
 
-from .config import RulesConfig
 from .mixin import MIXIN_DIR, mixin_files
-from .render import PROMETHEUS_DIR, rule_files
 
 REPO = PROMETHEUS_DIR.parent
 
@@ -30,7 +30,7 @@ def generated_files(selector: str) -> dict[Path, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m prometheus.rulegen", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bundle", description=__doc__)
     parser.add_argument("--selector", default=RulesConfig().selector, help="label matchers of the trainmon targets")
     parser.add_argument("--root", type=Path, default=REPO, help="write under this directory instead of the checkout")
     args = parser.parse_args()

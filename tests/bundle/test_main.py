@@ -1,4 +1,4 @@
-"""`python -m prometheus.rulegen`: the one generator CLI writes the rules, the alerts, the dashboards and the mixin."""
+"""`python -m bundle`: the one generator CLI writes the rules, the alerts, the dashboards and the mixin."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from prometheus.rulegen.__main__ import REPO
+from bundle.__main__ import REPO
 
 GENERATED = ("prometheus/rules.yml", "prometheus/alerts.yml", "grafana/dashboards", "mixin")
 
@@ -17,7 +17,7 @@ def committed_outputs() -> set[Path]:
 
 
 def run_rulegen(root: Path, *args: str) -> set[Path]:
-    subprocess.run([sys.executable, "-m", "prometheus.rulegen", "--root", str(root), *args], cwd=REPO, check=True)
+    subprocess.run([sys.executable, "-m", "bundle", "--root", str(root), *args], cwd=REPO, check=True)
     return {p.relative_to(root) for p in root.rglob("*") if p.is_file()}
 
 
@@ -38,7 +38,8 @@ def test_the_selector_re_targets_the_rules_and_the_dashboards_in_the_same_run(tm
 
 
 def test_there_is_one_generator_entry_point() -> None:
-    entry_points = sorted(str(p.relative_to(REPO)) for d in ("prometheus", "grafana") for p in (REPO / d).rglob("*.py")
+    entry_points = sorted(str(p.relative_to(REPO)) for d in ("bundle", "prometheus", "grafana")
+                          for p in (REPO / d).rglob("*.py")
                           if p.name == "__main__.py" or "__name__ == \"__main__\"" in p.read_text())
 
-    assert ["prometheus/rulegen/__main__.py"] == entry_points
+    assert ["bundle/__main__.py"] == entry_points
