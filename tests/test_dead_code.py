@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PATHS = ("exporter", "prometheus", "grafana", "scripts", "deploy", "tests", "vulture_whitelist.py")
+PATHS = ("exporter", "bundle", "prometheus", "grafana", "scripts", "deploy", "tests", "vulture_whitelist.py")
 GENERATED = "*_pb2.py,*_pb2_grpc.py"  # exporter/trainmon/kubelet: made by generate.sh
 MIN_CONFIDENCE = 61
 
