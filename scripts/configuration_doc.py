@@ -1,7 +1,7 @@
 """Writes docs/configuration.md from the one flag table (`trainmon.settings`); `--check` only compares.
 
     python scripts/configuration_doc.py          # after changing a flag, its help or its default
-    python scripts/configuration_doc.py --check  # exit 1 when the committed doc is stale (a test runs it)
+    python scripts/configuration_doc.py --check  # exit 1 when the committed doc is stale
 """
 
 from __future__ import annotations

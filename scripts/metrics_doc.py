@@ -1,16 +1,14 @@
-"""Writes the family tables of docs/metrics.md from trainmon.catalog; `--check` only compares.
+"""Writes the family tables of docs/metrics.md from trainmon.catalog (`scripts/generate.py --check` finds them stale).
 
 Each table stands between `<!-- generated: SOURCE[, SOURCE…] -->` and `<!-- end -->` (sources as in
 `trainmon.catalog.BY_SOURCE`); the prose around them is the doc's own.
 
-    python scripts/metrics_doc.py          # after declaring, renaming or describing a family
-    python scripts/metrics_doc.py --check  # exit 1 when the committed doc is stale
+    python scripts/metrics_doc.py  # after declaring, renaming or describing a family
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 from trainmon.catalog import BY_SOURCE, Family
@@ -38,17 +36,5 @@ def render(text: str) -> str:
     return TABLE.sub(lambda m: f"{m.group(1)}\n{table(m.group(2))}\n{m.group(3)}", text)
 
 
-def main(argv: list[str]) -> int:
-    text = DOC.read_text()
-    fresh = render(text)
-    if argv == ["--check"]:
-        if fresh == text:
-            return 0
-        print(f"{DOC} is stale: run python scripts/metrics_doc.py", file=sys.stderr)
-        return 1
-    DOC.write_text(fresh)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    DOC.write_text(render(DOC.read_text()))

@@ -110,8 +110,12 @@ class Board:
     _builder: dashboard.Dashboard = field(init=False)
     _next_id: int = field(init=False, default=1)
     _placed: set[LinkedPanel] = field(init=False, default_factory=set)
+    _linked: frozenset[LinkedPanel] = field(init=False)  # this dashboard's linked panels
+    _fixed: frozenset[int] = field(init=False)  # their ids, which the other panels skip
 
     def __post_init__(self) -> None:
+        self._linked = frozenset(ref for ref in LINKED if ref.dashboard == self.identity)
+        self._fixed = frozenset(ref.id for ref in self._linked)
         c = self.config
         self._builder = (
             dashboard.Dashboard(c.title_prefix + self.title)
@@ -153,19 +157,15 @@ class Board:
                 self._builder = self._builder.with_panel(panel.id(self._take_id()))
         return self
 
-    def _fixed(self) -> set[int]:
-        return {ref.id for ref in LINKED if ref.dashboard == self.identity}
-
     def _take_id(self) -> int:
         """The next id in order that no linked panel of this dashboard holds."""
-        fixed = self._fixed()
-        while self._next_id in fixed:
+        while self._next_id in self._fixed:
             self._next_id += 1
         self._next_id += 1
         return self._next_id - 1
 
     def _place(self, ref: LinkedPanel) -> int:
-        if ref.dashboard != self.identity or ref in self._placed:
+        if ref not in self._linked or ref in self._placed:
             raise ValueError(f"{ref} placed twice or on {self.identity.name}: a linked panel is on its dashboard once")
         self._placed.add(ref)
         return ref.id
@@ -176,7 +176,7 @@ class Board:
         Raises:
             ValueError: a linked panel of this dashboard is missing (an alert would link to nothing).
         """
-        missing = [ref for ref in LINKED if ref.dashboard == self.identity and ref not in self._placed]
+        missing = [ref for ref in LINKED if ref in self._linked and ref not in self._placed]
         if missing:
             raise ValueError(f"{self.identity.name}: linked panels not placed: {missing}")
         return self._builder.build()

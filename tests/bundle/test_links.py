@@ -6,7 +6,7 @@ import json
 
 import pytest
 from bundle.links import DASHBOARDS as BOARDS
-from bundle.links import LINKED, Dashboard
+from bundle.links import LINKED, Dashboard, LinkedPanel
 from grafana.dashgen.build import DASHBOARDS
 from grafana.dashgen.config import DashboardConfig
 from grafana.dashgen.panels import Board, Panel, Query, graph, linked, to_json
@@ -24,6 +24,7 @@ def panel_ids(dashboard: Dashboard) -> list[int]:
 
 def test_every_linked_panel_is_a_panel_of_its_dashboard_and_ids_are_unique() -> None:
     assert len(LINKED) == len(set(LINKED))
+    assert set(LINKED) == {value for value in vars(links).values() if isinstance(value, LinkedPanel)}
     for dashboard in BOARDS:
         ids = panel_ids(dashboard)
         assert len(ids) == len(set(ids)), dashboard

@@ -7,11 +7,10 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from trainmon.catalog import BY_SOURCE, Family, Kind
+from trainmon.profiles import exposed_name
 
 # Labels client_python adds to a histogram's buckets and a summary's quantiles: not the family's own.
 SERIES_LABELS = frozenset({"le", "quantile"})
-# What client_python strips from a family's name and puts back on its samples, by kind.
-NAME_SUFFIXES = {Kind.COUNTER.value: "_total", Kind.INFO.value: "_info"}
 
 
 def assert_declared(families: Iterable[Metric], source: str) -> set[str]:
@@ -25,7 +24,7 @@ def assert_declared(families: Iterable[Metric], source: str) -> set[str]:
     seen: set[str] = set()
     sampled: set[str] = set()
     for metric in families:
-        name = metric.name + NAME_SUFFIXES.get(metric.type, "")
+        name = exposed_name(metric)
         assert name not in seen, f"{name} served twice"
         seen.add(name)
         family = declared.get(name)
