@@ -1,6 +1,6 @@
 """The daemon's ingest capacity: report datagrams per second it takes without dropping any.
 
-    python -m tests.bench.bench_ingest
+    python -m tests.bench.bench_ingest [--rates 1000,2000,...]
 
 Prints figures; asserts nothing. Senders blast realistic 8-rank reports at the daemon's own ingest
 server (built as `trainmon serve` builds it, in this process) over the Unix socket, at rising rates,
@@ -10,6 +10,7 @@ EAGAIN, so those drops are counted on the sending side, exactly as in training.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import multiprocessing
 import os
@@ -23,6 +24,7 @@ from trainmon.daemon import build_ingest
 from trainmon.settings import Settings
 
 RANKS = 64
+RATES = (1_000, 2_000, 5_000, 10_000, 20_000, 40_000)  # offered in turn, one second each
 TEMPLATE = wire.Report(
     job_id="bench", rank=0, pid=0, start_time=1_767_000_000.0, seq=1, world_size=RANKS, uuid="GPU-x",
     backend="nccl", framework="ddp", loss_scaler="torch_amp", loss_scale=65536.0, steps=1000, samples=32000,
@@ -56,6 +58,9 @@ def blast(path: Path, rate: int, seq: int) -> tuple[int, int]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rates", default=",".join(map(str, RATES)), help="datagrams per second offered, in turn")
+    rates = [int(rate) for rate in parser.parse_args().rates.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ingest.sock"
         ingest = build_ingest(Settings(ingest_socket=str(path), max_ranks=RANKS))
@@ -63,7 +68,7 @@ def main() -> None:
         print(f"datagram {len(wire.encode(TEMPLATE))} bytes, {RANKS} ranks")
         print(f"{'offered/s':>10}{'accepted':>10}{'dropped':>10}")
         seq = 1
-        for rate in (1_000, 2_000, 5_000, 10_000, 20_000, 40_000):
+        for rate in rates:
             before = ingest.table.view().messages
             with multiprocessing.get_context("spawn").Pool(1) as pool:  # its own GIL, like a training process
                 sent, dropped = pool.apply(blast, (path, rate, seq))

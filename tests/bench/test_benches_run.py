@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("bench_numerics", ["--values", "1000", "--rounds", "1"], "grad norm, a zero every 50 steps"),
     ("bench_hang_stack", ["--calls", "20"], "200 frames deep"),
     ("bench_fs", ["--cycles", "20"], "3 Lustre mounts x 7 OSCs"),
-    ("bench_ingest", [], "offered/s"),
+    ("bench_ingest", ["--rates", "1000"], "offered/s"),
     ("bench_owners", ["--refreshes", "5"], "8 of 100 pods hold GPUs"),
     ("bench_flood", ["--seconds", "1", "--idle", "200", "--flood", "200", "--settle", "0.2"], "flood answers"),
     ("bench_auth_flood", ["--scrapes", "5", "--clients", "8", "--cost", "4"], "wrong-password clients"),

@@ -52,8 +52,9 @@ JOBS: dict[str, tuple[str, int, dict[str, str], dict[int, dict[str, str]]]] = {
     "data": ("a", 1, {"JOB_COMPUTE_SECONDS": "0.02", "JOB_BATCH_SECONDS": "0.1"}, {}),
     "ckpt": ("a", 1, {"JOB_COMPUTE_SECONDS": "0.02", "JOB_PHASE": "checkpoint", "JOB_PHASE_SECONDS": "0.5",
                       "JOB_PHASE_EVERY": "3"}, {}),
+    # rank 1 computes 0.3 s: at 0.15 s a loaded CI run read its own all-reduce hand-offs as 10% communication
     "straggler": ("b", 2, {"JOB_COMPUTE_SECONDS": "0.02", "TRAINMON_GPU_UUID": GPU_UUID,
-                           "JOB_FLOPS_PER_TOKEN": "1e9"}, {1: {"JOB_COMPUTE_SECONDS": "0.15"}}),
+                           "JOB_FLOPS_PER_TOKEN": "1e9"}, {1: {"JOB_COMPUTE_SECONDS": "0.3"}}),
 }
 
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from trainmon.catalog import training
 from trainmon.diagnose.prometheus import PrometheusClient
 
-# The resolution "last seen" is looked up at: a scrape interval is usually 15 s or less.
-LAST_SEEN_STEP = "15s"
+# How many times "last seen" looks inside the window. At each look a series whose target's last scrape failed is
+# stale (a loaded node whose scrape timed out); with one look per window, a job there read as never seen.
+LAST_SEEN_LOOKS = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,13 +30,19 @@ def list_jobs(client: PrometheusClient, now: float, window: int) -> list[JobSeen
     Raises:
         PrometheusUnreadable: Prometheus cannot be reached or refuses a query.
     """
-    info = f"last_over_time({training.TRAIN_RANK_INFO}[{window}s])"
-    ranks = _by_job(client, f"count by (job_id) (count by (job_id, rank) ({info}))", now)
-    nodes = _by_job(client, f"count by (job_id) (count by (job_id, instance) ({info}))", now)
-    seen = _by_job(client, f"max by (job_id) (max_over_time(timestamp({training.TRAIN_RANK_INFO})"
-                           f"[{window}s:{LAST_SEEN_STEP}]))", now)
+    ranks, nodes, seen = (_by_job(client, query, now) for query in job_queries(window))
     return sorted((JobSeen(job, int(n), int(nodes.get(job, 0)), seen.get(job, 0.0)) for job, n in ranks.items()),
                   key=lambda j: (-j.last_seen, j.job_id))
+
+
+def job_queries(window: int) -> tuple[str, str, str]:
+    """The ranks, the nodes and the newest `trainmon_train_rank_info` sample's time of each job seen within `window`
+    seconds."""
+    info = f"last_over_time({training.TRAIN_RANK_INFO}[{window}s])"
+    step = max(1, window // LAST_SEEN_LOOKS)
+    return (f"count by (job_id) (count by (job_id, rank) ({info}))",
+            f"count by (job_id) (count by (job_id, instance) ({info}))",
+            f"max by (job_id) (max_over_time(timestamp({training.TRAIN_RANK_INFO})[{window}s:{step}s]))")
 
 
 def _by_job(client: PrometheusClient, query: str, now: float) -> dict[str, float]:
