@@ -125,15 +125,15 @@ def record_demo(tmp_path: Path, daemons: list[Daemon], args: list[str]) -> Recor
     return recording
 
 
-def fired(tmp_path: Path, recording: Recording) -> str:
-    """promtool's report of the alerts that fire over the repeated recording ('' when none do)."""
+def fired(tmp_path: Path, recording: Recording, minutes: int = SIMULATED_MINUTES) -> str:
+    """promtool's report of the alerts that fire over the recording repeated for `minutes` ('' when none do)."""
     promtool = require_tool("promtool")
-    points = SIMULATED_MINUTES * 60 // SIMULATED_SCRAPE_SECONDS + 1
+    points = minutes * 60 // SIMULATED_SCRAPE_SECONDS + 1
     series = [{"series": key, "values": recording.repeated(key, points)} for key in sorted(recording.values)]
     series.append({"series": 'up{instance="demo:9400",job="trainmon"}', "values": " ".join(["1"] * points)})
     names = sorted({rule["alert"] for rule in alert_rules()})
     checks = [{"eval_time": f"{minute}m", "alertname": name, "exp_alerts": []}
-              for minute in range(1, SIMULATED_MINUTES + 1) for name in names]
+              for minute in range(1, minutes + 1) for name in names]
     rule_files = rule_files_without_xid_catalog(tmp_path)
     test = {"rule_files": [str(f) for f in rule_files], "evaluation_interval": "30s",
             "tests": [{"interval": f"{SIMULATED_SCRAPE_SECONDS}s", "input_series": series, "alert_rule_test": checks}]}
@@ -151,7 +151,7 @@ def test_the_healthy_demo_fires_no_alert_in_twenty_minutes(tmp_path: Path, daemo
 
 def test_the_same_check_sees_a_planted_incident_fire(tmp_path: Path, daemons: list[Daemon]) -> None:
     """An incident that holds steady through the recorded period (a collapsing loss scale would restart with
-    every repeat)."""
+    every repeat), replayed for 5 minutes: its alert's `for:` is 2."""
     recording = record_demo(tmp_path, daemons, ["--incident", "gpu-lost", "--incident-after", "1"])
 
-    assert "TrainmonGPULost" in fired(tmp_path, recording)
+    assert "TrainmonGPULost" in fired(tmp_path, recording, minutes=5)
