@@ -25,6 +25,10 @@ pytestmark = pytest.mark.slow
 
 # The incident fills the last window, the window before it is healthy: diagnose compares the two (15 scrapes each).
 WINDOW_SECONDS = 30
+# The healthy run before the incident. Its clock starts when the demo's process builds its plan, before the demo
+# serves: the window before the incident must hold scrapes of the healthy run, so the healthy run must outlast the
+# start-up by a window. With 30 s, a loaded CI run whose demo took more than 26 s between the two never had one.
+HEALTHY_SECONDS = 2 * WINDOW_SECONDS
 EVIDENCE = {"rpc_latency_seconds", "rpc_latency_before_seconds", "rpc_timeouts"}
 
 
@@ -44,14 +48,14 @@ def test_a_slow_lustre_mount_is_storage_with_its_mount_and_a_healthy_demo_is_not
                     "2s") as prom:
         for name in ("healthy", "slow"):  # the slow one last: its clock is the one the windows follow
             (tmp_path / name).mkdir()
-            args = ["--incident", "storage-slow", "--incident-after", str(WINDOW_SECONDS)] if name == "slow" else []
+            args = ["--incident", "storage-slow", "--incident-after", str(HEALTHY_SECONDS)] if name == "slow" else []
             started = time.monotonic()
             daemons.append(start_daemon(tmp_path / name, args, command="demo", port=ports[name]))
-        # The incident starts 30 s into the demo's run, which begins after its imports (seconds on a loaded machine):
+        # The incident starts 60 s into the demo's run, which begins after its imports (seconds on a loaded machine):
         # diagnose every few seconds from 15 s into the incident until its window holds the incident and the window
-        # before it the healthy run (a loaded CI run found nothing yet 40 s after that: the wait is 160 s).
-        time.sleep(max(0.0, started + WINDOW_SECONDS + 15 - time.monotonic()))
-        deadline = started + 2 * WINDOW_SECONDS + 160
+        # before it the healthy run.
+        time.sleep(max(0.0, started + HEALTHY_SECONDS + 15 - time.monotonic()))
+        deadline = started + HEALTHY_SECONDS + WINDOW_SECONDS + 120
         while True:
             slow_rc, slow = diagnose(prom.url, f"{JOB_ID}-storage-slow")
             findings = slow["findings"]

@@ -1,6 +1,7 @@
 """A small gloo training job with planted causes of lost time, one process per rank.
 
-    python -m tests.torch.workload_job STEPS OUT_DIR      (STEPS 0: run until OUT_DIR/stop exists)
+    python -m tests.torch.workload_job STEPS OUT_DIR      (STEPS 0: run until OUT_DIR/stop exists; every rank
+                                                          stops at the same step, see `stop_agreed`)
 
 Started through `tests.torch.jobs.start_job(..., module="tests.torch.workload_job")`; knobs come from the
 environment (per rank through `rank_env`):
@@ -45,6 +46,18 @@ def batches(batch_seconds: float) -> Iterator[tuple[torch.Tensor, torch.Tensor]]
         yield torch.randn(8, 16, generator=gen), torch.randn(8, 1, generator=gen)
 
 
+def stop_agreed(out: Path, step: int, rank: int) -> bool:
+    """Whether a job run until told stops before `step`. Once OUT_DIR/stop exists, rank 0 names a step two ahead of
+    its own and every rank stops there: the gradient all-reduce keeps the ranks within a step of each other, so no
+    rank has passed it. A rank that stopped on its own left its peers in an all-reduce until `stop` killed them a
+    minute later (no collective here: one would count in what the job reports)."""
+    at = out / "stop-at"
+    if rank == 0 and (out / "stop").exists() and not at.exists():
+        (staged := out / "stop-at.staged").write_text(str(step + 2))
+        staged.replace(at)
+    return at.exists() and step >= int(at.read_text())
+
+
 def main(steps: int, out: Path) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -64,7 +77,7 @@ def main(steps: int, out: Path) -> None:
     mon.watch(model=model, optimizer=opt)
     counter = range(steps) if steps else itertools.count()
     for i, (x, y) in zip(counter, mon.dataloader(batches(env_float("JOB_BATCH_SECONDS"))), strict=False):
-        if steps == 0 and (out / "stop").exists():
+        if steps == 0 and stop_agreed(out, i, rank):
             break
         if phase and phase_every and i and i % phase_every == 0:
             with mon.phase(phase):
