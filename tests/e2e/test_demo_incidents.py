@@ -155,6 +155,10 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
         return lambda: {tuple(r["metric"].get(label, "") for label in labels) for r in prom.query(expr)
                         if r["metric"]["job_id"] == job_id}
 
+    def hung_job_alerts(alertname: str, *labels: str) -> set[tuple[str, ...]]:
+        return {tuple(a.get(label, "") for label in labels) for a in alerts.of(*demo["hang"])
+                if a["alertname"] == alertname and a.get("job_id") == hung_job}
+
     def shown(incident: str, state: str | None = None) -> Duty:
         what = f"{INCIDENTS[incident]} {state or 'active'}"
         return Duty(what, lambda: active(alerts, demo[incident], incident, state))
@@ -165,11 +169,10 @@ def test_each_incident_ends_in_its_alert_and_the_healthy_demo_fires_nothing(
     duties["stall"] = [Duty("the shortened stall", lambda: prom.query(stalled))]
     duties["hang"] = [
         Duty("the shortened collective hang", first(of_job(hung, hung_job, "rank"), {(str(HUNG_RANK),)})),
-        Duty("RAS's missing rank", lambda: prom.query(f'ALERTS{{alertname="TrainmonNCCLRanksMissing",'
-                                                      f'job_id="{hung_job}",kind="unresponsive"}}')),
+        Duty("RAS's missing rank", lambda: ("unresponsive",) in hung_job_alerts("TrainmonNCCLRanksMissing", "kind")),
         # hang triage: rank 2 never issued the collective its peers wait in (the other hangs are incidents of their
         # own, TrainmonJobHung their alert)
-        Duty("TrainmonJobHung", first(of_job('ALERTS{alertname="TrainmonJobHung"}', hung_job, "class", "rank"),
+        Duty("TrainmonJobHung", first(lambda: hung_job_alerts("TrainmonJobHung", "class", "rank"),
                                       {(HANGS["hang"], str(HUNG_RANK))})),
     ]
     # NCCL's own view (simulated): Inspector singles out the member on the slow rail, and the slow-link alert's

@@ -13,8 +13,7 @@ def free_port() -> int:
 
 # Without an `interval`, a wait polls at once and then ever less often, up to every quarter second: a condition met
 # quickly is seen quickly, and a wait of minutes (a Prometheus alert's `for:`, a daemon's metrics) does not query
-# its target twenty times a second. That had the suite's test processes, daemons and Prometheus spend a share of the
-# 2 cores answering polls.
+# its target twenty times a second (in the whole suite that came to about 1% of its CPU).
 FIRST_POLL_S, LAST_POLL_S = 0.05, 0.25
 
 
