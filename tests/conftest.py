@@ -18,7 +18,6 @@ SLOW_TIMEOUT_S = 300  # pyproject's `timeout` (60 s) is every other test's
 # On a cold machine the container image's file is the longest (debootstrap, then the image build: about 9
 # minutes), so tests/setup/ starts first and the session's Debian root is built at once.
 LONGEST_FIRST = ("tests/setup/test_container_image.py", "tests/setup/", "tests/e2e/test_demo_incidents.py",
-                 "tests/prometheus/test_instability.py", "tests/prometheus/test_causes_scenarios.py",
                  "tests/e2e/test_alerting.py", "tests/bench/", "tests/e2e/")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.daemon import Daemon, start_daemon
 from tests.helpers.net import wait_until
-from tests.helpers.tools import require_tool
-from tests.prometheus.rulefiles import alert_rules, rule_files_without_xid_catalog
+from tests.prometheus.rulefiles import alert_rules, run_promtool_tests
 from trainmon.catalog.training import TRAIN_PHASE
 from trainmon.simulation.incidents import CHECKPOINT_EVERY_S
 
@@ -127,18 +125,16 @@ def record_demo(tmp_path: Path, daemons: list[Daemon], args: list[str]) -> Recor
 
 def fired(tmp_path: Path, recording: Recording, minutes: int = SIMULATED_MINUTES) -> str:
     """promtool's report of the alerts that fire over the recording repeated for `minutes` ('' when none do)."""
-    promtool = require_tool("promtool")
     points = minutes * 60 // SIMULATED_SCRAPE_SECONDS + 1
     series = [{"series": key, "values": recording.repeated(key, points)} for key in sorted(recording.values)]
     series.append({"series": 'up{instance="demo:9400",job="trainmon"}', "values": " ".join(["1"] * points)})
     names = sorted({rule["alert"] for rule in alert_rules()})
     checks = [{"eval_time": f"{minute}m", "alertname": name, "exp_alerts": []}
               for minute in range(1, minutes + 1) for name in names]
-    rule_files = rule_files_without_xid_catalog(tmp_path)
-    test = {"rule_files": [str(f) for f in rule_files], "evaluation_interval": "30s",
+    test = {"evaluation_interval": "30s",
             "tests": [{"interval": f"{SIMULATED_SCRAPE_SECONDS}s", "input_series": series, "alert_rule_test": checks}]}
     (path := tmp_path / "healthy.test.yml").write_text(yaml.safe_dump(test, width=1 << 20))
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    result = run_promtool_tests(path, tmp_path)
     return "" if result.returncode == 0 else result.stdout + result.stderr
 
 

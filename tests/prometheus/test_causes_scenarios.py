@@ -1,15 +1,14 @@
 """promtool passes prometheus/tests/causes.test.yml, the incidents whose alert must name the cause and not its
-victims (a file of its own: its minutes of promtool run on a worker beside test_instability.py's)."""
+victims (a file of its own, so that pytest-xdist runs it beside test_instability.py's promtool run)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.prometheus.rulefiles import CAUSES_TESTS, SCENARIO_TIMEOUT_S, assert_promtool_tests_pass
+from tests.prometheus.rulefiles import CAUSES_TESTS, assert_promtool_tests_pass
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(SCENARIO_TIMEOUT_S)
 def test_promtool_passes_the_cause_scenarios() -> None:
     """A node's NVMe collapse, an hour-long 5% slowdown, a one-rank spike, a rising loss, slow and final
     checkpoints and a barrier inside a checkpoint phase: the cause is named, its victims are not (Debian

@@ -6,7 +6,6 @@ import ast
 import bisect
 import json
 import logging
-import subprocess
 import time
 import traceback
 from collections.abc import Iterator
@@ -20,8 +19,7 @@ from torch.distributed import c10d_logger
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.distributed_c10d import _coalescing_manager
 
-from tests.helpers.tools import require_tool
-from tests.prometheus.rulefiles import PROMETHEUS
+from tests.prometheus.rulefiles import run_promtool_tests
 from tests.torch.collective_job import SIDE_CALLS
 from tests.torch.jobs import run_job
 from tests.torch.render_wrapper import RENDERED, all_reduce
@@ -32,8 +30,6 @@ from trainmon.torch import TrainingMonitor
 from trainmon.torch._collectives import CollectiveRecorder
 from trainmon.torch._discovery import _signature, op_of
 from trainmon.torch._wrapper import wrapper_source
-
-RULE_TESTS_DIR = PROMETHEUS / "tests"
 
 
 @pytest.fixture
@@ -236,7 +232,6 @@ def test_an_overlapped_bucket_ends_when_its_work_completes_not_when_it_is_waited
 def hang_alerts_on(tmp_path: Path, issued: list[int], oldest: list[int | None], interval: int) -> str:
     """promtool's verdict on "no `TrainmonCollectiveHang` at the end" for a 2-rank job whose ranks both
     report these values, one sample each `interval` seconds."""
-    base = yaml.safe_load((RULE_TESTS_DIR / "collectives.test.yml").read_text())
     series = []
     for rank in (0, 1):
         labels = f'job="trainmon",job_id="sim",instance="n1:9842",rank="{rank}"'
@@ -253,15 +248,11 @@ def hang_alerts_on(tmp_path: Path, issued: list[int], oldest: list[int | None], 
         ]
     quiet_at_the_end = {"eval_time": f"{interval * (len(issued) - 1)}s", "alertname": "TrainmonCollectiveHang",
                         "exp_alerts": []}
-    test = {
-        "rule_files": [str(RULE_TESTS_DIR.parent / "rules.yml"), str(RULE_TESTS_DIR.parent / "alerts.yml")],
-        "evaluation_interval": f"{interval}s", "group_eval_order": base["group_eval_order"],
-        "tests": [{"interval": f"{interval}s", "input_series": series, "alert_rule_test": [quiet_at_the_end]}],
-    }
+    test = {"evaluation_interval": f"{interval}s",
+            "tests": [{"interval": f"{interval}s", "input_series": series, "alert_rule_test": [quiet_at_the_end]}]}
     path = tmp_path / "hang.test.yml"
     path.write_text(yaml.safe_dump(test))
-    result = subprocess.run([require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = run_promtool_tests(path, tmp_path)
     return result.stdout + result.stderr
 
 
