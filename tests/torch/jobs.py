@@ -1,10 +1,17 @@
-"""Running the test job (`tests.torch.gloo_job`) as real processes, one per rank."""
+"""Running a test job (`tests.torch.gloo_job` and the others) as real processes, one per rank, forked from a
+process that has imported torch (`tests.torch.zygote`)."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -25,8 +32,9 @@ def start_job(
     ranks: int = 2,
     rank_env: Mapping[int, Mapping[str, str]] | None = None,
     module: str = "tests.torch.gloo_job",
-) -> list[subprocess.Popen[bytes]]:
-    """Start one process per rank of `module`; `env` goes to all of them, `rank_env[r]` to rank r only."""
+) -> list[Rank]:
+    """Start one process per rank of `module`, forked from this worker's zygote; `env` goes to all of them,
+    `rank_env[r]` to rank r only."""
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
     procs = []
@@ -36,20 +44,95 @@ def start_job(
                     LOCAL_RANK=str(rank), TRAINMON_REPORT_INTERVAL="0.1", OMP_NUM_THREADS="1")
         full.update(env)
         full.update((rank_env or {}).get(rank, {}))
-        with open(out / f"rank-{rank}.log", "wb") as log:  # the child keeps its own copy of the descriptor
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", module, *([mode] if mode else []), str(steps), str(out)],
-                cwd=REPO, env=full, stdout=log, stderr=subprocess.STDOUT))
+        procs.append(zygote().start(module, [*([mode] if mode else []), str(steps), str(out)], full,
+                                    out / f"rank-{rank}.log"))
     return procs
 
 
-def finish(procs: list[subprocess.Popen[bytes]], out: Path, timeout: float = 120) -> None:
+class Zygote:
+    """Client of `tests.torch.zygote`: one per pytest worker, started with its first job and ended with it."""
+
+    def __init__(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINMON_", "JOB_"))}
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.torch.zygote"], cwd=REPO,
+                                        env={**env, "OMP_NUM_THREADS": "1"}, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE)
+        self.lock = threading.Lock()
+        self.forked: queue.Queue[int] = queue.Queue()
+        self.exited: dict[int, int] = {}
+        self.changed = threading.Condition()
+        threading.Thread(target=self.read, name="zygote replies", daemon=True).start()
+        atexit.register(self.close)
+
+    def start(self, module: str, args: list[str], env: Mapping[str, str], log: Path) -> Rank:
+        request = {"module": module, "args": args, "env": dict(env), "cwd": str(REPO), "log": str(log)}
+        with self.lock:
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            self.process.stdin.flush()
+            return Rank(self.forked.get(timeout=60), self)
+
+    def close(self) -> None:
+        """End the zygote (and any rank still running) and reap it, so its CPU counts as this process's children's."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+    def read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            message = json.loads(line)
+            if "forked" in message:
+                self.forked.put(message["forked"])
+            else:
+                with self.changed:
+                    self.exited[message["exited"]] = message["code"]
+                    self.changed.notify_all()
+
+
+def zygote() -> Zygote:
+    global _zygote
+    if _zygote is None or _zygote.process.poll() is not None:
+        _zygote = Zygote()
+    return _zygote
+
+
+_zygote: Zygote | None = None
+
+
+class Rank:
+    """One forked rank, waited for like a `subprocess.Popen` (the zygote is its parent and reports its end)."""
+
+    def __init__(self, pid: int, parent: Zygote) -> None:
+        self.pid = pid
+        self.parent = parent
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        with self.parent.changed:
+            self.returncode = self.parent.exited.get(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        with self.parent.changed:
+            if not self.parent.changed.wait_for(lambda: self.pid in self.parent.exited, timeout):
+                raise subprocess.TimeoutExpired(f"rank {self.pid}", timeout or 0)
+            self.returncode = self.parent.exited[self.pid]
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:  # not reaped by the zygote yet, so the pid is still this rank's
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+def finish(procs: list[Rank], out: Path, timeout: float = 120) -> None:
     for rank, proc in enumerate(procs):
         code = proc.wait(timeout=timeout)
         assert code == 0, (out / f"rank-{rank}.log").read_text()
 
 
-def stop(jobs: Iterable[tuple[Path, list[subprocess.Popen[bytes]]]], timeout: float = 60) -> None:
+def stop(jobs: Iterable[tuple[Path, list[Rank]]], timeout: float = 60) -> None:
     """Stop jobs started to run until told (steps 0): each gets its `stop` file, then each rank is waited for, and
     killed past `timeout`."""
     jobs = list(jobs)
