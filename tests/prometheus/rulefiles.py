@@ -44,7 +44,7 @@ def alert_rules() -> list[dict[str, Any]]:
 
 def group_names() -> list[str]:
     """Every rule group, in file order: the `group_eval_order` promtool tests need."""
-    return [group["name"] for path in RULE_FILES for group in load(path)["groups"]]
+    return [group["name"] for path in RULE_FILES for group in shipped(path)["groups"]]
 
 
 def assert_promtool_tests_pass(test_file: Path) -> None:
@@ -72,10 +72,9 @@ def case_files(test_file: Path, scratch: Path) -> list[Path]:
     shared = {key: value for key, value in document.items() if key not in ("rule_files", "group_eval_order", "tests")}
     files = []
     for number, case in enumerate(document["tests"]):
-        kept = rule_files_reading(checked_names(case), scratch)
-        order = [name for name in group_names() if name in group_names_in(kept)]
+        rule_files, groups = rule_files_reading(checked_names(case), scratch)
         (case_file := scratch / f"{test_file.stem}-{number}.yml").write_text(yaml.dump(
-            {**shared, "rule_files": [str(path) for path in kept], "group_eval_order": order, "tests": [case]},
+            {**shared, "rule_files": [str(path) for path in rule_files], "group_eval_order": groups, "tests": [case]},
             Dumper=YAML_DUMPER, sort_keys=False, width=1 << 20))
         files.append(case_file)
     return files
@@ -87,13 +86,14 @@ def checked_names(case: dict[str, Any]) -> set[str]:
     return names.union(*(names_read(check["expr"]) for check in case.get("promql_expr_test", [])))
 
 
-def names_read(text: str) -> set[str]:
+@functools.cache
+def names_read(text: str) -> frozenset[str]:
     """Every name in a rule's or a check's text (expression, labels, annotations' template queries), and every
     alert where it reads `ALERTS` without naming one: a superset of the rules it reads."""
     names = set(NAME.findall(text))
     if names & {"ALERTS", "ALERTS_FOR_STATE"} and not EXACT_ALERTNAME.search(text):
         names |= {name for name, texts in shipped_rule_texts().items() if texts[0].startswith("alert ")}
-    return names
+    return frozenset(names)
 
 
 def rules_reading(names: set[str]) -> set[str]:
@@ -111,28 +111,30 @@ def rules_reading(names: set[str]) -> set[str]:
 def shipped_rule_texts() -> dict[str, list[str]]:
     """Each shipped rule name's rules ("record"/"alert", then expression, labels and annotations), as text."""
     texts: dict[str, list[str]] = {}
-    for rule in (rule for path in RULE_FILES for rule in rules(path)):
+    for rule in (rule for path in RULE_FILES for group in shipped(path)["groups"] for rule in group["rules"]):
         kind = "record" if "record" in rule else "alert"
         parts = [kind, rule["expr"], *rule.get("labels", {}).values(), *rule.get("annotations", {}).values()]
         texts.setdefault(rule[kind], []).append(" ".join(map(str, parts)))
     return texts
 
 
-def rule_files_reading(names: set[str], scratch: Path) -> list[Path]:
+def rule_files_reading(names: set[str], scratch: Path) -> tuple[list[Path], list[str]]:
     """`RULE_FILES` written into `scratch` with only the rules `names` read, each group in place, empty ones
-    left out (one copy per distinct set of rules)."""
+    left out (one copy per distinct set of rules); and the names of the groups left, in file order."""
     kept = rules_reading(names)
     tag = hashlib.sha256(" ".join(sorted(kept)).encode()).hexdigest()[:12]
-    paths = []
+    paths, order = [], []
     for path in RULE_FILES:
-        groups = [{**group, "rules": [rule for rule in group["rules"] if (rule.get("record") or rule["alert"]) in kept]}
-                  for group in load(path)["groups"]]
+        groups = [{**group, "rules": rules} for group in shipped(path)["groups"]
+                  if (rules := [rule for rule in group["rules"] if (rule.get("record") or rule["alert"]) in kept])]
+        order += [group["name"] for group in groups]
         paths.append(copy := scratch / f"{path.stem}-{tag}.yml")
         if not copy.exists():
-            copy.write_text(yaml.dump({"groups": [group for group in groups if group["rules"]]}, Dumper=YAML_DUMPER,
-                                      sort_keys=False, width=1 << 20))
-    return paths
+            copy.write_text(yaml.dump({"groups": groups}, Dumper=YAML_DUMPER, sort_keys=False, width=1 << 20))
+    return paths, order
 
 
-def group_names_in(paths: list[Path]) -> set[str]:
-    return {group["name"] for path in paths for group in load(path)["groups"]}
+@functools.cache
+def shipped(path: Path) -> Any:
+    """A shipped rule file, parsed once (read only: `load` gives a copy to change)."""
+    return load(path)

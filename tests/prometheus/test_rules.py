@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -106,10 +107,12 @@ def test_alert_style(rule: dict[str, object]) -> None:
     assert (link[1], int(link[2])) in committed_panels()
 
 
-def committed_panels() -> set[tuple[str, int]]:
+@functools.cache
+def committed_panels() -> frozenset[tuple[str, int]]:
     """(dashboard uid, panel id) of every panel but rows in grafana/dashboards/."""
     boards = [json.loads(path.read_text()) for path in DASHBOARDS.glob("*.json")]
-    return {(board["uid"], panel["id"]) for board in boards for panel in board["panels"] if panel["type"] != "row"}
+    return frozenset((board["uid"], panel["id"]) for board in boards for panel in board["panels"]
+                     if panel["type"] != "row")
 
 
 def test_info_alerts_exist_for_what_is_worth_a_ticket() -> None:
