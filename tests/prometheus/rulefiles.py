@@ -92,7 +92,7 @@ def names_read(text: str) -> frozenset[str]:
     alert where it reads `ALERTS` without naming one: a superset of the rules it reads."""
     names = set(NAME.findall(text))
     if names & {"ALERTS", "ALERTS_FOR_STATE"} and not EXACT_ALERTNAME.search(text):
-        names |= {name for name, texts in shipped_rule_texts().items() if texts[0].startswith("alert ")}
+        names |= {rule["alert"] for group in shipped(PROMETHEUS / "alerts.yml")["groups"] for rule in group["rules"]}
     return frozenset(names)
 
 
@@ -109,12 +109,11 @@ def rules_reading(names: set[str]) -> set[str]:
 
 @functools.cache
 def shipped_rule_texts() -> dict[str, list[str]]:
-    """Each shipped rule name's rules ("record"/"alert", then expression, labels and annotations), as text."""
+    """Each shipped rule name's rules (expression, labels and annotations), as text."""
     texts: dict[str, list[str]] = {}
     for rule in (rule for path in RULE_FILES for group in shipped(path)["groups"] for rule in group["rules"]):
-        kind = "record" if "record" in rule else "alert"
-        parts = [kind, rule["expr"], *rule.get("labels", {}).values(), *rule.get("annotations", {}).values()]
-        texts.setdefault(rule[kind], []).append(" ".join(map(str, parts)))
+        parts = [rule["expr"], *rule.get("labels", {}).values(), *rule.get("annotations", {}).values()]
+        texts.setdefault(rule.get("record") or rule["alert"], []).append(" ".join(map(str, parts)))
     return texts
 
 

@@ -39,7 +39,7 @@ def start_job(
     port = str(free_port())
     procs = []
     for rank in range(ranks):
-        full = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINMON_", "JOB_"))}
+        full = inherited_environment()
         full.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(ranks),
                     LOCAL_RANK=str(rank), TRAINMON_REPORT_INTERVAL="0.1", OMP_NUM_THREADS="1")
         full.update(env)
@@ -49,13 +49,17 @@ def start_job(
     return procs
 
 
+def inherited_environment() -> dict[str, str]:
+    """This process's environment less any trainmon or test-job setting: a rank gets only the ones it is given."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TRAINMON_", "JOB_"))}
+
+
 class Zygote:
     """Client of `tests.torch.zygote`: one per pytest worker, started with its first job and ended with it."""
 
     def __init__(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINMON_", "JOB_"))}
         self.process = subprocess.Popen([sys.executable, "-m", "tests.torch.zygote"], cwd=REPO,
-                                        env={**env, "OMP_NUM_THREADS": "1"}, stdin=subprocess.PIPE,
+                                        env={**inherited_environment(), "OMP_NUM_THREADS": "1"}, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE)
         self.lock = threading.Lock()
         self.forked: queue.Queue[int] = queue.Queue()
