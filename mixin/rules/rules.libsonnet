@@ -362,7 +362,7 @@
           },
           {
             "record": "job_id:trainmon_train_checkpoint_seconds:completed10m",
-            "expr": "job_id:trainmon_train_checkpoint_seconds:increase10m > 0\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + ", phase=\"checkpoint\"} == 1",
+            "expr": "(\n    job_id:trainmon_train_checkpoint_seconds:increase10m > 0\n  and on (job, job_id)\n    instance_job_id:trainmon_train_ranks:group offset 10m\n  )\nunless on (job, job_id)\n  trainmon_train_phase{" + $._config.selector + ", phase=\"checkpoint\"} == 1",
           },
           {
             "record": "job_id:trainmon_train_checkpoints_completed:count1d",

@@ -370,11 +370,18 @@ sum by (job, job_id) (
                  f"(increase({c.m(training.TRAIN_PHASE_SECONDS_TOTAL, CHECKPOINT_PHASE)}[10m]))",
         ),
         # The same once no rank is inside the checkpoint any more: a completed checkpoint's whole length, for the
-        # 10 minutes after it. A running one is never its own baseline.
+        # 10 minutes after it. A running one is never its own baseline, nor is a window older than the job's
+        # first 10 minutes in Prometheus: a job that checkpoints more often than every 10 minutes sums several per
+        # window, and its part-filled first windows (a checkpoint cut by the first scrape among them) would pull
+        # the median below a full window's sum and page for a healthy checkpoint.
         Record(
             record=CHECKPOINT_DONE,
             expr=f"""
-  {CHECKPOINT_WINDOW} > 0
+  (
+    {CHECKPOINT_WINDOW} > 0
+  and on (job, job_id)
+    {JOB_NODES} offset 10m
+  )
 unless on (job, job_id)
   {c.m(training.TRAIN_PHASE, CHECKPOINT_PHASE)} == 1""",
         ),

@@ -5,7 +5,7 @@
 Before every step each rank reads OUT_DIR/phase:
   healthy    every rank computes the same time, then all-reduces its gradients
   comm       the ranks take turns computing 20x longer, so each waits for the other in half of its steps
-  straggler  rank 1 computes 20x longer in every step while rank 0 waits for it
+  straggler  rank 1 computes 4x longer than a healthy step in every step while rank 0 waits for it
   stall      rank 1 stops inside a step; rank 0 blocks in its all-reduce
   spike      every rank passes a grad norm 1000x and a loss 100x the real ones (the values the hook judges)
   slow       the last rank computes 50% longer in every step (a slow GPU among its peers)
@@ -14,7 +14,11 @@ The job id, ingest socket and GPU uuid come from TRAINMON_* variables, as in a r
 
 A healthy step computes 100 ms, so a rank that waits tens of ms for a core on a loaded machine (and its peer
 that waits for it in the all-reduce) stays far below the 40% communication share that pages; a waiting rank
-in the other phases waits 380 ms of a 400 ms step.
+in the other phases waits 380 ms of a 400 ms step. The straggler's peer computes a healthy step: the score
+compares compute per step, measured as step time less communication wait over the rules' shortened windows
+(5 s here), and a window edge that falls between a rank's collective and the end of its step counts that
+collective's wait but not its step. With 20 ms of compute those edges drove the fast rank's compute to zero in
+some windows (it is then no one's yardstick), and a loaded machine broke the alert's `for:` that way.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def compute_seconds(phase: str, rank: int, step: int) -> float:
     if phase == "comm":
         return SLOW_COMPUTE_S if step % 2 == rank else FAST_COMPUTE_S
     if phase == "straggler":
-        return SLOW_COMPUTE_S if rank == 1 else FAST_COMPUTE_S
+        return SLOW_COMPUTE_S if rank == 1 else HEALTHY_COMPUTE_S
     if phase == "slow" and rank == dist.get_world_size() - 1:
         return HEALTHY_COMPUTE_S * 1.5
     return HEALTHY_COMPUTE_S

@@ -93,14 +93,16 @@ def start_daemon(
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)
     daemon = Daemon(process=process, port=port, log_path=log_path, scheme=scheme)
 
-    def serving() -> bool:
+    def serving_or_exited() -> bool:
         if process.poll() is not None:
-            raise AssertionError(f"daemon exited with {process.returncode}:\n{daemon.log()}")
+            return True
         path = "/readyz" if wait_ready else "/healthz"
         return httpx.get(daemon.url + path, timeout=2, **(client or {})).status_code == 200  # type: ignore[arg-type]
 
     try:
-        wait_until(serving, timeout=ready_timeout)
+        wait_until(serving_or_exited, timeout=ready_timeout)
+        if process.poll() is not None:
+            raise AssertionError(f"daemon exited with {process.returncode}:\n{daemon.log()}")
     except BaseException:
         daemon.stop()
         raise

@@ -1,14 +1,29 @@
 from __future__ import annotations
 
+import random
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free now, below the kernel's ephemeral range. One the kernel hands out (`bind` to port 0) it
+    may hand the next outgoing connection too (the suite opens hundreds a second: scrapes, HTTP clients), and a CI
+    run lost a demo to "Address already in use" between the pick and the daemon's bind. Workers pick at random
+    from some 16,000 ports, so two seldom meet."""
+    first_ephemeral = int(EPHEMERAL_RANGE.read_text().split()[0])
+    for _ in range(1000):
+        port = random.randrange(first_ephemeral // 2, first_ephemeral)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in [{first_ephemeral // 2}, {first_ephemeral})")
 
 
 # Without an `interval`, a wait polls at once and then ever less often, up to every quarter second: a condition met
