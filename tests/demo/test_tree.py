@@ -66,6 +66,18 @@ def test_traffic_moves_the_counters_it_should(tmp_path: Path) -> None:
     assert 4 * GIB == sent
 
 
+def test_the_files_change_once_per_write_period_and_count_every_tick(tmp_path: Path) -> None:
+    """The job ticks every second; for a daemon that collects every 2 s the files change every 2 s."""
+    clock = Clock()
+    tree = DemoTree(tmp_path, Plan(clock=clock), clock, write_every=2.0)
+    sent = []
+    for _ in range(4):
+        advanced(tree, clock, Traffic(read_bytes=0, written_bytes=0, allreduce_bytes=[GIB] * 8), 1)
+        sent.append(value(read(tree), "trainmon_infiniband_port_data_transmitted_bytes_total", device="mlx5_0"))
+
+    assert [0, 2 * GIB, 2 * GIB, 4 * GIB] == sent
+
+
 def test_a_gpu_counts_a_correctable_aer_error_now_and_then(tmp_path: Path) -> None:
     clock = Clock()
     tree = DemoTree(tmp_path, Plan(clock=clock), clock)

@@ -51,7 +51,8 @@ class _Counters:
 
 
 class DemoFileSystems:
-    """Writes the files through `put(path, text)` (the tree's atomic writer) under `proc`."""
+    """The mounts' counters, advanced by `advance` and written by `write` through `put(path, text)` (the tree's
+    atomic writer) under `proc`."""
 
     def __init__(self, proc: Path, plan: Plan, put: Callable[[Path, str], None]) -> None:
         self._proc, self._plan, self._put = proc, plan, put
@@ -59,7 +60,6 @@ class DemoFileSystems:
         self._counters = _Counters()
         self._ticks = 0
         put(proc / "self" / "mountinfo", MOUNTINFO)
-        self._write()
 
     def advance(self, read_bytes: int, written_bytes: int) -> None:
         slow = self._plan.active("storage-slow") and SLOW_MOUNT == LUSTRE_MOUNT
@@ -79,9 +79,8 @@ class DemoFileSystems:
             osc.inflight = SLOW_IN_FLIGHT if slow else (IN_FLIGHT if read_bytes or written_bytes else 0)
         for op, count in NFS_OPS_PER_TICK.items():
             c.nfs_ops[op] += count
-        self._write()
 
-    def _write(self) -> None:
+    def write(self) -> None:
         c = self._counters
         llite = self._proc / "fs" / "lustre" / "llite" / f"{LUSTRE_FSNAME}-{SUPERBLOCK}" / "stats"
         lines = [_stats_line("read_bytes", c.llite.get("read_bytes", 0), "bytes", c.read_bytes),

@@ -44,7 +44,7 @@ def run_demo(settings: Settings, web: WebConfig | None, plan: Plan) -> int:
             if plan.incident:
                 log.warning("incident %s planted: it starts in %.0fs and ends in %s", plan.incident,
                             plan.after, INCIDENTS[plan.incident])
-            tree = DemoTree(root, plan)
+            tree = DemoTree(root, plan, write_every=settings.interval)
             inspector = InspectorFiles(root / "nccl-inspector", default_uuids(), RANKS,
                                        GRADIENT_BYTES // RANKS // ALLREDUCE_CALLS)
             ras = SimulatedRas(RANKS, plan)

@@ -3,14 +3,16 @@
 traffic so the real NVMe, InfiniBand and fs collectors read it.
 
 Files are replaced atomically (written under `scratch/`, then renamed), so a collector never reads half
-a value. Counters only grow, except on the incident's device.
+a value, and at most once per `write_every` seconds (the daemon's collection interval): the job advances the
+counters every second, and a file written twice between two reads of it was written once for nothing.
+Counters only grow, except on the incident's device.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,9 +73,11 @@ def _initial_port_counters(seed: int) -> dict[str, int]:
 
 
 class DemoTree:
-    """Writes the tree under `root` (`root/proc`, `root/sys`) and advances it with `advance(traffic)`."""
+    """Writes the tree under `root` (`root/proc`, `root/sys`) and advances it with `advance(traffic)`, writing
+    the counters at most every `write_every` seconds."""
 
-    def __init__(self, root: Path, plan: Plan, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, root: Path, plan: Plan, clock: Callable[[], float] = time.monotonic,
+                 write_every: float = 0.0) -> None:
         self.proc = root / "proc"
         self.sys = root / "sys"
         self._scratch = root / "scratch"
@@ -81,6 +85,7 @@ class DemoTree:
         self._clock = clock
         self._last = clock()
         self._writes = 0
+        self._write_every = write_every
         self._made: set[Path] = set()
         self._written: dict[Path, str] = {}
         self._namespaces = [_Namespace(f"nvme{c}n{n + 1}", c * NAMESPACES_PER_CONTROLLER + n)
@@ -94,22 +99,28 @@ class DemoTree:
         # a rank whose process is not there is gone
         (self.proc / str(os.getpid())).mkdir(parents=True)
         self._write_pcie_tree()
-        self._write_diskstats()
-        self._write_aer()
-        for port in self._ports:
-            self._write_port(port, PortCounter, HwCounter)
         self._filesystems = DemoFileSystems(self.proc, plan, self._put)
+        self._write_counters()
+        self._written_at = self._last
 
     def advance(self, traffic: Traffic) -> None:
         now = self._clock()
         dt, self._last = now - self._last, now
         for namespace in self._namespaces:
             self._advance_namespace(namespace, traffic, dt)
-        self._write_diskstats()
-        self._write_aer()
         for rank, port in enumerate(self._ports):
             self._advance_port(port, traffic.allreduce_bytes[rank] if rank < len(traffic.allreduce_bytes) else 0)
         self._filesystems.advance(traffic.read_bytes, traffic.written_bytes)
+        if now - self._written_at >= self._write_every:
+            self._write_counters()
+            self._written_at = now
+
+    def _write_counters(self) -> None:
+        self._write_diskstats()
+        self._write_aer()
+        for port in self._ports:
+            self._write_port(port)
+        self._filesystems.write()
 
     def _advance_namespace(self, namespace: _Namespace, traffic: Traffic, dt: float) -> None:
         stats, count = namespace.stats, len(self._namespaces)
@@ -140,7 +151,6 @@ class DemoTree:
         if self._plan.active("ib-down") and port.device == f"mlx5_{DOWN_PORT}" and not port.down:
             port.down = True
             port.counters["link_downed"] += 1
-            self._write_port(port, ("link_downed",), ())
         if port.down:
             return
         packets = allreduce_bytes // IB_MTU
@@ -152,9 +162,6 @@ class DemoTree:
         c["port_xmit_wait"] += packets // 200  # a little congestion on the rail
         hw["rx_write_requests"] += packets // 16  # NCCL's RDMA writes
         hw["rx_read_requests"] += packets // 512
-        self._write_port(port, ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
-                                "unicast_xmit_packets", "unicast_rcv_packets", "port_xmit_wait"),
-                         ("rx_write_requests", "rx_read_requests"))
 
     def _write_identities(self) -> None:
         for c in range(CONTROLLERS):
@@ -202,19 +209,19 @@ class DemoTree:
         lines += ["   7       0 loop0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0"]
         self._put(self.proc / "diskstats", "\n".join(lines) + "\n")
 
-    def _write_port(self, port: _Port, counters: Iterable[str], hw_counters: Iterable[str]) -> None:
+    def _write_port(self, port: _Port) -> None:
         base = self.sys / "class" / "infiniband" / port.device / "ports" / "1"
         state, physical = DOWN if port.down else ACTIVE
         self._put(base / "state", state + "\n")
         self._put(base / "phys_state", physical + "\n")
-        for name in counters:
-            self._put(base / "counters" / name, f"{port.counters[name]}\n")
-        for name in hw_counters:
-            self._put(base / "hw_counters" / name, f"{port.hw_counters[name]}\n")
+        for name, value in port.counters.items():
+            self._put(base / "counters" / name, f"{value}\n")
+        for name, value in port.hw_counters.items():
+            self._put(base / "hw_counters" / name, f"{value}\n")
 
     def _put(self, path: Path, text: str) -> None:
-        """Replaces `path` whole (a reader never sees half a file); unchanged text is not written again. Fifteen
-        demos write a hundred files a second each in the test suite: this is most of a demo's CPU."""
+        """Replaces `path` whole (a reader never sees half a file); unchanged text is not written again. Eighteen
+        demos write about a hundred files each per collection in the test suite: this is much of a demo's CPU."""
         if self._written.get(path) == text:
             return
         if path.parent not in self._made:
