@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +56,17 @@ def gpu_node(root: Path, gpus: int) -> SyntheticNode:
     return node
 
 
-def panels_without_data(prom: Prometheus) -> set[str]:
-    """Titles of dashboard panels none of whose queries returns a series (every variable set to All)."""
+def panels_without_data(prom: Prometheus, among: Collection[str] | None = None) -> set[str]:
+    """Titles of dashboard panels none of whose queries returns a series (every variable set to All); of those
+    titled in `among` only, where given."""
     empty = set()
     for path in DASHBOARD_FILES:
         for panel in data_panels(load(path)):
+            title = f"{path.stem}: {panel['title']}"
+            if among is not None and title not in among:
+                continue
             if not any(prom.query(substitute(t["expr"], "10s")) for t in panel["targets"]):
-                empty.add(f"{path.stem}: {panel['title']}")
+                empty.add(title)
     return empty
 
 
