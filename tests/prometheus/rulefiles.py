@@ -92,7 +92,7 @@ def names_read(text: str) -> frozenset[str]:
     alert where it reads `ALERTS` without naming one: a superset of the rules it reads."""
     names = set(NAME.findall(text))
     if names & {"ALERTS", "ALERTS_FOR_STATE"} and not EXACT_ALERTNAME.search(text):
-        names |= {rule["alert"] for group in shipped(PROMETHEUS / "alerts.yml")["groups"] for rule in group["rules"]}
+        names |= {rule["alert"] for rule in shipped_rules(PROMETHEUS / "alerts.yml")}
     return frozenset(names)
 
 
@@ -111,9 +111,9 @@ def rules_reading(names: set[str]) -> set[str]:
 def shipped_rule_texts() -> dict[str, list[str]]:
     """Each shipped rule name's rules (expression, labels and annotations), as text."""
     texts: dict[str, list[str]] = {}
-    for rule in (rule for path in RULE_FILES for group in shipped(path)["groups"] for rule in group["rules"]):
+    for rule in (rule for path in RULE_FILES for rule in shipped_rules(path)):
         parts = [rule["expr"], *rule.get("labels", {}).values(), *rule.get("annotations", {}).values()]
-        texts.setdefault(rule.get("record") or rule["alert"], []).append(" ".join(map(str, parts)))
+        texts.setdefault(rule_name(rule), []).append(" ".join(map(str, parts)))
     return texts
 
 
@@ -125,7 +125,7 @@ def rule_files_reading(names: set[str], scratch: Path) -> tuple[list[Path], list
     paths, order = [], []
     for path in RULE_FILES:
         groups = [{**group, "rules": rules} for group in shipped(path)["groups"]
-                  if (rules := [rule for rule in group["rules"] if (rule.get("record") or rule["alert"]) in kept])]
+                  if (rules := [rule for rule in group["rules"] if rule_name(rule) in kept])]
         order += [group["name"] for group in groups]
         paths.append(copy := scratch / f"{path.stem}-{tag}.yml")
         if not copy.exists():
@@ -137,3 +137,13 @@ def rule_files_reading(names: set[str], scratch: Path) -> tuple[list[Path], list
 def shipped(path: Path) -> Any:
     """A shipped rule file, parsed once (read only: `load` gives a copy to change)."""
     return load(path)
+
+
+def shipped_rules(path: Path) -> list[dict[str, Any]]:
+    """A shipped rule file's rules in file order, from its one parse (read only)."""
+    return [rule for group in shipped(path)["groups"] for rule in group["rules"]]
+
+
+def rule_name(rule: dict[str, Any]) -> str:
+    """The series a rule records or the alert it fires."""
+    return str(rule.get("record") or rule["alert"])

@@ -28,6 +28,7 @@ from tests.prometheus.rulefiles import (
     checked_names,
     group_names,
     load,
+    rule_name,
     rules,
     rules_reading,
 )
@@ -199,8 +200,7 @@ def test_each_case_file_differs_from_its_test_file_only_in_its_rules(tmp_path: P
         assert [name for name in original["group_eval_order"] if name in groups] == copy.pop("group_eval_order")
         assert {**original, "tests": [case]} == {**copy, "rule_files": original["rule_files"],
                                                  "group_eval_order": original["group_eval_order"]}
-        assert rules_reading(checked_names(case)) == {rule.get("record") or rule["alert"] for name in rule_files
-                                                      for rule in rules(name)}
+        assert rules_reading(checked_names(case)) == {rule_name(rule) for name in rule_files for rule in rules(name)}
 
 
 def test_every_alert_has_a_firing_and_a_silent_unit_test() -> None:
